@@ -1,0 +1,415 @@
+//! Solid-state drive model: NAND dies behind channels, a host link, a DRAM write
+//! buffer with early completion, and a flash translation layer (page-mapped with greedy
+//! GC and an optional cached map table, or BAST-style hybrid log blocks).
+
+mod bast;
+mod nand;
+mod page_ftl;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use bast::BastFtl;
+use nand::Nand;
+use page_ftl::PageFtl;
+
+use crate::units::transfer_ns;
+use crate::{DevOpKind, DevRequest, DeviceCounters, DeviceKind, DeviceModel};
+
+/// How logical pages map to flash.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FtlKind {
+    /// Page-level mapping. `map_cache_entries` = 0 keeps the whole map in DRAM; otherwise
+    /// only that many entries are cached (DFTL) and misses read translation pages.
+    Page { map_cache_entries: u64 },
+    /// Block-level mapping with `log_blocks` log blocks (BAST).
+    Bast { log_blocks: u32 },
+}
+
+/// The state the drive starts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// Fresh out of the box: nothing mapped; reads of unwritten pages touch no flash.
+    None,
+    /// Every logical page written once, in order (steady state for reads).
+    Sequential,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SsdParams {
+    pub capacity_bytes: u64,
+    /// Spare physical capacity as a fraction of the logical capacity.
+    pub over_provisioning: f64,
+    /// Mapping and programming unit.
+    pub page_bytes: u64,
+    pub pages_per_block: u64,
+    pub channels: u32,
+    pub dies_per_channel: u32,
+    pub read_ns: u64,
+    pub program_ns: u64,
+    pub erase_ns: u64,
+    pub channel_bytes_per_sec: u64,
+    pub interface_bytes_per_sec: u64,
+    pub command_overhead_ns: u64,
+    /// DRAM write buffer; writes complete once buffered (0: complete when programmed).
+    pub write_buffer_bytes: u64,
+    pub ftl: FtlKind,
+    /// Garbage collection keeps more than this many free blocks per die.
+    pub gc_free_blocks_low: u32,
+    pub precondition: Precondition,
+}
+
+#[derive(Clone, Debug)]
+enum Ftl {
+    Page(PageFtl),
+    Bast(BastFtl),
+}
+
+/// The SSD model. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Ssd {
+    p: SsdParams,
+    nand: Nand,
+    ftl: Ftl,
+    logical_pages: u64,
+    link_free_ns: u64,
+    buffer_pages: usize,
+    /// Program completion times of pages still occupying the write buffer.
+    buffered: BinaryHeap<Reverse<u64>>,
+    last_program_ns: u64,
+    host: DeviceCounters,
+}
+
+impl Ssd {
+    pub fn new(p: SsdParams) -> Ssd {
+        let nand = Nand::new(
+            p.channels as usize,
+            p.dies_per_channel as usize,
+            p.page_bytes,
+            p.read_ns,
+            p.program_ns,
+            p.erase_ns,
+            p.channel_bytes_per_sec,
+        );
+        let logical_pages = p.capacity_bytes.div_ceil(p.page_bytes).max(1);
+        let implicit = p.precondition == Precondition::Sequential;
+        let ftl = match p.ftl {
+            FtlKind::Page { map_cache_entries } => Ftl::Page(PageFtl::new(
+                &nand,
+                logical_pages,
+                p.pages_per_block,
+                p.over_provisioning,
+                implicit,
+                map_cache_entries,
+                p.gc_free_blocks_low as usize,
+            )),
+            FtlKind::Bast { log_blocks } => {
+                Ftl::Bast(BastFtl::new(&nand, logical_pages, p.pages_per_block, log_blocks, implicit))
+            }
+        };
+        Ssd {
+            buffer_pages: (p.write_buffer_bytes / p.page_bytes) as usize,
+            nand,
+            ftl,
+            logical_pages,
+            link_free_ns: 0,
+            buffered: BinaryHeap::new(),
+            last_program_ns: 0,
+            host: DeviceCounters::default(),
+            p,
+        }
+    }
+
+    pub fn params(&self) -> &SsdParams {
+        &self.p
+    }
+
+    /// Bytes sitting in the DRAM write buffer, not yet on flash, at `now_ns`.
+    pub fn buffered_bytes(&self, now_ns: u64) -> u64 {
+        self.buffered.iter().filter(|r| r.0 > now_ns).count() as u64 * self.p.page_bytes
+    }
+
+    /// Merge counts of the hybrid FTL: (switch, partial, full).
+    pub fn merges(&self) -> (u64, u64, u64) {
+        match &self.ftl {
+            Ftl::Bast(b) => (b.switch_merges, b.partial_merges, b.full_merges),
+            Ftl::Page(_) => (0, 0, 0),
+        }
+    }
+
+    /// Fraction of flash holding valid data (page-mapped FTL only).
+    pub fn utilisation(&self) -> Option<f64> {
+        match &self.ftl {
+            Ftl::Page(f) => Some(f.utilisation()),
+            Ftl::Bast(_) => None,
+        }
+    }
+
+    #[inline]
+    fn page_range(&self, req: &DevRequest) -> (u64, u64) {
+        let first = req.offset_bytes / self.p.page_bytes;
+        let end = (req.offset_bytes + req.len_bytes.max(1)).div_ceil(self.p.page_bytes);
+        (first.min(self.logical_pages - 1), end.min(self.logical_pages).max(first + 1))
+    }
+
+    fn read(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let t0 = now_ns + self.p.command_overhead_ns;
+        let (first, end) = self.page_range(req);
+        let (mut first_ready, mut last_ready) = (u64::MAX, t0);
+        for lpn in first..end {
+            let ready = match &mut self.ftl {
+                Ftl::Page(f) => f.read(&mut self.nand, t0, lpn),
+                Ftl::Bast(b) => b.read(&mut self.nand, t0, lpn),
+            };
+            first_ready = first_ready.min(ready);
+            last_ready = last_ready.max(ready);
+        }
+        // The link streams pages as they arrive: it cannot start before the first is
+        // ready nor finish before the last is ready and sent.
+        let rate = self.p.interface_bytes_per_sec;
+        let start = first_ready.max(self.link_free_ns);
+        let done = (start + transfer_ns(req.len_bytes, rate))
+            .max(last_ready + transfer_ns(req.len_bytes.min(self.p.page_bytes), rate));
+        self.link_free_ns = done;
+        done
+    }
+
+    fn write(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let start = (now_ns + self.p.command_overhead_ns).max(self.link_free_ns);
+        let received = start + transfer_ns(req.len_bytes, self.p.interface_bytes_per_sec);
+        self.link_free_ns = received;
+        let (first, end) = self.page_range(req);
+        let pb = self.p.page_bytes;
+        let mut programmed = received;
+        for lpn in first..end {
+            let covered_from = req.offset_bytes.max(lpn * pb);
+            let covered_to = (req.offset_bytes + req.len_bytes).min((lpn + 1) * pb);
+            let partial = covered_to.saturating_sub(covered_from) < pb;
+            let done = match &mut self.ftl {
+                Ftl::Page(f) => f.write(&mut self.nand, received, lpn, partial),
+                Ftl::Bast(b) => b.write(&mut self.nand, received, lpn, partial),
+            };
+            programmed = programmed.max(done);
+            self.last_program_ns = self.last_program_ns.max(done);
+            if self.buffer_pages > 0 {
+                self.buffered.push(Reverse(done));
+            }
+        }
+        if self.buffer_pages == 0 || req.fua {
+            return programmed;
+        }
+        // Early completion once the data fits in the buffer: wait for the oldest
+        // programs to finish if it does not.
+        while let Some(&Reverse(t)) = self.buffered.peek() {
+            if t <= received {
+                self.buffered.pop();
+            } else {
+                break;
+            }
+        }
+        let mut ready = received;
+        while self.buffered.len() > self.buffer_pages {
+            if let Some(Reverse(t)) = self.buffered.pop() {
+                ready = ready.max(t);
+            }
+        }
+        ready
+    }
+}
+
+impl DeviceModel for Ssd {
+    fn submit(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        match req.kind {
+            DevOpKind::Read => {
+                self.host.host_read_bytes += req.len_bytes;
+                self.read(now_ns, req)
+            }
+            DevOpKind::Write => {
+                self.host.host_write_bytes += req.len_bytes;
+                self.write(now_ns, req)
+            }
+            DevOpKind::Flush => {
+                let t0 = now_ns + self.p.command_overhead_ns;
+                let map_done = match &mut self.ftl {
+                    Ftl::Page(f) => f.flush(&mut self.nand, t0),
+                    Ftl::Bast(_) => t0,
+                };
+                self.buffered.clear();
+                t0.max(self.last_program_ns).max(map_done)
+            }
+            DevOpKind::Trim => {
+                // Only whole pages can be unmapped.
+                let pb = self.p.page_bytes;
+                let first = req.offset_bytes.div_ceil(pb);
+                let end = ((req.offset_bytes + req.len_bytes) / pb).min(self.logical_pages);
+                if let Ftl::Page(f) = &mut self.ftl {
+                    for lpn in first..end {
+                        f.trim(lpn);
+                    }
+                }
+                now_ns + self.p.command_overhead_ns
+            }
+        }
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.p.capacity_bytes
+    }
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Ssd
+    }
+
+    fn counters(&self) -> DeviceCounters {
+        let n = &self.nand.counters;
+        DeviceCounters {
+            host_read_bytes: self.host.host_read_bytes,
+            host_write_bytes: self.host.host_write_bytes,
+            media_write_bytes: n.media_write_bytes,
+            media_read_bytes: n.media_read_bytes,
+            erases: n.erases,
+            gc_page_copies: n.gc_page_copies,
+            cache_hits: 0,
+            map_cache_misses: n.map_cache_misses,
+        }
+    }
+}
+
+impl Ssd {
+    /// Whether a logical byte offset currently maps to flash (for tests).
+    pub fn is_mapped(&self, offset_bytes: u64) -> bool {
+        let lpn = offset_bytes / self.p.page_bytes;
+        match &self.ftl {
+            Ftl::Page(f) => f.is_mapped(lpn),
+            Ftl::Bast(b) => b.is_mapped(lpn),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{GIB, KIB, MIB, NS_PER_US};
+
+    fn small(ftl: FtlKind, precondition: Precondition) -> SsdParams {
+        SsdParams {
+            capacity_bytes: 64 * MIB,
+            over_provisioning: 0.10,
+            page_bytes: 4 * KIB,
+            pages_per_block: 64,
+            channels: 2,
+            dies_per_channel: 2,
+            read_ns: 50 * NS_PER_US,
+            program_ns: 500 * NS_PER_US,
+            erase_ns: 2_000 * NS_PER_US,
+            channel_bytes_per_sec: 200_000_000,
+            interface_bytes_per_sec: 300_000_000,
+            command_overhead_ns: 20 * NS_PER_US,
+            write_buffer_bytes: 256 * KIB,
+            ftl,
+            gc_free_blocks_low: 2,
+            precondition,
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Random 4 KiB overwrites confined to the first `fill` fraction of the drive.
+    fn waf_at_fill(fill: f64) -> f64 {
+        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::None));
+        let pages = (64 * MIB / (4 * KIB)) as f64 * fill;
+        let pages = pages as u64;
+        let mut t = 0;
+        for p in 0..pages {
+            t = s.submit(t, &DevRequest::write(p * 4 * KIB, 4 * KIB));
+        }
+        let before = s.counters();
+        let mut rng = Rng(0x1234_5678);
+        for _ in 0..pages * 6 {
+            t = s.submit(t, &DevRequest::write(rng.next(pages) * 4 * KIB, 4 * KIB));
+        }
+        let after = s.counters();
+        (after.media_write_bytes - before.media_write_bytes) as f64 / (after.host_write_bytes - before.host_write_bytes) as f64
+    }
+
+    #[test]
+    fn gc_write_amplification_grows_as_the_drive_fills() {
+        let (w50, w80, w95) = (waf_at_fill(0.5), waf_at_fill(0.8), waf_at_fill(0.95));
+        assert!(w50 >= 1.0 && w50 < w80 && w80 < w95, "waf 50% {w50:.2}, 80% {w80:.2}, 95% {w95:.2}");
+        assert!(w95 > 2.0, "a nearly full drive must amplify writes: {w95:.2}");
+    }
+
+    #[test]
+    fn flush_empties_the_write_buffer() {
+        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        let done = s.submit(0, &DevRequest::write(0, 128 * KIB));
+        assert!(s.buffered_bytes(done) > 0, "writes should complete early from DRAM");
+        let f = s.submit(done, &DevRequest::flush());
+        assert!(f > done + 400 * NS_PER_US, "flush must wait for programs");
+        assert_eq!(s.buffered_bytes(f), 0);
+    }
+
+    #[test]
+    fn hybrid_ftl_makes_small_random_writes_costly() {
+        let bast = FtlKind::Bast { log_blocks: 4 };
+        let mut seq = Ssd::new(small(bast.clone(), Precondition::Sequential));
+        let mut rnd = Ssd::new(small(bast, Precondition::Sequential));
+        let (mut ts, mut tr) = (0, 0);
+        let mut rng = Rng(99);
+        for i in 0..512u64 {
+            ts = seq.submit(ts, &DevRequest::write(i * 4 * KIB, 4 * KIB));
+            tr = rnd.submit(tr, &DevRequest::write(rng.next(16 * 1024) * 4 * KIB, 4 * KIB));
+        }
+        assert!(tr > 10 * ts, "random {tr} ns vs sequential {ts} ns");
+        let (sw, _, full) = rnd.merges();
+        assert!(full > 100, "random writes should force full merges: {full}");
+        assert!(seq.merges().0 > 0 && sw == 0);
+        assert!(rnd.counters().waf() > 5.0);
+    }
+
+    #[test]
+    fn map_cache_misses_cost_flash_reads() {
+        let mut cached = small(FtlKind::Page { map_cache_entries: 2048 }, Precondition::Sequential);
+        cached.capacity_bytes = GIB;
+        let mut full = cached.clone();
+        full.ftl = FtlKind::Page { map_cache_entries: 0 };
+        let (mut a, mut b) = (Ssd::new(cached), Ssd::new(full));
+        let (mut ta, mut tb) = (0, 0);
+        let mut rng = Rng(7);
+        for _ in 0..2000 {
+            let off = rng.next(GIB / (4 * KIB)) * 4 * KIB;
+            ta = a.submit(ta, &DevRequest::read(off, 4 * KIB));
+            tb = b.submit(tb, &DevRequest::read(off, 4 * KIB));
+        }
+        assert!(a.counters().map_cache_misses > 1500);
+        assert_eq!(b.counters().map_cache_misses, 0);
+        assert!(ta > tb + 2000 * 40 * NS_PER_US);
+    }
+
+    #[test]
+    fn trim_unmaps_and_unmapped_reads_skip_flash() {
+        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        assert!(s.is_mapped(0));
+        s.submit(0, &DevRequest { kind: DevOpKind::Trim, offset_bytes: 0, len_bytes: 64 * KIB, fua: false });
+        assert!(!s.is_mapped(0) && !s.is_mapped(60 * KIB) && s.is_mapped(64 * KIB));
+        let t = s.submit(1_000_000, &DevRequest::read(0, 4 * KIB)) - 1_000_000;
+        let u = s.submit(2_000_000, &DevRequest::read(64 * KIB, 4 * KIB)) - 2_000_000;
+        assert!(t < u, "unmapped read {t} ns should beat mapped read {u} ns");
+    }
+
+    #[test]
+    fn dies_work_in_parallel() {
+        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        let one = s.submit(0, &DevRequest::read(0, 4 * KIB));
+        let four = s.submit(10_000_000, &DevRequest::read(4 * 4 * KIB, 16 * KIB)) - 10_000_000;
+        assert!(four < 2 * one, "4 pages on 4 dies: {four} ns vs one page {one} ns");
+    }
+}
