@@ -1,1 +1,32 @@
+//! The tiervisor engine.
+//!
+//! A deterministic, single-threaded state machine that decides where every byte of every
+//! volume lives and how every request is served. It performs no I/O, reads no clock and
+//! starts no threads: a driver feeds it requests, device completions and the time, and
+//! carries out the device operations it asks for. Two drivers exist: the simulator
+//! (virtual clock, device models) and the server (NBD, real files, real clock).
 
+mod alloc;
+pub mod chunkmap;
+mod codec;
+mod commit;
+pub mod config;
+mod engine;
+pub mod extents;
+mod io;
+pub mod journal;
+pub mod layout;
+mod mount;
+pub mod overlay;
+mod report;
+mod reclaim;
+pub mod sched;
+pub mod stats;
+pub mod types;
+mod volume;
+
+pub use config::{ConfigError, EngineConfig, Medium, Placement, PoolConfig, Provisioning, VolumeConfig};
+pub use engine::{Engine, EngineState, StartMode};
+pub use sched::SchedulerKind;
+pub use report::{EngineReport, KindReport, PoolReport, VolumeReport};
+pub use types::*;

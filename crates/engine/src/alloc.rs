@@ -1,0 +1,148 @@
+//! Per-pool chunk allocator: a bitmap with first-fit search from a hint, contiguous runs
+//! for journals and checkpoints, and a reserve that only metadata may use (so a full
+//! pool can still write checkpoints and shut down cleanly).
+
+#[derive(Clone, Debug)]
+pub struct ChunkAllocator {
+    used: Vec<u64>,
+    chunks: u64,
+    free: u64,
+    reserve: u64,
+}
+
+impl ChunkAllocator {
+    pub fn new(chunks: u64) -> ChunkAllocator {
+        ChunkAllocator { used: vec![0; chunks.div_ceil(64) as usize], chunks, free: chunks, reserve: 0 }
+    }
+
+    pub fn set_reserve(&mut self, chunks: u64) {
+        self.reserve = chunks.min(self.chunks);
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    pub fn free_chunks(&self) -> u64 {
+        self.free
+    }
+
+    /// Chunks data may still take (free minus the metadata reserve).
+    pub fn available_for_data(&self) -> u64 {
+        self.free.saturating_sub(self.reserve)
+    }
+
+    #[inline]
+    pub fn is_used(&self, c: u64) -> bool {
+        self.used[(c / 64) as usize] >> (c % 64) & 1 == 1
+    }
+
+    /// Mark a chunk used (recovery, reservations). Returns false if it already was.
+    pub fn mark_used(&mut self, c: u64) -> bool {
+        assert!(c < self.chunks, "chunk {c} beyond pool of {} chunks", self.chunks);
+        if self.is_used(c) {
+            return false;
+        }
+        self.used[(c / 64) as usize] |= 1 << (c % 64);
+        self.free -= 1;
+        true
+    }
+
+    pub fn release(&mut self, c: u64) {
+        assert!(self.is_used(c), "double free of chunk {c}");
+        self.used[(c / 64) as usize] &= !(1 << (c % 64));
+        self.free += 1;
+    }
+
+    fn find_free_from(&self, start: u64) -> Option<u64> {
+        let words = self.used.len() as u64;
+        let mut w = start / 64;
+        let mut mask = !0u64 << (start % 64);
+        for _ in 0..=words {
+            let avail = !self.used[w as usize] & mask;
+            if avail != 0 {
+                let c = w * 64 + avail.trailing_zeros() as u64;
+                if c < self.chunks {
+                    return Some(c);
+                }
+            }
+            mask = !0;
+            w = (w + 1) % words;
+        }
+        None
+    }
+
+    /// Allocate one chunk, the hint if free, else the next free one after it.
+    pub fn allocate(&mut self, hint: u64, metadata: bool) -> Option<u64> {
+        let limit = if metadata { 0 } else { self.reserve };
+        if self.free <= limit {
+            return None;
+        }
+        let c = self.find_free_from(hint % self.chunks)?;
+        self.mark_used(c);
+        Some(c)
+    }
+
+    /// Allocate `n` contiguous chunks (first fit from `hint`).
+    pub fn allocate_run(&mut self, n: u64, hint: u64, metadata: bool) -> Option<u64> {
+        let limit = if metadata { 0 } else { self.reserve };
+        if n == 0 || self.free < n + limit || n > self.chunks {
+            return None;
+        }
+        let mut start = hint % self.chunks;
+        let mut scanned = 0;
+        while scanned <= self.chunks {
+            let first = self.find_free_from(start)?;
+            if first + n > self.chunks {
+                scanned += self.chunks - start;
+                start = 0;
+                continue;
+            }
+            match (first..first + n).find(|&c| self.is_used(c)) {
+                None => {
+                    for c in first..first + n {
+                        self.mark_used(c);
+                    }
+                    return Some(first);
+                }
+                Some(busy) => {
+                    scanned += busy + 1 - start.min(busy + 1);
+                    start = busy + 1;
+                    if start >= self.chunks {
+                        start = 0;
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocates_near_hint_and_wraps() {
+        let mut a = ChunkAllocator::new(130);
+        assert_eq!(a.allocate(128, false), Some(128));
+        assert_eq!(a.allocate(128, false), Some(129));
+        assert_eq!(a.allocate(128, false), Some(0));
+        a.release(129);
+        assert_eq!(a.allocate(129, false), Some(129));
+        assert_eq!(a.free_chunks(), 127);
+    }
+
+    #[test]
+    fn runs_skip_used_chunks_and_reserve_is_kept_for_metadata() {
+        let mut a = ChunkAllocator::new(100);
+        a.mark_used(5);
+        assert_eq!(a.allocate_run(10, 0, false), Some(6));
+        assert_eq!(a.allocate_run(90, 0, false), None);
+        a.set_reserve(10);
+        while a.allocate(0, false).is_some() {}
+        assert_eq!(a.free_chunks(), 10);
+        assert!(a.allocate(0, true).is_some());
+        assert_eq!(a.free_chunks(), 9);
+    }
+}

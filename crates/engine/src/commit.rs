@@ -1,0 +1,251 @@
+//! Flush domains: each volume commits on its own.
+//!
+//! A commit round makes durable everything the volume completed before the round began:
+//! 1. take the pending journal records (or a checkpoint of the whole state if the ring
+//!    would overflow or one is due) and the FLUSH/FUA requests waiting;
+//! 2. flush the pools the volume wrote to (data before the records that point at it);
+//! 3. write the record blocks at the ring head, or the checkpoint chain then a new journal
+//!    header, all with FUA;
+//! 4. complete the waiting requests, release space whose release records are now durable.
+//! Requests and records arriving during a round wait for the next one (group commit).
+//! A FLUSH on one volume never writes another volume's journal (seed 001's isolation).
+
+use std::mem;
+
+use crate::engine::{Engine, Owner};
+use crate::journal::Journal;
+use crate::journal::checkpoint::{build_chain, encode_state, pieces_needed};
+use crate::layout::{BLOCK_BYTES, JournalHeader, chunk_offset};
+use crate::reclaim::Freed;
+use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs, PoolId};
+use crate::volume::{Commit, CommitPhase, CommitWork};
+
+impl Engine {
+    /// Start a commit round if the volume has waiters or a checkpoint is due.
+    pub(crate) fn kick_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vol = &self.vols[v as usize];
+        if vol.commit.is_none() && (!vol.flush_waiters.is_empty() || vol.checkpoint_wanted) {
+            self.start_commit(now, v, out);
+        }
+    }
+
+    pub(crate) fn start_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let meta = self.cfg.meta_pool;
+        let vi = v as usize;
+        let vol = &mut self.vols[vi];
+        debug_assert!(vol.commit.is_none());
+        let waiters = mem::take(&mut vol.flush_waiters);
+        let records = mem::take(&mut vol.journal.pending);
+        let last_seq = vol.journal.next_seq - 1;
+        let first_seq = last_seq + 1 - records.len() as u64;
+        let blocks = Journal::blocks_for(records.len());
+        let mut work = if vol.checkpoint_wanted || !vol.journal.fits(blocks) {
+            let payload = encode_state(&vol.map, &vol.overlay);
+            let n = pieces_needed(payload.len() as u64, cb);
+            let hint = vol.rec.journal_first_chunk;
+            let alloc = &mut self.pools[meta.0 as usize].alloc;
+            let mut chunks = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                match alloc.allocate(hint, true) {
+                    Some(c) => chunks.push((meta, c)),
+                    None => break,
+                }
+            }
+            if chunks.len() as u64 == n {
+                let images = build_chain(vol.rec.id, last_seq, &payload, cb, &chunks);
+                CommitWork::Checkpoint { records, images, chunks, header: None }
+            } else {
+                for &(_, c) in &chunks {
+                    alloc.release(c);
+                }
+                out.events.push(EngineEvent::Warning {
+                    message: format!("volume {}: no room on the metadata pool for a checkpoint", vol.rec.name),
+                });
+                CommitWork::Blocks { records, image: Vec::new(), blocks, new_crc: 0 }
+            }
+        } else if records.is_empty() {
+            CommitWork::FlushOnly
+        } else {
+            let (image, new_crc) = vol.journal.build_blocks(vol.rec.id, first_seq, &records);
+            CommitWork::Blocks { records, image, blocks, new_crc }
+        };
+        // A round that could neither checkpoint nor fit its blocks fails now.
+        let no_room = matches!(&work, CommitWork::Blocks { image, .. } if image.is_empty());
+        if no_room {
+            if let CommitWork::Blocks { records, .. } = &mut work {
+                let mut rs = mem::take(records);
+                rs.append(&mut vol.journal.pending);
+                vol.journal.pending = rs;
+            }
+            for w in waiters {
+                self.finish_req(now, w, Err(Errno::NoSpc), out);
+            }
+            return;
+        }
+        let flushed_pools = mem::take(&mut vol.dirty_pools);
+        vol.stats.journal_commits += 1;
+        vol.commit = Some(Commit { phase: CommitPhase::DataFlush, pending_ops: 0, failed: false, waiters, work, last_seq, flushed_pools });
+        let mut n = 0;
+        for p in 0..self.pools.len() {
+            if flushed_pools >> p & 1 == 1 {
+                n += 1;
+                self.queue_op(now, Owner::Commit { vol: v }, PoolId(p as u16), DevKind::Flush, 0, 0, false, None, IoClass::Metadata, v, out);
+            }
+        }
+        if let Some(c) = self.vols[vi].commit.as_mut() {
+            c.pending_ops = n;
+        }
+        if n == 0 {
+            self.advance_commit(now, v, out);
+        }
+    }
+
+    pub(crate) fn commit_io_done(&mut self, now: u64, v: u32, result: Result<(), Errno>, out: &mut Outputs) {
+        let Some(c) = self.vols[v as usize].commit.as_mut() else { return };
+        c.pending_ops -= 1;
+        c.failed |= result.is_err();
+        if c.pending_ops == 0 {
+            self.advance_commit(now, v, out);
+        }
+    }
+
+    fn commit_write(&mut self, now: u64, v: u32, pool: PoolId, offset: u64, payload: Vec<u8>, out: &mut Outputs) {
+        let len = payload.len() as u64;
+        self.queue_op(now, Owner::Commit { vol: v }, pool, DevKind::Write, offset, len, true, Some(payload.into()), IoClass::Metadata, v, out);
+    }
+
+    fn advance_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vi = v as usize;
+        let Some(c) = self.vols[vi].commit.as_ref() else { return };
+        if c.failed {
+            return self.finish_commit(now, v, Err(Errno::Io), out);
+        }
+        match c.phase {
+            CommitPhase::DataFlush => {
+                let vol = &mut self.vols[vi];
+                let Some(c) = vol.commit.as_mut() else { return };
+                c.phase = CommitPhase::Write;
+                let mut writes: Vec<(PoolId, u64, Vec<u8>)> = Vec::new();
+                match &mut c.work {
+                    CommitWork::FlushOnly => return self.finish_commit(now, v, Ok(()), out),
+                    CommitWork::Blocks { image, blocks, .. } => {
+                        // One write at the ring head, split where the ring wraps.
+                        let j = &vol.journal;
+                        let slot = j.head % j.ring_blocks;
+                        let first = (*blocks).min(j.ring_blocks - slot) as usize * BLOCK_BYTES as usize;
+                        let img = mem::take(image);
+                        if first < img.len() {
+                            writes.push((j.pool, j.ring_offset(), img[first..].to_vec()));
+                        }
+                        writes.insert(0, (j.pool, j.block_offset(j.head), img[..first.min(img.len())].to_vec()));
+                    }
+                    CommitWork::Checkpoint { images, chunks, .. } => {
+                        for (img, &(p, ch)) in mem::take(images).into_iter().zip(chunks.iter()) {
+                            writes.push((p, chunk_offset(ch, self.cfg.chunk_bytes), img));
+                        }
+                    }
+                }
+                c.pending_ops = writes.len() as u32;
+                for (p, off, img) in writes {
+                    self.commit_write(now, v, p, off, img, out);
+                }
+            }
+            CommitPhase::Write => {
+                let vol = &mut self.vols[vi];
+                let Some(c) = vol.commit.as_mut() else { return };
+                match &mut c.work {
+                    CommitWork::FlushOnly => unreachable!("flush-only rounds finish after the data flush"),
+                    CommitWork::Blocks { blocks, new_crc, .. } => {
+                        vol.journal.head += *blocks;
+                        vol.journal.last_crc = *new_crc;
+                        vol.journal.durable_seq = c.last_seq;
+                        vol.stats.journal_blocks += *blocks;
+                        self.finish_commit(now, v, Ok(()), out);
+                    }
+                    CommitWork::Checkpoint { chunks, header, .. } => {
+                        let j = &vol.journal;
+                        let h = JournalHeader {
+                            volume_id: vol.rec.id,
+                            generation: j.header.generation + 1,
+                            mount_generation: j.header.mount_generation,
+                            checkpoint: chunks.first().copied(),
+                            checkpoint_seq: c.last_seq,
+                            replay_pos: (j.head % j.ring_blocks) * BLOCK_BYTES,
+                            replay_block_seq: j.head,
+                            replay_prev_crc: j.last_crc,
+                        };
+                        let (pool, off) = (j.pool, j.next_header_offset());
+                        let img = h.encode();
+                        *header = Some(h);
+                        c.phase = CommitPhase::Header;
+                        c.pending_ops = 1;
+                        self.commit_write(now, v, pool, off, img, out);
+                    }
+                }
+            }
+            CommitPhase::Header => {
+                let vol = &mut self.vols[vi];
+                let Some(c) = vol.commit.as_mut() else { return };
+                let CommitWork::Checkpoint { chunks, header, .. } = &mut c.work else {
+                    unreachable!("only checkpoints write headers")
+                };
+                let Some(h) = header.take() else { return };
+                vol.journal.header = h;
+                vol.journal.tail = vol.journal.head;
+                vol.journal.durable_seq = c.last_seq;
+                vol.checkpoint_wanted = false;
+                vol.stats.checkpoints += 1;
+                let old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
+                for (pool, ch) in old {
+                    self.defer_free(Freed::Chunks { pool, first: ch, n: 1 }, smallvec::SmallVec::new());
+                }
+                self.finish_commit(now, v, Ok(()), out);
+            }
+        }
+    }
+
+    fn finish_commit(&mut self, now: u64, v: u32, result: Result<(), Errno>, out: &mut Outputs) {
+        let vi = v as usize;
+        let Some(c) = self.vols[vi].commit.take() else { return };
+        if result.is_err() {
+            let vol = &mut self.vols[vi];
+            // Retry later: the records go back in front, the data pools count as dirty.
+            vol.dirty_pools |= c.flushed_pools;
+            let (records, fresh) = match c.work {
+                CommitWork::FlushOnly => (Vec::new(), Vec::new()),
+                CommitWork::Blocks { records, .. } => (records, Vec::new()),
+                CommitWork::Checkpoint { records, chunks, .. } => (records, chunks),
+            };
+            let mut rs = records;
+            rs.append(&mut vol.journal.pending);
+            vol.journal.pending = rs;
+            for (pool, ch) in fresh {
+                // Never referenced by a durable header; no read targets it.
+                self.pools[pool.0 as usize].alloc.release(ch);
+            }
+        }
+        for w in c.waiters {
+            self.finish_req(now, w, result, out);
+        }
+        let stopping = self.state == crate::engine::EngineState::Stopping;
+        let vol = &mut self.vols[vi];
+        if result.is_err() && stopping {
+            // Shutting down on a failing device: what could not be committed is lost,
+            // exactly as if the host had crashed.
+            vol.checkpoint_wanted = false;
+            vol.journal.pending.clear();
+            out.events.push(EngineEvent::Warning { message: format!("volume {}: final commit failed", vol.rec.name) });
+        }
+        if result.is_ok() && vol.journal.used_blocks() * 2 > vol.journal.ring_blocks {
+            vol.checkpoint_wanted = true;
+        }
+        let again = !vol.flush_waiters.is_empty() || (result.is_ok() && vol.checkpoint_wanted);
+        if again {
+            self.start_commit(now, v, out);
+        }
+        self.arm_commit_timer(now, out);
+        self.release_frees(now, out);
+        self.maybe_stopped(out);
+    }
+}

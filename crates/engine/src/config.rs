@@ -1,0 +1,164 @@
+//! Engine configuration: pools, volumes, and engine-wide settings.
+
+use serde::Serialize;
+
+use crate::sched::SchedulerKind;
+use crate::types::PoolId;
+
+/// The medium behind a pool; placement policies use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Medium {
+    Ssd,
+    Hdd,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolConfig {
+    pub name: String,
+    pub medium: Medium,
+    pub capacity_bytes: u64,
+    /// Operations the engine keeps outstanding on the device at once.
+    pub queue_depth: u32,
+    pub scheduler: SchedulerKind,
+}
+
+/// How a volume's space is reserved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provisioning {
+    /// A contiguous home region on the home pool, reserved at creation: logical chunk i
+    /// lives at home chunk i unless moved, which keeps an HDD's locality.
+    Thick,
+    /// Chunks are allocated on first write; never-written chunks cost nothing.
+    Thin,
+}
+
+/// Where a volume's chunks go.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "policy")]
+pub enum Placement {
+    /// Every chunk on the home pool.
+    Pinned,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeConfig {
+    pub name: String,
+    pub size_bytes: u64,
+    pub home_pool: PoolId,
+    pub provisioning: Provisioning,
+    pub placement: Placement,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Identifies the set of pools that belong together.
+    pub system_uuid: [u8; 16],
+    /// Allocation and mapping unit (power of two).
+    pub chunk_bytes: u64,
+    /// Whether requests carry data (false in timing-only simulation).
+    pub track_data: bool,
+    pub pools: Vec<PoolConfig>,
+    pub volumes: Vec<VolumeConfig>,
+    /// The pool holding the volume table, journals and checkpoints.
+    pub meta_pool: PoolId,
+    /// Size of each volume's journal region.
+    pub journal_bytes: u64,
+    /// Background commit of journal records and release of freed space.
+    pub commit_interval_ns: u64,
+    /// Largest read or write accepted.
+    pub max_request_bytes: u64,
+    /// Tell devices about freed chunks (punch holes in pool files).
+    pub discard_freed: bool,
+}
+
+pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
+pub const DEFAULT_JOURNAL_BYTES: u64 = 4 << 20;
+pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
+pub const MAX_VOLUMES: usize = 200;
+pub const MAX_POOLS: usize = 64;
+pub const MAX_NAME_BYTES: usize = 63;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            system_uuid: [0; 16],
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            track_data: true,
+            pools: Vec::new(),
+            volumes: Vec::new(),
+            meta_pool: PoolId(0),
+            journal_bytes: DEFAULT_JOURNAL_BYTES,
+            commit_interval_ns: 1_000_000_000,
+            max_request_bytes: MAX_REQUEST_BYTES,
+            discard_freed: false,
+        }
+    }
+}
+
+/// A configuration the engine cannot run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        if !self.chunk_bytes.is_power_of_two() || self.chunk_bytes < 64 * 1024 || self.chunk_bytes > 64 << 20 {
+            return err(format!("chunk size {} must be a power of two between 64 KiB and 64 MiB", self.chunk_bytes));
+        }
+        if self.pools.is_empty() {
+            return err("at least one pool is needed".into());
+        }
+        if self.pools.len() > MAX_POOLS {
+            return err(format!("at most {MAX_POOLS} pools are supported"));
+        }
+        if self.volumes.len() > MAX_VOLUMES {
+            return err(format!("at most {MAX_VOLUMES} volumes are supported"));
+        }
+        if self.meta_pool.0 as usize >= self.pools.len() {
+            return err("the metadata pool does not exist".into());
+        }
+        if self.journal_bytes < 64 * 1024 || self.journal_bytes % 4096 != 0 {
+            return err("journal size must be a multiple of 4 KiB and at least 64 KiB".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.pools {
+            if p.name.is_empty() || p.name.len() > MAX_NAME_BYTES || !names.insert(p.name.clone()) {
+                return err(format!("pool name {:?} is empty, too long or repeated", p.name));
+            }
+            let min = crate::layout::DATA_START_BYTES + 4 * self.chunk_bytes;
+            if p.capacity_bytes < min {
+                return err(format!("pool {} is too small ({} bytes, need at least {min})", p.name, p.capacity_bytes));
+            }
+            if p.queue_depth == 0 || p.queue_depth > 4096 {
+                return err(format!("pool {}: queue depth must be 1..=4096", p.name));
+            }
+        }
+        names.clear();
+        for v in &self.volumes {
+            if v.name.is_empty() || v.name.len() > MAX_NAME_BYTES || !names.insert(v.name.clone()) {
+                return err(format!("volume name {:?} is empty, too long or repeated", v.name));
+            }
+            if v.size_bytes == 0 || v.size_bytes % 512 != 0 {
+                return err(format!("volume {}: size must be a positive multiple of 512 bytes", v.name));
+            }
+            if v.home_pool.0 as usize >= self.pools.len() {
+                return err(format!("volume {}: home pool does not exist", v.name));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn pool_index(&self, name: &str) -> Option<PoolId> {
+        self.pools.iter().position(|p| p.name == name).map(|i| PoolId(i as u16))
+    }
+}

@@ -1,0 +1,519 @@
+//! The engine: a deterministic state machine. Inputs come through [`Engine::submit`],
+//! [`Engine::device_done`], [`Engine::tick`] and the admin calls; everything the engine
+//! wants done is appended to an [`Outputs`]. It performs no I/O, reads no clock, spawns
+//! no threads and holds no randomness.
+
+use bytes::{Bytes, BytesMut};
+use slab::Slab;
+
+use crate::alloc::ChunkAllocator;
+use crate::config::{ConfigError, EngineConfig, PoolConfig};
+use crate::layout::{Superblock, VolumeTable};
+use crate::reclaim::{Epochs, Freed, PendingFree};
+use crate::sched::{Dispatch, QueuedOp, Scheduler};
+use crate::stats::PoolStats;
+use crate::types::{
+    DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId, ReqKind, VmCompletion,
+    VolumeId,
+};
+use crate::volume::Volume;
+
+/// Where the engine is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EngineState {
+    /// Created; `start` not called yet.
+    New,
+    /// Formatting or mounting.
+    Starting,
+    Ready,
+    /// Finishing in-flight work and writing checkpoints; new requests are refused.
+    Stopping,
+    Stopped,
+    Failed(String),
+}
+
+/// How to bring the pools up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartMode {
+    /// Write fresh superblocks, volume table and journals (no reads needed).
+    Format,
+    /// Read the superblocks: format if no pool has one, mount if all do, refuse otherwise.
+    Auto,
+}
+
+pub(crate) struct Pool {
+    pub cfg: PoolConfig,
+    pub alloc: ChunkAllocator,
+    pub sched: Box<dyn Scheduler>,
+    pub in_flight: u32,
+    pub stats: PoolStats,
+    pub wait_until: Option<u64>,
+}
+
+/// Who is waiting for a device operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Owner {
+    /// Part of a read; `dest` is the offset in the request's buffer, or `SINGLE` when the
+    /// device data is the whole reply.
+    Read { req: usize, dest: usize },
+    /// An in-place write of `[start, end)` of chunk `chunk`.
+    Write { req: usize, chunk: u64, start: u64, end: u64 },
+    /// One of the writes that allocate a chunk.
+    Alloc { vol: u32, chunk: u64 },
+    Commit { vol: u32 },
+    Startup { tag: u32 },
+    Discard { free: usize },
+}
+
+pub(crate) const SINGLE: usize = usize::MAX;
+
+pub(crate) struct Op {
+    pub owner: Owner,
+    pub pool: u16,
+    pub kind: DevKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub fua: bool,
+    pub payload: Option<Bytes>,
+    pub class: IoClass,
+    pub volume: u32,
+    pub epoch: u64,
+    pub queued: QueuedOp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqStage {
+    Data,
+    AwaitCommit,
+}
+
+pub(crate) struct Req {
+    pub id: u64,
+    pub vol: u32,
+    pub kind: ReqKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub fua: bool,
+    pub no_hole: bool,
+    pub payload: Option<Bytes>,
+    pub arrival_ns: u64,
+    pub outstanding: u32,
+    pub error: Option<Errno>,
+    pub buf: Option<BytesMut>,
+    pub single: Option<Bytes>,
+    pub stage: ReqStage,
+}
+
+pub struct Engine {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) state: EngineState,
+    pub(crate) pools: Vec<Pool>,
+    pub(crate) vols: Vec<Volume>,
+    pub(crate) reqs: Slab<Req>,
+    pub(crate) ops: Slab<Op>,
+    pub(crate) epochs: Epochs,
+    pub(crate) frees: Slab<PendingFree>,
+    /// Frees whose discard is in flight (not in `frees` checks any more).
+    pub(crate) discarding: usize,
+    pub(crate) voltab: VolumeTable,
+    pub(crate) superblocks: Vec<Superblock>,
+    pub(crate) startup: Option<crate::mount::Startup>,
+    pub(crate) commit_timer_at: Option<u64>,
+    pub(crate) last_now_ns: u64,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Result<Engine, ConfigError> {
+        cfg.validate()?;
+        let pools = cfg
+            .pools
+            .iter()
+            .map(|p| Pool {
+                cfg: p.clone(),
+                alloc: ChunkAllocator::new(crate::layout::chunks_in(p.capacity_bytes, cfg.chunk_bytes)),
+                sched: p.scheduler.build(),
+                in_flight: 0,
+                stats: PoolStats::default(),
+                wait_until: None,
+            })
+            .collect();
+        Ok(Engine {
+            cfg,
+            state: EngineState::New,
+            pools,
+            vols: Vec::new(),
+            reqs: Slab::with_capacity(1024),
+            ops: Slab::with_capacity(1024),
+            epochs: Epochs::new(),
+            frees: Slab::new(),
+            discarding: 0,
+            voltab: VolumeTable::default(),
+            superblocks: Vec::new(),
+            startup: None,
+            commit_timer_at: None,
+            last_now_ns: 0,
+        })
+    }
+
+    pub fn state(&self) -> &EngineState {
+        &self.state
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn volume_id(&self, name: &str) -> Option<VolumeId> {
+        self.vols.iter().position(|v| v.rec.name == name).map(|i| VolumeId(i as u32))
+    }
+
+    /// (name, size in bytes) of every volume.
+    pub fn volumes(&self) -> Vec<(String, u64)> {
+        self.vols.iter().map(|v| (v.rec.name.clone(), v.rec.size_bytes)).collect()
+    }
+
+    pub fn volume_size(&self, v: VolumeId) -> Option<u64> {
+        self.vols.get(v.0 as usize).map(|v| v.rec.size_bytes)
+    }
+
+    /// Requests accepted and not yet completed.
+    pub fn requests_in_flight(&self) -> usize {
+        self.reqs.len()
+    }
+
+    /// Device operations queued or submitted and not yet completed.
+    pub fn ops_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the engine has nothing left to do (no requests, operations or commits).
+    pub fn is_idle(&self) -> bool {
+        self.reqs.is_empty()
+            && self.ops.is_empty()
+            && self.vols.iter().all(|v| v.commit.is_none() && !v.has_commit_work())
+    }
+
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.cfg.chunk_bytes
+    }
+
+    pub(crate) fn fail(&mut self, reason: String, out: &mut Outputs) {
+        self.state = EngineState::Failed(reason.clone());
+        out.events.push(EngineEvent::Failed { reason });
+    }
+
+    /// Queue a device operation; the scheduler decides when it reaches the device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queue_op(
+        &mut self,
+        now: u64,
+        owner: Owner,
+        pool: PoolId,
+        kind: DevKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+        payload: Option<Bytes>,
+        class: IoClass,
+        volume: u32,
+        out: &mut Outputs,
+    ) -> usize {
+        let queued = QueuedOp {
+            key: 0,
+            offset_bytes,
+            len_bytes,
+            is_write: kind != DevKind::Read,
+            class,
+            volume,
+            arrival_ns: now,
+        };
+        let key = self.ops.insert(Op {
+            owner,
+            pool: pool.0,
+            kind,
+            offset_bytes,
+            len_bytes,
+            fua,
+            payload,
+            class,
+            volume,
+            epoch: 0,
+            queued,
+        });
+        self.ops[key].queued.key = key;
+        if kind == DevKind::Flush {
+            // A flush covers writes already completed; it need not wait its turn.
+            self.emit(key, out);
+        } else {
+            let q = self.ops[key].queued;
+            self.pools[pool.0 as usize].sched.add(now, q);
+            self.pump(now, pool.0 as usize, out);
+        }
+        key
+    }
+
+    /// Dispatch from a pool's scheduler while the device has room.
+    pub(crate) fn pump(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        if let Some(t) = self.pools[pool].wait_until {
+            if now < t {
+                return;
+            }
+            self.pools[pool].wait_until = None;
+        }
+        while self.pools[pool].in_flight < self.pools[pool].cfg.queue_depth {
+            match self.pools[pool].sched.dispatch(now) {
+                Dispatch::Op(q) => self.emit(q.key, out),
+                Dispatch::Idle => break,
+                Dispatch::WaitUntil(t) => {
+                    self.pools[pool].wait_until = Some(t);
+                    out.wakeups.push(t);
+                    break;
+                }
+            }
+        }
+    }
+
+    fn emit(&mut self, key: usize, out: &mut Outputs) {
+        let epoch = self.epochs.enter();
+        let op = &mut self.ops[key];
+        op.epoch = epoch;
+        let p = &mut self.pools[op.pool as usize];
+        p.in_flight += 1;
+        match op.kind {
+            DevKind::Read => {
+                let c = p.stats.class_mut(op.class);
+                c.read_ops += 1;
+                c.read_bytes += op.len_bytes;
+            }
+            DevKind::Write | DevKind::WriteZeroes => {
+                let c = p.stats.class_mut(op.class);
+                c.write_ops += 1;
+                c.write_bytes += op.len_bytes;
+            }
+            DevKind::Flush => p.stats.flushes += 1,
+            DevKind::Discard => {}
+        }
+        out.ops.push(DeviceOp {
+            id: OpId(key as u64),
+            pool: PoolId(op.pool),
+            kind: op.kind,
+            offset_bytes: op.offset_bytes,
+            len_bytes: op.len_bytes,
+            fua: op.fua,
+            payload: op.payload.take(),
+            class: op.class,
+            volume: (op.volume != u32::MAX).then_some(VolumeId(op.volume)),
+        });
+    }
+
+    /// A device operation finished.
+    pub fn device_done(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
+        self.last_now_ns = self.last_now_ns.max(now);
+        let key = c.id.0 as usize;
+        let Some(op) = self.ops.try_remove(key) else {
+            out.events.push(EngineEvent::Warning { message: format!("completion for unknown device operation {}", c.id.0) });
+            return;
+        };
+        self.epochs.leave(op.epoch);
+        let pool = op.pool as usize;
+        self.pools[pool].in_flight -= 1;
+        if op.kind != DevKind::Flush {
+            self.pools[pool].sched.completed(now, &op.queued);
+        }
+        let mut result = c.result;
+        if result.is_err() {
+            self.pools[pool].stats.errors += 1;
+        }
+        // A read that returns the wrong amount of data is a device error, not data.
+        if op.kind == DevKind::Read && result.is_ok() && self.cfg.track_data {
+            match &c.data {
+                Some(d) if d.len() as u64 == op.len_bytes => {}
+                _ => result = Err(Errno::Io),
+            }
+        }
+        match op.owner {
+            Owner::Read { req, dest } => self.read_done(now, req, dest, result, c.data, out),
+            Owner::Write { req, chunk, start, end } => self.write_done(now, req, op.volume, op.pool, chunk, start, end, result, out),
+            Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
+            Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
+            Owner::Startup { tag } => self.startup_io_done(now, tag, result, c.data, out),
+            Owner::Discard { free } => self.discard_done(free),
+        }
+        self.pump(now, pool, out);
+        if !self.frees.is_empty() {
+            self.release_frees(now, out);
+        }
+        self.maybe_stopped(out);
+    }
+
+    /// Time passed: run due background work (commits, scheduler waits).
+    pub fn tick(&mut self, now: u64, out: &mut Outputs) {
+        self.last_now_ns = self.last_now_ns.max(now);
+        for p in 0..self.pools.len() {
+            if self.pools[p].wait_until.is_some_and(|t| t <= now) {
+                self.pump(now, p, out);
+            }
+        }
+        if self.commit_timer_at.is_some_and(|t| t <= now) {
+            self.commit_timer_at = None;
+            if self.state == EngineState::Ready || self.state == EngineState::Stopping {
+                for v in 0..self.vols.len() {
+                    let vol = &self.vols[v];
+                    let needed = !vol.journal.pending.is_empty() || self.frees_wait_on(v as u32);
+                    if needed && vol.commit.is_none() {
+                        self.start_commit(now, v as u32, out);
+                    }
+                }
+            }
+            if !self.frees.is_empty() {
+                self.release_frees(now, out);
+            }
+            self.arm_commit_timer(now, out);
+        }
+    }
+
+    /// Ask for a background commit after the interval if there is anything to commit.
+    pub(crate) fn arm_commit_timer(&mut self, now: u64, out: &mut Outputs) {
+        if self.commit_timer_at.is_some() {
+            return;
+        }
+        let work = self.vols.iter().any(|v| !v.journal.pending.is_empty()) || !self.frees.is_empty();
+        if work {
+            let t = now + self.cfg.commit_interval_ns;
+            self.commit_timer_at = Some(t);
+            out.wakeups.push(t);
+        }
+    }
+
+    fn frees_wait_on(&self, v: u32) -> bool {
+        self.frees.iter().any(|(_, f)| f.needs.iter().any(|&(vol, seq)| vol == v && self.vols[v as usize].journal.durable_seq < seq))
+    }
+
+    /// Record that a location is free once `needs` are durable and in-flight I/O drained.
+    pub(crate) fn defer_free(&mut self, what: Freed, needs: smallvec::SmallVec<[(u32, u64); 1]>) {
+        let epoch = self.epochs.close();
+        self.frees.insert(PendingFree { what, needs, epoch });
+    }
+
+    /// Return to the allocators every pending free whose conditions hold.
+    pub(crate) fn release_frees(&mut self, now: u64, out: &mut Outputs) {
+        let ready: Vec<usize> = self
+            .frees
+            .iter()
+            .filter(|(_, f)| {
+                f.epoch != u64::MAX
+                    && self.epochs.drained(f.epoch)
+                    && f.needs.iter().all(|&(v, s)| self.vols.get(v as usize).is_none_or(|vol| vol.journal.durable_seq >= s))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in ready {
+            let Freed::Chunks { pool, first, n } = self.frees[k].what;
+            if self.cfg.discard_freed {
+                self.frees[k].epoch = u64::MAX; // discard in flight
+                self.discarding += 1;
+                let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
+                let len = n * self.cfg.chunk_bytes;
+                self.queue_op(now, Owner::Discard { free: k }, pool, DevKind::Discard, off, len, false, None, IoClass::Metadata, u32::MAX, out);
+            } else {
+                let f = self.frees.remove(k);
+                self.release_chunks(f.what);
+            }
+        }
+    }
+
+    fn release_chunks(&mut self, what: Freed) {
+        let Freed::Chunks { pool, first, n } = what;
+        for c in first..first + n {
+            self.pools[pool.0 as usize].alloc.release(c);
+        }
+    }
+
+    fn discard_done(&mut self, free: usize) {
+        // Even if the discard failed, the space is free: discard is advisory.
+        if let Some(f) = self.frees.try_remove(free) {
+            self.discarding -= 1;
+            self.release_chunks(f.what);
+        }
+    }
+
+    /// Finish a request: record statistics and emit its completion.
+    pub(crate) fn finish_req(&mut self, now: u64, key: usize, result: Result<(), Errno>, out: &mut Outputs) {
+        let r = self.reqs.remove(key);
+        let data = if r.kind == ReqKind::Read && result.is_ok() && self.cfg.track_data {
+            Some(r.single.unwrap_or_else(|| r.buf.map(BytesMut::freeze).unwrap_or_default()))
+        } else {
+            None
+        };
+        let vol = &mut self.vols[r.vol as usize];
+        let latency = now.saturating_sub(r.arrival_ns);
+        let ks = vol.stats.kind_mut(r.kind);
+        ks.requests += 1;
+        if result.is_err() {
+            ks.errors += 1;
+        } else if matches!(r.kind, ReqKind::Read | ReqKind::Write) {
+            ks.bytes += r.len_bytes;
+        }
+        ks.latency.record(latency);
+        vol.stats.all.record(latency);
+        vol.stats.last_completion_ns = vol.stats.last_completion_ns.max(now);
+        out.completions.push(VmCompletion { id: r.id, volume: VolumeId(r.vol), kind: r.kind, result, data });
+    }
+
+    /// One unit of a request's work finished.
+    pub(crate) fn req_end(&mut self, now: u64, key: usize, result: Result<(), Errno>, out: &mut Outputs) {
+        let r = &mut self.reqs[key];
+        if let Err(e) = result {
+            // Keep the first error; an I/O error outranks others.
+            if r.error.is_none() || e == Errno::Io {
+                r.error = Some(e);
+            }
+        }
+        r.outstanding -= 1;
+        if r.outstanding > 0 {
+            return;
+        }
+        let wants_commit = r.stage == ReqStage::Data
+            && r.fua
+            && r.error.is_none()
+            && matches!(r.kind, ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes);
+        if wants_commit {
+            r.stage = ReqStage::AwaitCommit;
+            let v = r.vol;
+            self.vols[v as usize].flush_waiters.push(key);
+            self.kick_commit(now, v, out);
+            return;
+        }
+        let res = match r.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        self.finish_req(now, key, res, out);
+    }
+
+    pub(crate) fn maybe_stopped(&mut self, out: &mut Outputs) {
+        if self.state == EngineState::Stopping && self.is_idle() && self.discarding == 0 {
+            self.state = EngineState::Stopped;
+            out.events.push(EngineEvent::Stopped);
+        }
+    }
+
+    /// Stop accepting requests, finish in-flight work, checkpoint every volume.
+    pub fn begin_shutdown(&mut self, now: u64, out: &mut Outputs) {
+        match self.state {
+            EngineState::Ready => {}
+            EngineState::Stopping | EngineState::Stopped => return,
+            _ => {
+                self.state = EngineState::Stopped;
+                out.events.push(EngineEvent::Stopped);
+                return;
+            }
+        }
+        self.state = EngineState::Stopping;
+        for v in 0..self.vols.len() {
+            self.vols[v].checkpoint_wanted = true;
+            self.kick_commit(now, v as u32, out);
+        }
+        self.maybe_stopped(out);
+    }
+}

@@ -1,0 +1,388 @@
+//! The request paths: validation, splitting into chunk pieces, reads (stitched from
+//! devices, the overlay and zeros), writes in place, first writes that allocate a chunk,
+//! and trims.
+
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
+
+use crate::chunkmap::ChunkLoc;
+use crate::config::Provisioning;
+use crate::engine::{Engine, EngineState, Owner, Req, ReqStage, SINGLE};
+use crate::journal::Record;
+use crate::layout::chunk_offset;
+use crate::overlay::Overlay;
+use crate::reclaim::Freed;
+use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId, ReqKind, VmCompletion, VmRequest};
+use crate::volume::{ChunkState, Waiter};
+
+/// Where a piece of a read comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Src {
+    Zero,
+    Dev(PoolId, u64),
+}
+
+impl Engine {
+    /// A VM request arrives.
+    pub fn submit(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
+        self.last_now_ns = self.last_now_ns.max(now);
+        if let Err(e) = self.validate(&req) {
+            out.completions.push(VmCompletion { id: req.id, volume: req.volume, kind: req.kind, result: Err(e), data: None });
+            return;
+        }
+        let v = req.volume.0;
+        let stats = &mut self.vols[v as usize].stats;
+        if stats.first_arrival_ns.is_none() {
+            stats.first_arrival_ns = Some(now);
+        }
+        let kind = req.kind;
+        let key = self.reqs.insert(Req {
+            id: req.id,
+            vol: v,
+            kind,
+            offset_bytes: req.offset_bytes,
+            len_bytes: req.len_bytes,
+            fua: req.fua,
+            no_hole: req.no_hole,
+            payload: req.payload,
+            arrival_ns: now,
+            outstanding: 1,
+            error: None,
+            buf: None,
+            single: None,
+            stage: ReqStage::Data,
+        });
+        match kind {
+            ReqKind::Flush => {
+                self.reqs[key].stage = ReqStage::AwaitCommit;
+                self.vols[v as usize].flush_waiters.push(key);
+                self.kick_commit(now, v, out);
+                return;
+            }
+            ReqKind::Read => self.start_read(now, key, out),
+            ReqKind::Write => self.for_each_piece(now, key, out, Self::write_piece),
+            ReqKind::WriteZeroes if req.no_hole => self.for_each_piece(now, key, out, Self::write_piece),
+            ReqKind::Trim | ReqKind::WriteZeroes => self.for_each_piece(now, key, out, Self::trim_piece),
+        }
+        self.req_end(now, key, Ok(()), out);
+    }
+
+    fn validate(&self, req: &VmRequest) -> Result<(), Errno> {
+        if self.state != EngineState::Ready {
+            return Err(Errno::Shutdown);
+        }
+        let vol = self.vols.get(req.volume.0 as usize).ok_or(Errno::Inval)?;
+        if req.kind == ReqKind::Flush {
+            return Ok(());
+        }
+        let end = req.offset_bytes.checked_add(req.len_bytes).ok_or(Errno::Inval)?;
+        if end > vol.rec.size_bytes {
+            return Err(if req.kind == ReqKind::Read { Errno::Inval } else { Errno::NoSpc });
+        }
+        if matches!(req.kind, ReqKind::Read | ReqKind::Write) && req.len_bytes > self.cfg.max_request_bytes {
+            return Err(Errno::Inval);
+        }
+        if req.kind == ReqKind::Write {
+            match &req.payload {
+                Some(p) if p.len() as u64 != req.len_bytes => return Err(Errno::Inval),
+                None if self.cfg.track_data => return Err(Errno::Inval),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn for_each_piece(&mut self, now: u64, key: usize, out: &mut Outputs, f: fn(&mut Engine, u64, usize, u32, u64, u64, &mut Outputs)) {
+        let r = &self.reqs[key];
+        let (v, mut pos, end) = (r.vol, r.offset_bytes, r.offset_bytes + r.len_bytes);
+        let cb = self.cfg.chunk_bytes;
+        while pos < end {
+            let piece_end = ((pos / cb + 1) * cb).min(end);
+            f(self, now, key, v, pos, piece_end, out);
+            pos = piece_end;
+        }
+    }
+
+    fn start_read(&mut self, now: u64, key: usize, out: &mut Outputs) {
+        let r = &self.reqs[key];
+        let (v, off, len) = (r.vol, r.offset_bytes, r.len_bytes);
+        if len == 0 {
+            return;
+        }
+        let cb = self.cfg.chunk_bytes;
+        let vol = &self.vols[v as usize];
+        let mut parts: SmallVec<[(u64, u64, Src); 4]> = SmallVec::new();
+        let mut push = |s: u64, e: u64, src: Src| {
+            if let Some(last) = parts.last_mut() {
+                let merged = match (last.2, src) {
+                    (Src::Zero, Src::Zero) => true,
+                    (Src::Dev(p, d), Src::Dev(q, d2)) => p == q && d + (last.1 - last.0) == d2,
+                    _ => false,
+                };
+                if merged && last.1 == s {
+                    last.1 = e;
+                    return;
+                }
+            }
+            parts.push((s, e, src));
+        };
+        let end = off + len;
+        let mut pos = off;
+        while pos < end {
+            let c = pos / cb;
+            let cend = ((c + 1) * cb).min(end);
+            let base = vol.resolve(vol.map.get(c), c).map(|(p, pc)| (p, chunk_offset(pc, cb) + (pos - c * cb)));
+            let at = |x: u64| match base {
+                Some((p, d)) => Src::Dev(p, d + (x - pos)),
+                None => Src::Zero,
+            };
+            if vol.overlay.is_empty() {
+                push(pos, cend, at(pos));
+            } else {
+                let mut cur = pos;
+                for (s, e, ov) in vol.overlay.overlapping(pos, cend) {
+                    if s > cur {
+                        push(cur, s, at(cur));
+                    }
+                    push(s, e, match ov {
+                        Overlay::Zero => Src::Zero,
+                        Overlay::Log { pool, dev_offset } => Src::Dev(pool, dev_offset),
+                    });
+                    cur = e;
+                }
+                if cur < cend {
+                    push(cur, cend, at(cur));
+                }
+            }
+            pos = cend;
+        }
+        let single = parts.len() == 1 && matches!(parts[0].2, Src::Dev(..));
+        if self.cfg.track_data && !single {
+            self.reqs[key].buf = Some(BytesMut::zeroed(len as usize));
+        }
+        for (s, e, src) in parts {
+            if let Src::Dev(pool, dev) = src {
+                self.reqs[key].outstanding += 1;
+                let dest = if single { SINGLE } else { (s - off) as usize };
+                self.queue_op(now, Owner::Read { req: key, dest }, pool, DevKind::Read, dev, e - s, false, None, IoClass::Foreground, v, out);
+            }
+        }
+    }
+
+    pub(crate) fn read_done(&mut self, now: u64, req: usize, dest: usize, result: Result<(), Errno>, data: Option<Bytes>, out: &mut Outputs) {
+        if result.is_ok() {
+            if let Some(d) = data {
+                let r = &mut self.reqs[req];
+                if dest == SINGLE {
+                    r.single = Some(d);
+                } else if let Some(buf) = r.buf.as_mut() {
+                    buf[dest..dest + d.len()].copy_from_slice(&d);
+                }
+            }
+        }
+        self.req_end(now, req, result, out);
+    }
+
+    /// Park a piece behind a chunk in transition. Returns true if parked.
+    fn park_if_busy(&mut self, key: usize, v: u32, c: u64, s: u64, e: u64) -> bool {
+        if let Some(a) = self.vols[v as usize].activity.get_mut(&c) {
+            if a.state != ChunkState::Idle {
+                a.waiters.push_back(Waiter { req: key, start: s, end: e });
+                self.reqs[key].outstanding += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn write_piece(&mut self, now: u64, key: usize, v: u32, s: u64, e: u64, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let c = s / cb;
+        if self.park_if_busy(key, v, c, s, e) {
+            return;
+        }
+        let r = &self.reqs[key];
+        let zero = r.kind == ReqKind::WriteZeroes;
+        let payload = if zero {
+            None
+        } else {
+            r.payload.as_ref().map(|p| p.slice((s - r.offset_bytes) as usize..(e - r.offset_bytes) as usize))
+        };
+        let kind = if zero { DevKind::WriteZeroes } else { DevKind::Write };
+        let vol = &mut self.vols[v as usize];
+        match vol.resolve(vol.map.get(c), c) {
+            Some((pool, pc)) => {
+                vol.activity.entry(c).or_default().writes_in_flight += 1;
+                self.reqs[key].outstanding += 1;
+                let dev = chunk_offset(pc, cb) + (s - c * cb);
+                let owner = Owner::Write { req: key, chunk: c, start: s, end: e };
+                self.queue_op(now, owner, pool, kind, dev, e - s, false, payload, IoClass::Foreground, v, out);
+            }
+            None => self.allocate_chunk(now, key, v, c, s, e, kind, payload, out),
+        }
+    }
+
+    /// Pool and allocation hint for a new chunk of a thin volume.
+    fn place_new_chunk(&self, v: u32, c: u64) -> (PoolId, u64) {
+        let vol = &self.vols[v as usize];
+        (vol.rec.home_pool, vol.rec.home_base_chunk + c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn allocate_chunk(&mut self, now: u64, key: usize, v: u32, c: u64, s: u64, e: u64, kind: DevKind, payload: Option<Bytes>, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let (pool, hint) = self.place_new_chunk(v, c);
+        let Some(pc) = self.pools[pool.0 as usize].alloc.allocate(hint, false) else {
+            let r = &mut self.reqs[key];
+            if r.error.is_none() {
+                r.error = Some(Errno::NoSpc);
+            }
+            return;
+        };
+        let cstart = c * cb;
+        let base = chunk_offset(pc, cb);
+        let before = s - cstart;
+        let after = cstart + cb - e;
+        let pending = 1 + (before > 0) as u32 + (after > 0) as u32;
+        let vol = &mut self.vols[v as usize];
+        vol.stats.chunks_allocated += 1;
+        vol.activity.entry(c).or_default().state =
+            ChunkState::Allocating { pending, loc: ChunkLoc::At(pool, pc), start: s, end: e, failed: false, req: key };
+        self.reqs[key].outstanding += 1;
+        let owner = Owner::Alloc { vol: v, chunk: c };
+        // The rest of a fresh chunk must read as zeros, whatever the device held before.
+        self.queue_op(now, owner, pool, kind, base + before, e - s, false, payload, IoClass::Foreground, v, out);
+        if before > 0 {
+            self.queue_op(now, owner, pool, DevKind::WriteZeroes, base, before, false, None, IoClass::Foreground, v, out);
+        }
+        if after > 0 {
+            self.queue_op(now, owner, pool, DevKind::WriteZeroes, base + cb - after, after, false, None, IoClass::Foreground, v, out);
+        }
+    }
+
+    pub(crate) fn alloc_part_done(&mut self, now: u64, v: u32, c: u64, result: Result<(), Errno>, out: &mut Outputs) {
+        let vol = &mut self.vols[v as usize];
+        let Some(a) = vol.activity.get_mut(&c) else { return };
+        let ChunkState::Allocating { pending, loc, start, end, failed, req } = &mut a.state else { return };
+        *pending -= 1;
+        *failed |= result.is_err();
+        if *pending > 0 {
+            return;
+        }
+        let (loc, start, end, failed, req) = (*loc, *start, *end, *failed, *req);
+        a.state = ChunkState::Idle;
+        let ChunkLoc::At(pool, pc) = loc else { unreachable!("allocation targets a concrete chunk") };
+        if failed {
+            // Nothing references the chunk: give it straight back.
+            self.pools[pool.0 as usize].alloc.release(pc);
+            self.req_end(now, req, Err(Errno::Io), out);
+        } else {
+            vol.map.set(c, loc);
+            vol.journal.append(Record::Map { chunk: c, entry: loc.encode() });
+            vol.dirty_pools |= 1 << pool.0;
+            self.clear_overlay(v, start, end);
+            self.arm_commit_timer(now, out);
+            self.req_end(now, req, Ok(()), out);
+        }
+        self.wake_waiters(now, v, c, out);
+    }
+
+    /// Re-run pieces parked behind chunk `c`.
+    pub(crate) fn wake_waiters(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
+        loop {
+            let vol = &mut self.vols[v as usize];
+            let Some(a) = vol.activity.get_mut(&c) else { return };
+            if a.state != ChunkState::Idle {
+                return;
+            }
+            let Some(w) = a.waiters.pop_front() else {
+                if a.is_quiet() {
+                    vol.activity.remove(&c);
+                }
+                return;
+            };
+            let r = &self.reqs[w.req];
+            let f = match r.kind {
+                ReqKind::Write => Self::write_piece,
+                ReqKind::WriteZeroes if r.no_hole => Self::write_piece,
+                _ => Self::trim_piece,
+            };
+            f(self, now, w.req, v, w.start, w.end, out);
+            self.req_end(now, w.req, Ok(()), out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_done(
+        &mut self,
+        now: u64,
+        req: usize,
+        v: u32,
+        pool: u16,
+        chunk: u64,
+        start: u64,
+        end: u64,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
+        let vol = &mut self.vols[v as usize];
+        if let Some(a) = vol.activity.get_mut(&chunk) {
+            a.writes_in_flight -= 1;
+            if a.is_quiet() {
+                vol.activity.remove(&chunk);
+            }
+        }
+        if result.is_ok() {
+            vol.dirty_pools |= 1 << pool;
+            if self.clear_overlay(v, start, end) {
+                self.arm_commit_timer(now, out);
+            }
+        }
+        self.req_end(now, req, result, out);
+    }
+
+    /// New data at home supersedes overlay entries for the range. Returns true if any.
+    pub(crate) fn clear_overlay(&mut self, v: u32, start: u64, end: u64) -> bool {
+        let vol = &mut self.vols[v as usize];
+        if !vol.overlay.any_overlap(start, end) {
+            return false;
+        }
+        vol.overlay.remove(start, end);
+        vol.journal.append(Record::OverlayClear { start, end });
+        true
+    }
+
+    fn trim_piece(&mut self, now: u64, key: usize, v: u32, s: u64, e: u64, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let c = s / cb;
+        if self.park_if_busy(key, v, c, s, e) {
+            return;
+        }
+        let vol = &mut self.vols[v as usize];
+        let whole = s == c * cb && (e == (c + 1) * cb || e == vol.rec.size_bytes);
+        let thin = vol.rec.provisioning == Provisioning::Thin;
+        match (whole && thin, vol.map.get(c)) {
+            (true, ChunkLoc::At(pool, pc)) => {
+                vol.map.set(c, ChunkLoc::Unmapped);
+                let seq = vol.journal.append(Record::Map { chunk: c, entry: ChunkLoc::Unmapped.encode() });
+                if vol.overlay.any_overlap(s, e) {
+                    vol.overlay.remove(s, e);
+                    vol.journal.append(Record::OverlayClear { start: s, end: e });
+                }
+                let needs = smallvec::smallvec![(v, seq)];
+                self.defer_free(Freed::Chunks { pool, first: pc, n: 1 }, needs);
+            }
+            (true, ChunkLoc::Unmapped) => {
+                if vol.overlay.any_overlap(s, e) {
+                    vol.overlay.remove(s, e);
+                    vol.journal.append(Record::OverlayClear { start: s, end: e });
+                }
+            }
+            _ => {
+                vol.overlay.insert(s, e, Overlay::Zero);
+                vol.journal.append(Record::Overlay { start: s, end: e, value: Overlay::Zero });
+            }
+        }
+        self.arm_commit_timer(now, out);
+    }
+}

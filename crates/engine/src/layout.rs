@@ -1,0 +1,334 @@
+//! On-disk layout of a pool.
+//!
+//! ```text
+//! pool:      [0, 4K) superblock | [64K, 128K) volume table slot A | [128K, 192K) slot B
+//!            (table only on the metadata pool) | [1 MiB, ...) chunks
+//! journal:   a run of chunks on the metadata pool: [0, 4K) header A | [4K, 8K) header B |
+//!            [8K, end) ring of 4 KiB record blocks
+//! checkpoint: a chain of chunks on the metadata pool, each with a 64-byte header
+//! ```
+//! Every structure carries a magic number, a version and a CRC32C.
+
+use crate::codec::{Dec, Enc, sealed_ok};
+use crate::config::{Medium, Placement, Provisioning};
+use crate::types::PoolId;
+
+pub const BLOCK_BYTES: u64 = 4096;
+pub const SUPERBLOCK_OFFSET: u64 = 0;
+pub const VOLTAB_SLOT_BYTES: u64 = 64 * 1024;
+pub const VOLTAB_OFFSETS: [u64; 2] = [64 * 1024, 128 * 1024];
+pub const DATA_START_BYTES: u64 = 1 << 20;
+pub const FORMAT_VERSION: u32 = 1;
+
+const SB_MAGIC: &[u8; 8] = b"TVPOOL01";
+const VT_MAGIC: &[u8; 8] = b"TVVOLTAB";
+const VT_ENTRY_BYTES: usize = 256;
+const VT_HEADER_BYTES: usize = 64;
+const JH_MAGIC: &[u8; 8] = b"TVJHEAD1";
+
+/// Identity and geometry of one pool, at its offset 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub system_uuid: [u8; 16],
+    pub pool_index: u16,
+    pub pool_count: u16,
+    pub name: String,
+    pub medium: Medium,
+    pub capacity_bytes: u64,
+    pub chunk_bytes: u64,
+    pub meta_pool: u16,
+}
+
+impl Superblock {
+    pub fn chunks(&self) -> u64 {
+        chunks_in(self.capacity_bytes, self.chunk_bytes)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::with_capacity(BLOCK_BYTES as usize);
+        e.bytes(SB_MAGIC).u32(FORMAT_VERSION).bytes(&self.system_uuid);
+        e.u16(self.pool_index).u16(self.pool_count).name(&self.name);
+        e.u8(match self.medium {
+            Medium::Ssd => 0,
+            Medium::Hdd => 1,
+        });
+        e.u64(self.capacity_bytes).u64(self.chunk_bytes).u64(DATA_START_BYTES).u64(self.chunks()).u16(self.meta_pool);
+        e.seal(BLOCK_BYTES as usize)
+    }
+
+    /// Decode; `Err` says what is wrong (for the operator).
+    pub fn decode(buf: &[u8]) -> Result<Superblock, String> {
+        if buf.len() < BLOCK_BYTES as usize || &buf[..8] != SB_MAGIC {
+            return Err("no tiervisor superblock (bad magic)".into());
+        }
+        if !sealed_ok(buf, BLOCK_BYTES as usize) {
+            return Err("superblock checksum mismatch".into());
+        }
+        let mut d = Dec::new(buf);
+        let bad = || "superblock truncated".to_string();
+        d.skip(8).ok_or_else(bad)?;
+        let version = d.u32().ok_or_else(bad)?;
+        if version != FORMAT_VERSION {
+            return Err(format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"));
+        }
+        let mut system_uuid = [0u8; 16];
+        system_uuid.copy_from_slice(d.bytes(16).ok_or_else(bad)?);
+        let pool_index = d.u16().ok_or_else(bad)?;
+        let pool_count = d.u16().ok_or_else(bad)?;
+        let name = d.name().ok_or_else(bad)?;
+        let medium = match d.u8().ok_or_else(bad)? {
+            0 => Medium::Ssd,
+            _ => Medium::Hdd,
+        };
+        let capacity_bytes = d.u64().ok_or_else(bad)?;
+        let chunk_bytes = d.u64().ok_or_else(bad)?;
+        let _data_start = d.u64().ok_or_else(bad)?;
+        let _chunks = d.u64().ok_or_else(bad)?;
+        let meta_pool = d.u16().ok_or_else(bad)?;
+        Ok(Superblock { system_uuid, pool_index, pool_count, name, medium, capacity_bytes, chunk_bytes, meta_pool })
+    }
+}
+
+/// Number of whole chunks in a pool of `capacity_bytes`.
+pub fn chunks_in(capacity_bytes: u64, chunk_bytes: u64) -> u64 {
+    capacity_bytes.saturating_sub(DATA_START_BYTES) / chunk_bytes
+}
+
+/// Byte offset of a chunk on its pool.
+#[inline]
+pub fn chunk_offset(pchunk: u64, chunk_bytes: u64) -> u64 {
+    DATA_START_BYTES + pchunk * chunk_bytes
+}
+
+/// One volume as recorded in the volume table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeRecord {
+    pub id: u32,
+    pub name: String,
+    pub size_bytes: u64,
+    pub provisioning: Provisioning,
+    pub placement: Placement,
+    pub home_pool: PoolId,
+    /// First chunk of the home region (thick volumes), or a placement hint (thin).
+    pub home_base_chunk: u64,
+    pub journal_pool: PoolId,
+    pub journal_first_chunk: u64,
+    pub journal_chunks: u32,
+}
+
+/// The table of volumes, stored twice on the metadata pool; the newest valid copy wins.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct VolumeTable {
+    pub generation: u64,
+    pub volumes: Vec<VolumeRecord>,
+}
+
+fn placement_code(p: &Placement) -> u8 {
+    match p {
+        Placement::Pinned => 0,
+    }
+}
+
+fn placement_from(code: u8, _d: &mut Dec) -> Option<Placement> {
+    match code {
+        0 => Some(Placement::Pinned),
+        _ => None,
+    }
+}
+
+impl VolumeTable {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::with_capacity(VOLTAB_SLOT_BYTES as usize);
+        e.bytes(VT_MAGIC).u32(FORMAT_VERSION).u64(self.generation).u32(self.volumes.len() as u32);
+        e.pad_to(VT_HEADER_BYTES);
+        for (i, v) in self.volumes.iter().enumerate() {
+            e.u32(v.id).name(&v.name).u64(v.size_bytes);
+            e.u8(match v.provisioning {
+                Provisioning::Thick => 0,
+                Provisioning::Thin => 1,
+            });
+            e.u16(v.home_pool.0).u64(v.home_base_chunk);
+            e.u16(v.journal_pool.0).u64(v.journal_first_chunk).u32(v.journal_chunks);
+            e.u8(placement_code(&v.placement));
+            e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES);
+        }
+        e.seal(VOLTAB_SLOT_BYTES as usize)
+    }
+
+    pub fn decode(buf: &[u8]) -> Option<VolumeTable> {
+        if buf.len() < VOLTAB_SLOT_BYTES as usize || &buf[..8] != VT_MAGIC || !sealed_ok(buf, VOLTAB_SLOT_BYTES as usize) {
+            return None;
+        }
+        let mut d = Dec::new(buf);
+        d.skip(8)?;
+        if d.u32()? != FORMAT_VERSION {
+            return None;
+        }
+        let generation = d.u64()?;
+        let count = d.u32()? as usize;
+        if count > (VOLTAB_SLOT_BYTES as usize - VT_HEADER_BYTES) / VT_ENTRY_BYTES {
+            return None;
+        }
+        let mut volumes = Vec::with_capacity(count);
+        for i in 0..count {
+            let mut d = Dec::new(buf.get(VT_HEADER_BYTES + i * VT_ENTRY_BYTES..)?);
+            let id = d.u32()?;
+            let name = d.name()?;
+            let size_bytes = d.u64()?;
+            let provisioning = match d.u8()? {
+                0 => Provisioning::Thick,
+                _ => Provisioning::Thin,
+            };
+            let home_pool = PoolId(d.u16()?);
+            let home_base_chunk = d.u64()?;
+            let journal_pool = PoolId(d.u16()?);
+            let journal_first_chunk = d.u64()?;
+            let journal_chunks = d.u32()?;
+            let code = d.u8()?;
+            let placement = placement_from(code, &mut d)?;
+            volumes.push(VolumeRecord {
+                id,
+                name,
+                size_bytes,
+                provisioning,
+                placement,
+                home_pool,
+                home_base_chunk,
+                journal_pool,
+                journal_first_chunk,
+                journal_chunks,
+            });
+        }
+        Some(VolumeTable { generation, volumes })
+    }
+}
+
+/// Where a volume's state was last checkpointed and where journal replay starts.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct JournalHeader {
+    pub volume_id: u32,
+    /// Incremented on every header write; the newer valid slot wins.
+    pub generation: u64,
+    /// Incremented at every mount; stamped into journal blocks so stale blocks from an
+    /// earlier mount never chain onto new ones.
+    pub mount_generation: u64,
+    /// First chunk of the checkpoint chain, if any.
+    pub checkpoint: Option<(PoolId, u64)>,
+    /// Records with sequence numbers up to this are in the checkpoint.
+    pub checkpoint_seq: u64,
+    /// Byte offset in the ring of the first block to replay.
+    pub replay_pos: u64,
+    /// Sequence number that block must carry.
+    pub replay_block_seq: u64,
+    /// CRC the first replayed block must name as its predecessor.
+    pub replay_prev_crc: u32,
+}
+
+impl JournalHeader {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::with_capacity(BLOCK_BYTES as usize);
+        e.bytes(JH_MAGIC).u32(FORMAT_VERSION).u32(self.volume_id).u64(self.generation).u64(self.mount_generation);
+        match self.checkpoint {
+            Some((pool, chunk)) => e.u8(1).u16(pool.0).u64(chunk),
+            None => e.u8(0).u16(0).u64(0),
+        };
+        e.u64(self.checkpoint_seq).u64(self.replay_pos).u64(self.replay_block_seq).u32(self.replay_prev_crc);
+        e.seal(BLOCK_BYTES as usize)
+    }
+
+    pub fn decode(buf: &[u8]) -> Option<JournalHeader> {
+        if buf.len() < BLOCK_BYTES as usize || &buf[..8] != JH_MAGIC || !sealed_ok(buf, BLOCK_BYTES as usize) {
+            return None;
+        }
+        let mut d = Dec::new(buf);
+        d.skip(8)?;
+        if d.u32()? != FORMAT_VERSION {
+            return None;
+        }
+        let volume_id = d.u32()?;
+        let generation = d.u64()?;
+        let mount_generation = d.u64()?;
+        let has = d.u8()?;
+        let pool = PoolId(d.u16()?);
+        let chunk = d.u64()?;
+        Some(JournalHeader {
+            volume_id,
+            generation,
+            mount_generation,
+            checkpoint: (has == 1).then_some((pool, chunk)),
+            checkpoint_seq: d.u64()?,
+            replay_pos: d.u64()?,
+            replay_block_seq: d.u64()?,
+            replay_prev_crc: d.u32()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblock_roundtrip_and_corruption() {
+        let sb = Superblock {
+            system_uuid: [7; 16],
+            pool_index: 1,
+            pool_count: 2,
+            name: "hdd".into(),
+            medium: Medium::Hdd,
+            capacity_bytes: 8 << 30,
+            chunk_bytes: 1 << 20,
+            meta_pool: 0,
+        };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        b[40] ^= 1;
+        assert!(Superblock::decode(&b).unwrap_err().contains("checksum"));
+        assert!(Superblock::decode(&[0u8; 4096]).unwrap_err().contains("magic"));
+        assert!(Superblock::decode(&[0u8; 10]).is_err());
+    }
+
+    #[test]
+    fn volume_table_roundtrip() {
+        let t = VolumeTable {
+            generation: 3,
+            volumes: (0..5)
+                .map(|i| VolumeRecord {
+                    id: i,
+                    name: format!("vm{i}"),
+                    size_bytes: (i as u64 + 1) << 30,
+                    provisioning: if i % 2 == 0 { Provisioning::Thin } else { Provisioning::Thick },
+                    placement: Placement::Pinned,
+                    home_pool: PoolId(i as u16 % 2),
+                    home_base_chunk: i as u64 * 100,
+                    journal_pool: PoolId(0),
+                    journal_first_chunk: 5 + i as u64,
+                    journal_chunks: 4,
+                })
+                .collect(),
+        };
+        let b = t.encode();
+        assert_eq!(b.len(), VOLTAB_SLOT_BYTES as usize);
+        assert_eq!(VolumeTable::decode(&b).unwrap(), t);
+        let mut c = b.clone();
+        c[100] ^= 0x10;
+        assert!(VolumeTable::decode(&c).is_none());
+    }
+
+    #[test]
+    fn journal_header_roundtrip() {
+        let h = JournalHeader {
+            volume_id: 4,
+            generation: 9,
+            mount_generation: 2,
+            checkpoint: Some((PoolId(1), 77)),
+            checkpoint_seq: 1000,
+            replay_pos: 8192,
+            replay_block_seq: 55,
+            replay_prev_crc: 0xdead_beef,
+        };
+        assert_eq!(JournalHeader::decode(&h.encode()).unwrap(), h);
+        let none = JournalHeader { checkpoint: None, ..h };
+        assert_eq!(JournalHeader::decode(&none.encode()).unwrap(), none);
+    }
+}

@@ -1,0 +1,671 @@
+//! Bringing pools up: format, or mount with recovery.
+//!
+//! Mount reads, in phases: every pool's superblock; the volume table (both slots, newest
+//! valid wins); each volume's journal region (both header slots and the ring); each
+//! volume's checkpoint chain. It then loads the checkpoint, replays the ring from the
+//! header's replay point until the block chain breaks (a torn or stale block ends it
+//! cleanly), rebuilds the allocators from what is referenced, creates volumes the
+//! configuration adds, and writes new journal headers with the next mount generation.
+//! Like everything else in the engine it only asks for I/O and reacts to completions.
+
+use bytes::Bytes;
+
+use crate::chunkmap::{ChunkLoc, ChunkMap};
+use crate::config::{Provisioning, VolumeConfig};
+use crate::engine::{Engine, EngineState, Owner, StartMode};
+use crate::extents::ExtentMap;
+use crate::journal::checkpoint::{CkptChunkHeader, decode_state};
+use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
+use crate::layout::{
+    BLOCK_BYTES, JournalHeader, SUPERBLOCK_OFFSET, Superblock, VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES, VolumeRecord, VolumeTable,
+    chunk_offset,
+};
+use crate::overlay::Overlay;
+use crate::stats::VolumeStats;
+use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs, PoolId, VolumeId};
+use crate::volume::Volume;
+
+const TAG_WRITE: u32 = 0;
+const TAG_SB: u32 = 1 << 24;
+const TAG_VT: u32 = 2 << 24;
+const TAG_JR: u32 = 3 << 24;
+const TAG_CK: u32 = 4 << 24;
+const TAG_INDEX: u32 = (1 << 24) - 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Writing,
+    Superblocks,
+    VolumeTable,
+    Journals,
+    Checkpoints,
+}
+
+#[derive(Default)]
+struct ChainRead {
+    next: Option<(PoolId, u64)>,
+    index: u32,
+    payload: Vec<u8>,
+    chunks: Vec<(PoolId, u64)>,
+}
+
+pub(crate) struct Startup {
+    phase: Phase,
+    outstanding: u32,
+    error: Option<String>,
+    formatting: bool,
+    superblocks: Vec<Option<Bytes>>,
+    voltab: Option<Bytes>,
+    regions: Vec<Option<Bytes>>,
+    headers: Vec<JournalHeader>,
+    chains: Vec<ChainRead>,
+}
+
+/// The CRC a fresh journal chain starts from: unique per system and volume, so blocks
+/// left by an earlier format of the same device never continue it.
+fn chain_seed(system_uuid: &[u8; 16], volume_id: u32) -> u32 {
+    let mut b = system_uuid.to_vec();
+    b.extend_from_slice(&volume_id.to_le_bytes());
+    b.extend_from_slice(b"journal");
+    crc32c::crc32c(&b)
+}
+
+impl Engine {
+    /// Bring the pools up. Completion is reported by `EngineEvent::Ready` or `Failed`.
+    pub fn start(&mut self, now: u64, mode: StartMode, out: &mut Outputs) {
+        self.last_now_ns = now;
+        if self.state != EngineState::New {
+            return;
+        }
+        self.state = EngineState::Starting;
+        self.startup = Some(Startup {
+            phase: Phase::Superblocks,
+            outstanding: 0,
+            error: None,
+            formatting: false,
+            superblocks: vec![None; self.pools.len()],
+            voltab: None,
+            regions: Vec::new(),
+            headers: Vec::new(),
+            chains: Vec::new(),
+        });
+        match mode {
+            StartMode::Format => self.format(now, out),
+            StartMode::Auto => {
+                for p in 0..self.pools.len() {
+                    self.startup_read(now, PoolId(p as u16), SUPERBLOCK_OFFSET, BLOCK_BYTES, TAG_SB | p as u32, out);
+                }
+            }
+        }
+    }
+
+    fn startup_read(&mut self, now: u64, pool: PoolId, off: u64, len: u64, tag: u32, out: &mut Outputs) {
+        if let Some(s) = self.startup.as_mut() {
+            s.outstanding += 1;
+        }
+        self.queue_op(now, Owner::Startup { tag }, pool, DevKind::Read, off, len, false, None, IoClass::Metadata, u32::MAX, out);
+    }
+
+    fn startup_write(&mut self, now: u64, pool: PoolId, off: u64, data: Vec<u8>, out: &mut Outputs) {
+        if let Some(s) = self.startup.as_mut() {
+            s.outstanding += 1;
+        }
+        let len = data.len() as u64;
+        self.queue_op(now, Owner::Startup { tag: TAG_WRITE }, pool, DevKind::Write, off, len, true, Some(data.into()), IoClass::Metadata, u32::MAX, out);
+    }
+
+    fn superblock_for(&self, p: usize) -> Superblock {
+        let pc = &self.cfg.pools[p];
+        Superblock {
+            system_uuid: self.cfg.system_uuid,
+            pool_index: p as u16,
+            pool_count: self.pools.len() as u16,
+            name: pc.name.clone(),
+            medium: pc.medium,
+            capacity_bytes: pc.capacity_bytes,
+            chunk_bytes: self.cfg.chunk_bytes,
+            meta_pool: self.cfg.meta_pool.0,
+        }
+    }
+
+    /// Metadata reserve on the metadata pool: room for two checkpoints of every volume.
+    fn set_reserves(&mut self) {
+        let cb = self.cfg.chunk_bytes;
+        let mut reserve = 8;
+        for v in &self.cfg.volumes {
+            let chunks = v.size_bytes.div_ceil(cb);
+            reserve += 2 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + (256 << 10), cb);
+        }
+        let meta = self.cfg.meta_pool.0 as usize;
+        let total = self.pools[meta].alloc.chunks();
+        self.pools[meta].alloc.set_reserve(reserve.min(total / 4));
+    }
+
+    fn format(&mut self, now: u64, out: &mut Outputs) {
+        if let Some(s) = self.startup.as_mut() {
+            s.formatting = true;
+            s.phase = Phase::Writing;
+        }
+        self.superblocks = (0..self.pools.len()).map(|p| self.superblock_for(p)).collect();
+        self.set_reserves();
+        let cfgs = self.cfg.volumes.clone();
+        let mut records = Vec::new();
+        for (i, vc) in cfgs.iter().enumerate() {
+            match self.create_volume(vc, i as u32) {
+                Ok(r) => records.push(r),
+                Err(e) => return self.fail(e, out),
+            }
+        }
+        self.voltab = VolumeTable { generation: 1, volumes: records };
+        for p in 0..self.pools.len() {
+            let img = self.superblocks[p].encode();
+            self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
+        }
+        let meta = self.cfg.meta_pool;
+        let vt = self.voltab.encode();
+        self.startup_write(now, meta, VOLTAB_OFFSETS[0], vt.clone(), out);
+        self.startup_write(now, meta, VOLTAB_OFFSETS[1], vt, out);
+        for v in 0..self.vols.len() {
+            self.write_fresh_headers(now, v, out);
+        }
+        out.events.push(EngineEvent::Formatted { pools: self.pools.len(), volumes: self.vols.len() });
+        self.check_phase_done(now, out);
+    }
+
+    /// A new volume's journal: header slot 0 valid, slot 1 invalidated.
+    fn write_fresh_headers(&mut self, now: u64, v: usize, out: &mut Outputs) {
+        let j = &self.vols[v].journal;
+        let (pool, off) = (j.pool, j.region_offset);
+        let img = j.header.encode();
+        self.startup_write(now, pool, off, img, out);
+        self.startup_write(now, pool, off + BLOCK_BYTES, vec![0u8; BLOCK_BYTES as usize], out);
+    }
+
+    /// Reserve a new volume's journal (and home region if thick) and add it.
+    fn create_volume(&mut self, vc: &VolumeConfig, id: u32) -> Result<VolumeRecord, String> {
+        let cb = self.cfg.chunk_bytes;
+        let chunks = vc.size_bytes.div_ceil(cb);
+        let meta = self.cfg.meta_pool;
+        let journal_chunks = self.cfg.journal_bytes.div_ceil(cb);
+        let jfirst = self.pools[meta.0 as usize]
+            .alloc
+            .allocate_run(journal_chunks, 0, true)
+            .ok_or_else(|| format!("volume {}: no room for its {} journal chunks on pool {}", vc.name, journal_chunks, self.cfg.pools[meta.0 as usize].name))?;
+        let home = vc.home_pool;
+        let home_base_chunk = match vc.provisioning {
+            Provisioning::Thick => self.pools[home.0 as usize].alloc.allocate_run(chunks, 0, false).ok_or_else(|| {
+                format!(
+                    "volume {}: thick provisioning needs {} contiguous free chunks on pool {}",
+                    vc.name, chunks, self.cfg.pools[home.0 as usize].name
+                )
+            })?,
+            // Spread thin volumes over the pool so each keeps some locality.
+            Provisioning::Thin => {
+                let before: u64 = self.vols.iter().filter(|v| v.rec.home_pool == home).map(|v| v.chunks).sum();
+                before % self.pools[home.0 as usize].alloc.chunks()
+            }
+        };
+        let rec = VolumeRecord {
+            id,
+            name: vc.name.clone(),
+            size_bytes: vc.size_bytes,
+            provisioning: vc.provisioning,
+            placement: vc.placement.clone(),
+            home_pool: home,
+            home_base_chunk,
+            journal_pool: meta,
+            journal_first_chunk: jfirst,
+            journal_chunks: journal_chunks as u32,
+        };
+        let header = JournalHeader {
+            volume_id: id,
+            generation: 0,
+            mount_generation: 1,
+            checkpoint: None,
+            checkpoint_seq: 0,
+            replay_pos: 0,
+            replay_block_seq: 0,
+            replay_prev_crc: chain_seed(&self.cfg.system_uuid, id),
+        };
+        let initial = if vc.provisioning == Provisioning::Thick { ChunkLoc::Home } else { ChunkLoc::Unmapped };
+        self.vols.push(self.volume_from(rec.clone(), ChunkMap::new(chunks, initial), ExtentMap::new(), header));
+        Ok(rec)
+    }
+
+    fn volume_from(&self, rec: VolumeRecord, map: ChunkMap, overlay: ExtentMap<Overlay>, header: JournalHeader) -> Volume {
+        let cb = self.cfg.chunk_bytes;
+        let journal = Journal::new(rec.journal_pool, chunk_offset(rec.journal_first_chunk, cb), rec.journal_chunks as u64 * cb, header);
+        Volume {
+            id: VolumeId(self.vols.len() as u32),
+            chunks: rec.size_bytes.div_ceil(cb),
+            rec,
+            map,
+            overlay,
+            journal,
+            activity: Default::default(),
+            dirty_pools: 0,
+            commit: None,
+            flush_waiters: Vec::new(),
+            checkpoint_wanted: false,
+            stats: VolumeStats::default(),
+        }
+    }
+
+    pub(crate) fn startup_io_done(&mut self, now: u64, tag: u32, result: Result<(), Errno>, data: Option<Bytes>, out: &mut Outputs) {
+        let Some(s) = self.startup.as_mut() else { return };
+        s.outstanding -= 1;
+        let idx = (tag & TAG_INDEX) as usize;
+        if result.is_err() && s.error.is_none() {
+            s.error = Some(match tag & !TAG_INDEX {
+                TAG_WRITE => "a metadata write failed".to_string(),
+                _ => "a metadata read failed".to_string(),
+            });
+        }
+        if result.is_ok() {
+            match tag & !TAG_INDEX {
+                TAG_SB => s.superblocks[idx] = data,
+                TAG_VT => s.voltab = data,
+                TAG_JR => s.regions[idx] = data,
+                TAG_CK => {
+                    if let Some(d) = data {
+                        if let Err(e) = self.chain_chunk(now, idx, &d, out) {
+                            if let Some(s) = self.startup.as_mut() {
+                                s.error.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.check_phase_done(now, out);
+    }
+
+    fn check_phase_done(&mut self, now: u64, out: &mut Outputs) {
+        let Some(s) = self.startup.as_ref() else { return };
+        if s.outstanding > 0 {
+            return;
+        }
+        if let Some(e) = s.error.clone() {
+            self.startup = None;
+            return self.fail(e, out);
+        }
+        let step = match s.phase {
+            Phase::Writing => {
+                self.startup = None;
+                self.state = EngineState::Ready;
+                out.events.push(EngineEvent::Ready);
+                Ok(())
+            }
+            Phase::Superblocks => self.after_superblocks(now, out),
+            Phase::VolumeTable => self.after_volume_table(now, out),
+            Phase::Journals => self.after_journals(now, out),
+            Phase::Checkpoints => self.after_checkpoints(now, out),
+        };
+        if let Err(e) = step {
+            self.startup = None;
+            self.fail(e, out);
+        }
+    }
+
+    fn after_superblocks(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        let bufs = std::mem::take(&mut s.superblocks);
+        let decoded: Vec<Result<Superblock, String>> = bufs.iter().map(|b| Superblock::decode(b.as_deref().unwrap_or(&[]))).collect();
+        let names = |pred: &dyn Fn(&Result<Superblock, String>) -> bool| -> Vec<String> {
+            decoded.iter().enumerate().filter(|(_, d)| pred(d)).map(|(i, _)| self.cfg.pools[i].name.clone()).collect()
+        };
+        let blank = names(&|d| matches!(d, Err(e) if e.contains("bad magic")));
+        if blank.len() == decoded.len() {
+            self.format(now, out);
+            return Ok(());
+        }
+        if !blank.is_empty() {
+            let have = names(&|d| d.is_ok());
+            return Err(format!(
+                "pool(s) {} have no tiervisor superblock but {} do: refusing to format over existing data",
+                blank.join(", "),
+                have.join(", ")
+            ));
+        }
+        let mut sbs = Vec::new();
+        for (i, d) in decoded.into_iter().enumerate() {
+            let pc = &self.cfg.pools[i];
+            let sb = d.map_err(|e| format!("pool {}: {e}", pc.name))?;
+            if sb.name != pc.name || sb.pool_index as usize != i || sb.pool_count as usize != self.pools.len() {
+                return Err(format!(
+                    "pool {}: superblock says it is pool {:?} ({} of {}); the configuration lists pools in a different order or set",
+                    pc.name, sb.name, sb.pool_index, sb.pool_count
+                ));
+            }
+            if sb.chunk_bytes != self.cfg.chunk_bytes {
+                return Err(format!("pool {}: formatted with {} byte chunks, configured {}", pc.name, sb.chunk_bytes, self.cfg.chunk_bytes));
+            }
+            if sb.capacity_bytes != pc.capacity_bytes {
+                return Err(format!(
+                    "pool {}: formatted with {} bytes, configured {}; resizing is not supported",
+                    pc.name, sb.capacity_bytes, pc.capacity_bytes
+                ));
+            }
+            if sb.meta_pool != self.cfg.meta_pool.0 {
+                return Err(format!("pool {}: metadata pool mismatch", pc.name));
+            }
+            if let Some(first) = sbs.first() {
+                let first: &Superblock = first;
+                if first.system_uuid != sb.system_uuid {
+                    return Err(format!("pool {} belongs to a different tiervisor system than pool {}", pc.name, self.cfg.pools[0].name));
+                }
+            }
+            sbs.push(sb);
+        }
+        self.cfg.system_uuid = sbs[0].system_uuid;
+        self.superblocks = sbs;
+        self.set_reserves();
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        s.phase = Phase::VolumeTable;
+        self.startup_read(now, self.cfg.meta_pool, VOLTAB_OFFSETS[0], 2 * VOLTAB_SLOT_BYTES, TAG_VT, out);
+        Ok(())
+    }
+
+    fn after_volume_table(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        let buf = s.voltab.take().ok_or("volume table read returned no data")?;
+        let slot = VOLTAB_SLOT_BYTES as usize;
+        let a = buf.get(..slot).and_then(VolumeTable::decode);
+        let b = buf.get(slot..2 * slot).and_then(VolumeTable::decode);
+        let table = match (a, b) {
+            (Some(a), Some(b)) => {
+                if a.generation >= b.generation {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => return Err("the volume table is unreadable (both copies fail their checksum)".into()),
+        };
+        let cb = self.cfg.chunk_bytes;
+        for (i, r) in table.volumes.iter().enumerate() {
+            let chunks = r.size_bytes.div_ceil(cb);
+            let map = ChunkMap::new(chunks, ChunkLoc::Unmapped);
+            let header = JournalHeader::default();
+            let v = self.volume_from(r.clone(), map, ExtentMap::new(), header);
+            self.vols.push(v);
+            debug_assert_eq!(self.vols.len(), i + 1);
+        }
+        self.voltab = table;
+        let n = self.vols.len();
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        s.phase = Phase::Journals;
+        s.regions = vec![None; n];
+        s.chains = (0..n).map(|_| ChainRead::default()).collect();
+        for v in 0..n {
+            let r = &self.vols[v].rec;
+            let (pool, off, len) = (r.journal_pool, chunk_offset(r.journal_first_chunk, cb), r.journal_chunks as u64 * cb);
+            self.startup_read(now, pool, off, len, TAG_JR | v as u32, out);
+        }
+        if n == 0 {
+            return self.after_journals(now, out);
+        }
+        Ok(())
+    }
+
+    fn after_journals(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let n = self.vols.len();
+        let mut headers = Vec::with_capacity(n);
+        for v in 0..n {
+            let s = self.startup.as_ref().ok_or("no startup")?;
+            let region = s.regions[v].as_ref().ok_or("journal region read returned no data")?;
+            let name = &self.vols[v].rec.name;
+            let id = self.vols[v].rec.id;
+            let slot = |i: usize| region.get(i * BLOCK_BYTES as usize..).and_then(JournalHeader::decode).filter(|h| h.volume_id == id);
+            let h = match (slot(0), slot(1)) {
+                (Some(a), Some(b)) => {
+                    if a.generation >= b.generation {
+                        a
+                    } else {
+                        b
+                    }
+                }
+                (Some(h), None) | (None, Some(h)) => h,
+                (None, None) => return Err(format!("volume {name}: journal header unreadable (both copies fail their checksum)")),
+            };
+            headers.push(h);
+        }
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        s.phase = Phase::Checkpoints;
+        s.headers = headers.clone();
+        for (v, h) in headers.iter().enumerate() {
+            if let Some((pool, chunk)) = h.checkpoint {
+                if let Some(s) = self.startup.as_mut() {
+                    s.chains[v].next = Some((pool, chunk));
+                }
+                self.read_chain_chunk(now, v, pool, chunk, out)?;
+            }
+        }
+        self.check_phase_done(now, out);
+        Ok(())
+    }
+
+    fn read_chain_chunk(&mut self, now: u64, v: usize, pool: PoolId, chunk: u64, out: &mut Outputs) -> Result<(), String> {
+        if pool.0 as usize >= self.pools.len() || chunk >= self.pools[pool.0 as usize].alloc.chunks() {
+            return Err(format!("volume {}: checkpoint points outside pool {}", self.vols[v].rec.name, pool.0));
+        }
+        let cb = self.cfg.chunk_bytes;
+        self.startup_read(now, pool, chunk_offset(chunk, cb), cb, TAG_CK | v as u32, out);
+        Ok(())
+    }
+
+    /// One chunk of a checkpoint chain arrived: check it, keep its payload, follow `next`.
+    fn chain_chunk(&mut self, now: u64, v: usize, data: &[u8], out: &mut Outputs) -> Result<(), String> {
+        let name = self.vols[v].rec.name.clone();
+        let id = self.vols[v].rec.id;
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        let want_seq = s.headers[v].checkpoint_seq;
+        let chain = &mut s.chains[v];
+        let (h, payload) = CkptChunkHeader::decode(data).ok_or_else(|| format!("volume {name}: checkpoint chunk {} is corrupt", chain.index))?;
+        if h.volume_id != id || h.checkpoint_seq != want_seq || h.index != chain.index {
+            return Err(format!("volume {name}: checkpoint chain broken at chunk {}", chain.index));
+        }
+        if let Some(here) = chain.next.take() {
+            chain.chunks.push(here);
+        }
+        chain.payload.extend_from_slice(payload);
+        chain.index += 1;
+        chain.next = h.next;
+        if let Some((pool, chunk)) = h.next {
+            if chain.index > 1 << 20 {
+                return Err(format!("volume {name}: checkpoint chain does not end"));
+            }
+            self.read_chain_chunk(now, v, pool, chunk, out)?;
+        }
+        Ok(())
+    }
+
+    fn after_checkpoints(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let mut s = self.startup.take().ok_or("no startup")?;
+        for v in 0..self.vols.len() {
+            let h = s.headers[v].clone();
+            let chain = std::mem::take(&mut s.chains[v]);
+            let name = self.vols[v].rec.name.clone();
+            let chunks = self.vols[v].chunks;
+            let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
+            let (map, overlay) = if h.checkpoint.is_some() {
+                decode_state(&chain.payload, chunks).ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
+            } else {
+                (ChunkMap::new(chunks, if thick { ChunkLoc::Home } else { ChunkLoc::Unmapped }), ExtentMap::new())
+            };
+            let rec = self.vols[v].rec.clone();
+            let mut vol = self.volume_from(rec, map, overlay, h.clone());
+            vol.id = VolumeId(v as u32);
+            vol.journal.checkpoint_chunks = chain.chunks;
+            let region = s.regions[v].take().unwrap_or_default();
+            self.replay(&mut vol, &region)?;
+            self.vols[v] = vol;
+            let mapped = self.vols[v].map.iter().filter(|(_, l)| *l != ChunkLoc::Unmapped).count() as u64;
+            out.events.push(EngineEvent::Recovered {
+                volume: name,
+                records_replayed: self.vols[v].journal.replayed,
+                checkpoint_seq: h.checkpoint_seq,
+                mapped_chunks: mapped,
+            });
+        }
+        self.rebuild_allocators()?;
+        // Volumes the configuration adds.
+        let known: Vec<String> = self.vols.iter().map(|v| v.rec.name.clone()).collect();
+        let mut created = Vec::new();
+        for vc in self.cfg.volumes.clone() {
+            match known.iter().position(|n| *n == vc.name) {
+                Some(i) => {
+                    let rec = &mut self.vols[i].rec;
+                    if rec.size_bytes != vc.size_bytes {
+                        return Err(format!(
+                            "volume {}: {} bytes on disk but {} configured; resizing is not supported",
+                            vc.name, rec.size_bytes, vc.size_bytes
+                        ));
+                    }
+                    rec.placement = vc.placement.clone();
+                }
+                None => {
+                    let id = self.voltab.volumes.iter().map(|r| r.id + 1).max().unwrap_or(0).max(self.vols.len() as u32);
+                    self.create_volume(&vc, id)?;
+                    created.push(self.vols.len() - 1);
+                    out.events.push(EngineEvent::VolumeCreated { volume: vc.name.clone() });
+                }
+            }
+        }
+        self.startup = Some(Startup {
+            phase: Phase::Writing,
+            outstanding: 0,
+            error: None,
+            formatting: false,
+            superblocks: Vec::new(),
+            voltab: None,
+            regions: Vec::new(),
+            headers: Vec::new(),
+            chains: Vec::new(),
+        });
+        let table = VolumeTable { generation: self.voltab.generation + 1, volumes: self.vols.iter().map(|v| v.rec.clone()).collect() };
+        if table.volumes != self.voltab.volumes {
+            let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
+            let img = table.encode();
+            self.voltab = table;
+            self.startup_write(now, self.cfg.meta_pool, off, img, out);
+        }
+        for v in 0..self.vols.len() {
+            if created.contains(&v) {
+                self.write_fresh_headers(now, v, out);
+                continue;
+            }
+            // New mount generation: blocks written from now on never chain onto stale ones.
+            let j = &mut self.vols[v].journal;
+            let mut h = j.header.clone();
+            h.generation += 1;
+            h.mount_generation += 1;
+            let off = j.next_header_offset();
+            let pool = j.pool;
+            j.header = h.clone();
+            self.startup_write(now, pool, off, h.encode(), out);
+        }
+        self.check_phase_done(now, out);
+        Ok(())
+    }
+
+    /// Apply the ring's valid block chain to a freshly loaded volume.
+    fn replay(&self, vol: &mut Volume, region: &[u8]) -> Result<(), String> {
+        let j = &mut vol.journal;
+        let h = j.header.clone();
+        let mut seq = h.replay_block_seq;
+        let mut prev = h.replay_prev_crc;
+        let mut next_rec = h.checkpoint_seq + 1;
+        let mut replayed = 0;
+        for _ in 0..j.ring_blocks {
+            let pos = (HEADER_SLOTS_BYTES + (seq % j.ring_blocks) * BLOCK_BYTES) as usize;
+            let Some(buf) = region.get(pos..pos + BLOCK_BYTES as usize) else { break };
+            let Some(b) = Block::decode(buf) else { break };
+            if b.volume_id != vol.rec.id || b.block_seq != seq || b.prev_crc != prev || b.first_record_seq != next_rec {
+                break;
+            }
+            for r in &b.records {
+                apply_record(&mut vol.map, &mut vol.overlay, vol.rec.size_bytes, self, r).map_err(|e| format!("volume {}: journal record {next_rec}: {e}", vol.rec.name))?;
+                next_rec += 1;
+                replayed += 1;
+            }
+            prev = Block::crc_of(buf);
+            seq += 1;
+        }
+        let j = &mut vol.journal;
+        j.head = seq;
+        j.tail = h.replay_block_seq;
+        j.last_crc = prev;
+        j.next_seq = next_rec;
+        j.durable_seq = next_rec - 1;
+        j.replayed = replayed;
+        if j.used_blocks() * 2 > j.ring_blocks {
+            vol.checkpoint_wanted = true;
+        }
+        Ok(())
+    }
+
+    /// After recovery, everything referenced is in use and everything else is free.
+    fn rebuild_allocators(&mut self) -> Result<(), String> {
+        let mut claims: Vec<(PoolId, u64, String)> = Vec::new();
+        for v in &self.vols {
+            let r = &v.rec;
+            for c in 0..r.journal_chunks as u64 {
+                claims.push((r.journal_pool, r.journal_first_chunk + c, format!("journal of {}", r.name)));
+            }
+            for &(p, c) in &v.journal.checkpoint_chunks {
+                claims.push((p, c, format!("checkpoint of {}", r.name)));
+            }
+            if r.provisioning == Provisioning::Thick {
+                for c in 0..v.chunks {
+                    claims.push((r.home_pool, r.home_base_chunk + c, format!("home region of {}", r.name)));
+                }
+            }
+            for (c, loc) in v.map.iter() {
+                if let ChunkLoc::At(p, pc) = loc {
+                    claims.push((p, pc, format!("chunk {c} of {}", r.name)));
+                }
+            }
+        }
+        for (p, c, what) in claims {
+            let pool = self.pools.get_mut(p.0 as usize).ok_or_else(|| format!("{what} names pool {} which does not exist", p.0))?;
+            if c >= pool.alloc.chunks() {
+                return Err(format!("{what} lies beyond the end of pool {}", self.cfg.pools[p.0 as usize].name));
+            }
+            if !pool.alloc.mark_used(c) {
+                return Err(format!("{what}: physical chunk {c} of pool {} is claimed twice", self.cfg.pools[p.0 as usize].name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Apply one record, checking it against the volume and the pools.
+fn apply_record(map: &mut ChunkMap, overlay: &mut ExtentMap<Overlay>, size: u64, e: &Engine, r: &Record) -> Result<(), String> {
+    match *r {
+        Record::Map { chunk, entry } => {
+            if chunk >= map.len() {
+                return Err(format!("chunk {chunk} beyond the volume"));
+            }
+            let loc = ChunkLoc::decode(entry);
+            if let ChunkLoc::At(p, pc) = loc {
+                if p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks() {
+                    return Err(format!("maps to pool {} chunk {pc}, which does not exist", p.0));
+                }
+            }
+            map.set(chunk, loc);
+        }
+        Record::Overlay { start, end, value } => {
+            if end > size {
+                return Err("overlay beyond the volume".into());
+            }
+            overlay.insert(start, end, value);
+        }
+        Record::OverlayClear { start, end } => {
+            overlay.remove(start, end);
+        }
+    }
+    Ok(())
+}

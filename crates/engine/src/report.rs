@@ -1,0 +1,143 @@
+//! Read-only views of the engine's state for monitoring (`ctl stat`, simulator reports).
+
+use serde::Serialize;
+
+use crate::chunkmap::ChunkLoc;
+use crate::config::Medium;
+use crate::engine::{Engine, EngineState};
+use crate::stats::{KindStats, LatencySummary, PoolStats, VolumeStats};
+use crate::types::VolumeId;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KindReport {
+    pub requests: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub latency: LatencySummary,
+}
+
+impl From<&KindStats> for KindReport {
+    fn from(k: &KindStats) -> Self {
+        KindReport { requests: k.requests, bytes: k.bytes, errors: k.errors, latency: k.latency.summary() }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeReport {
+    pub name: String,
+    pub size_bytes: u64,
+    pub provisioning: String,
+    pub placement: String,
+    pub read: KindReport,
+    pub write: KindReport,
+    pub flush: KindReport,
+    pub trim: KindReport,
+    pub write_zeroes: KindReport,
+    pub latency: LatencySummary,
+    /// Mapped chunks per pool, by pool name.
+    pub chunks_by_pool: Vec<(String, u64)>,
+    pub overlay_extents: u64,
+    /// RAM used by the content mapping table and its sub-chunk detail.
+    pub map_memory_bytes: u64,
+    pub map_bytes_per_mapped_gib: f64,
+    pub journal_commits: u64,
+    pub journal_blocks: u64,
+    pub journal_pending_records: u64,
+    pub checkpoints: u64,
+    pub chunks_allocated: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolReport {
+    pub name: String,
+    pub medium: Medium,
+    pub scheduler: String,
+    pub queue_depth: u32,
+    pub capacity_bytes: u64,
+    pub chunk_bytes: u64,
+    pub chunks: u64,
+    pub free_chunks: u64,
+    pub used_bytes: u64,
+    pub in_flight: u32,
+    pub queued: u64,
+    pub io: PoolStats,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineReport {
+    pub state: String,
+    pub volumes: Vec<VolumeReport>,
+    pub pools: Vec<PoolReport>,
+}
+
+impl Engine {
+    pub fn volume_stats(&self, v: VolumeId) -> Option<&VolumeStats> {
+        self.vols.get(v.0 as usize).map(|v| &v.stats)
+    }
+
+    pub fn volume_report(&self, v: VolumeId) -> Option<VolumeReport> {
+        let vol = self.vols.get(v.0 as usize)?;
+        let mut per_pool = vec![0u64; self.pools.len()];
+        for (c, loc) in vol.map.iter() {
+            if loc != ChunkLoc::Unmapped {
+                if let Some((p, _)) = vol.resolve(loc, c) {
+                    per_pool[p.0 as usize] += 1;
+                }
+            }
+        }
+        let mapped: u64 = per_pool.iter().sum();
+        let mem = vol.map.memory_bytes() + vol.overlay.memory_bytes();
+        let mapped_gib = (mapped * self.cfg.chunk_bytes) as f64 / (1u64 << 30) as f64;
+        let s = &vol.stats;
+        Some(VolumeReport {
+            name: vol.rec.name.clone(),
+            size_bytes: vol.rec.size_bytes,
+            provisioning: format!("{:?}", vol.rec.provisioning).to_lowercase(),
+            placement: format!("{:?}", vol.rec.placement).to_lowercase(),
+            read: (&s.read).into(),
+            write: (&s.write).into(),
+            flush: (&s.flush).into(),
+            trim: (&s.trim).into(),
+            write_zeroes: (&s.write_zeroes).into(),
+            latency: s.all.summary(),
+            chunks_by_pool: self.cfg.pools.iter().map(|p| p.name.clone()).zip(per_pool).collect(),
+            overlay_extents: vol.overlay.len() as u64,
+            map_memory_bytes: mem,
+            map_bytes_per_mapped_gib: if mapped_gib > 0.0 { mem as f64 / mapped_gib } else { 0.0 },
+            journal_commits: s.journal_commits,
+            journal_blocks: s.journal_blocks,
+            journal_pending_records: vol.journal.pending.len() as u64,
+            checkpoints: s.checkpoints,
+            chunks_allocated: s.chunks_allocated,
+        })
+    }
+
+    pub fn report(&self) -> EngineReport {
+        let state = match &self.state {
+            EngineState::Failed(r) => format!("failed: {r}"),
+            s => format!("{s:?}").to_lowercase(),
+        };
+        EngineReport {
+            state,
+            volumes: (0..self.vols.len()).filter_map(|i| self.volume_report(VolumeId(i as u32))).collect(),
+            pools: self
+                .pools
+                .iter()
+                .map(|p| PoolReport {
+                    name: p.cfg.name.clone(),
+                    medium: p.cfg.medium,
+                    scheduler: p.sched.name().to_string(),
+                    queue_depth: p.cfg.queue_depth,
+                    capacity_bytes: p.cfg.capacity_bytes,
+                    chunk_bytes: self.cfg.chunk_bytes,
+                    chunks: p.alloc.chunks(),
+                    free_chunks: p.alloc.free_chunks(),
+                    used_bytes: (p.alloc.chunks() - p.alloc.free_chunks()) * self.cfg.chunk_bytes,
+                    in_flight: p.in_flight,
+                    queued: p.sched.len() as u64,
+                    io: p.stats.clone(),
+                })
+                .collect(),
+        }
+    }
+}

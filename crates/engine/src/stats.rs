@@ -1,0 +1,125 @@
+//! Counters and latency histograms the engine keeps per volume and per pool.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::types::{IoClass, ReqKind};
+
+/// Latency distribution in nanoseconds (3 significant figures, up to 1 hour).
+#[derive(Clone, Debug)]
+pub struct Latency {
+    h: Histogram<u64>,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency { h: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds") }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+impl Latency {
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        self.h.saturating_record(ns.max(1));
+    }
+    pub fn merge(&mut self, other: &Latency) {
+        let _ = self.h.add(&other.h);
+    }
+    pub fn count(&self) -> u64 {
+        self.h.len()
+    }
+    pub fn summary(&self) -> LatencySummary {
+        if self.h.is_empty() {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            count: self.h.len(),
+            mean_us: self.h.mean() / 1000.0,
+            p50_us: us(self.h.value_at_quantile(0.5)),
+            p99_us: us(self.h.value_at_quantile(0.99)),
+            p999_us: us(self.h.value_at_quantile(0.999)),
+            max_us: us(self.h.max()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct KindStats {
+    pub requests: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub latency: Latency,
+}
+
+/// Per-volume counters.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeStats {
+    pub read: KindStats,
+    pub write: KindStats,
+    pub flush: KindStats,
+    pub trim: KindStats,
+    pub write_zeroes: KindStats,
+    pub all: Latency,
+    pub first_arrival_ns: Option<u64>,
+    pub last_completion_ns: u64,
+    pub journal_commits: u64,
+    pub journal_blocks: u64,
+    pub checkpoints: u64,
+    pub chunks_allocated: u64,
+}
+
+impl VolumeStats {
+    pub fn kind_mut(&mut self, k: ReqKind) -> &mut KindStats {
+        match k {
+            ReqKind::Read => &mut self.read,
+            ReqKind::Write => &mut self.write,
+            ReqKind::Flush => &mut self.flush,
+            ReqKind::Trim => &mut self.trim,
+            ReqKind::WriteZeroes => &mut self.write_zeroes,
+        }
+    }
+    pub fn requests(&self) -> u64 {
+        self.read.requests + self.write.requests + self.flush.requests + self.trim.requests + self.write_zeroes.requests
+    }
+}
+
+/// Per-pool device counters, by class of work.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ClassCounters {
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PoolStats {
+    pub foreground: ClassCounters,
+    pub metadata: ClassCounters,
+    pub migration: ClassCounters,
+    pub cleaner: ClassCounters,
+    pub flushes: u64,
+    pub errors: u64,
+}
+
+impl PoolStats {
+    pub fn class_mut(&mut self, c: IoClass) -> &mut ClassCounters {
+        match c {
+            IoClass::Foreground => &mut self.foreground,
+            IoClass::Metadata => &mut self.metadata,
+            IoClass::Migration => &mut self.migration,
+            IoClass::Cleaner => &mut self.cleaner,
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Identifiers, requests, device operations and the engine's outputs.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+/// Index of a volume in the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct VolumeId(pub u32);
+
+/// Index of a pool (one device or file) in the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PoolId(pub u16);
+
+/// Identifier of a device operation, chosen by the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpId(pub u64);
+
+/// Errors reported to VM requests; the NBD layer maps them to wire errno values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Errno {
+    /// A device failed.
+    Io,
+    /// Bad offset, length or request.
+    Inval,
+    /// Write past the end, or no space left in the pools.
+    NoSpc,
+    /// The volume is read-only or the engine is not accepting writes.
+    Perm,
+    /// The engine is shutting down or not started.
+    Shutdown,
+}
+
+impl Errno {
+    /// The Linux errno value (NBD uses these on the wire).
+    pub fn code(self) -> u32 {
+        match self {
+            Errno::Perm => 1,
+            Errno::Io => 5,
+            Errno::Inval => 22,
+            Errno::NoSpc => 28,
+            Errno::Shutdown => 108,
+        }
+    }
+}
+
+/// What a VM asks of its disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReqKind {
+    Read,
+    Write,
+    Flush,
+    Trim,
+    WriteZeroes,
+}
+
+/// A request from a VM (or any client) to one volume.
+#[derive(Clone, Debug)]
+pub struct VmRequest {
+    /// Chosen by the driver; echoed in the completion.
+    pub id: u64,
+    pub volume: VolumeId,
+    pub kind: ReqKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    /// Force unit access: complete only once durable.
+    pub fua: bool,
+    /// WRITE_ZEROES must leave the range allocated (NBD_CMD_FLAG_NO_HOLE).
+    pub no_hole: bool,
+    /// Write data; `None` when the driver does not track data (timing simulation).
+    pub payload: Option<Bytes>,
+}
+
+impl VmRequest {
+    pub fn new(id: u64, volume: VolumeId, kind: ReqKind, offset_bytes: u64, len_bytes: u64) -> Self {
+        VmRequest { id, volume, kind, offset_bytes, len_bytes, fua: false, no_hole: false, payload: None }
+    }
+}
+
+/// The answer to a [`VmRequest`].
+#[derive(Clone, Debug)]
+pub struct VmCompletion {
+    pub id: u64,
+    pub volume: VolumeId,
+    pub kind: ReqKind,
+    pub result: Result<(), Errno>,
+    /// Read data (when the engine tracks data).
+    pub data: Option<Bytes>,
+}
+
+/// Kind of a device operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DevKind {
+    Read,
+    Write,
+    Flush,
+    /// Make the range read as zeros (may deallocate; `fallocate(ZERO_RANGE)` on files).
+    WriteZeroes,
+    /// Advisory: the range is no longer needed (`fallocate(PUNCH_HOLE)` on files).
+    Discard,
+}
+
+/// Why the engine issues an operation; used for accounting and by schedulers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoClass {
+    /// On behalf of a VM request.
+    Foreground,
+    /// Superblocks, volume table, journal, checkpoints.
+    Metadata,
+    /// Background tier migration between pools.
+    Migration,
+    /// Log segment cleaning.
+    Cleaner,
+}
+
+/// An operation the driver must perform on a pool's device.
+#[derive(Clone, Debug)]
+pub struct DeviceOp {
+    pub id: OpId,
+    pub pool: PoolId,
+    pub kind: DevKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub fua: bool,
+    /// Data to write (writes always carry it when the engine tracks data, and metadata
+    /// writes always carry it).
+    pub payload: Option<Bytes>,
+    pub class: IoClass,
+    /// The volume the operation works for, if any (schedulers may use it).
+    pub volume: Option<VolumeId>,
+}
+
+/// The driver's report that a device operation finished.
+#[derive(Clone, Debug)]
+pub struct DeviceCompletion {
+    pub id: OpId,
+    pub result: Result<(), Errno>,
+    /// Data read (reads only; `None` in timing simulation).
+    pub data: Option<Bytes>,
+}
+
+/// Something worth logging.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    Formatted { pools: usize, volumes: usize },
+    Recovered { volume: String, records_replayed: u64, checkpoint_seq: u64, mapped_chunks: u64 },
+    VolumeCreated { volume: String },
+    Ready,
+    Stopped,
+    Failed { reason: String },
+    Warning { message: String },
+}
+
+/// Everything one engine call asks the driver to do.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub completions: Vec<VmCompletion>,
+    pub ops: Vec<DeviceOp>,
+    /// Call [`crate::Engine::tick`] at (or after) the earliest of these times.
+    pub wakeups: Vec<u64>,
+    pub events: Vec<EngineEvent>,
+}
+
+impl Outputs {
+    pub fn clear(&mut self) {
+        self.completions.clear();
+        self.ops.clear();
+        self.wakeups.clear();
+        self.events.clear();
+    }
+    pub fn is_empty(&self) -> bool {
+        self.completions.is_empty() && self.ops.is_empty() && self.wakeups.is_empty() && self.events.is_empty()
+    }
+}

@@ -1,0 +1,123 @@
+//! A volume: its content mapping table, overlay, journal, and in-flight chunk activity.
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use crate::chunkmap::{ChunkLoc, ChunkMap};
+use crate::extents::ExtentMap;
+use crate::journal::{Journal, Record};
+use crate::layout::{JournalHeader, VolumeRecord};
+use crate::overlay::Overlay;
+use crate::stats::VolumeStats;
+use crate::types::{PoolId, VolumeId};
+
+/// A piece of a request parked until its chunk is free.
+#[derive(Clone, Copy, Debug)]
+pub struct Waiter {
+    pub req: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkState {
+    Idle,
+    /// First write to an unmapped chunk: data and zero-fill of the rest are in flight.
+    Allocating { pending: u32, loc: ChunkLoc, start: u64, end: u64, failed: bool, req: usize },
+}
+
+/// What is going on in one chunk right now; only chunks with activity have an entry.
+#[derive(Debug)]
+pub struct Activity {
+    pub writes_in_flight: u32,
+    pub state: ChunkState,
+    pub waiters: VecDeque<Waiter>,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity { writes_in_flight: 0, state: ChunkState::Idle, waiters: VecDeque::new() }
+    }
+}
+
+impl Activity {
+    pub fn is_quiet(&self) -> bool {
+        self.writes_in_flight == 0 && self.state == ChunkState::Idle && self.waiters.is_empty()
+    }
+}
+
+/// A commit round of a volume's flush domain.
+#[derive(Debug)]
+pub struct Commit {
+    pub phase: CommitPhase,
+    pub pending_ops: u32,
+    pub failed: bool,
+    /// FLUSH requests and FUA writes that complete with this round.
+    pub waiters: Vec<usize>,
+    pub work: CommitWork,
+    /// Highest record sequence this round makes durable.
+    pub last_seq: u64,
+    /// Pools flushed in the data phase (dirty again if the round fails).
+    pub flushed_pools: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitPhase {
+    DataFlush,
+    Write,
+    Header,
+}
+
+#[derive(Debug)]
+pub enum CommitWork {
+    /// Only make completed data durable.
+    FlushOnly,
+    Blocks { records: Vec<Record>, image: Vec<u8>, blocks: u64, new_crc: u32 },
+    Checkpoint { records: Vec<Record>, images: Vec<Vec<u8>>, chunks: Vec<(PoolId, u64)>, header: Option<JournalHeader> },
+}
+
+pub struct Volume {
+    pub id: VolumeId,
+    pub rec: VolumeRecord,
+    pub chunks: u64,
+    pub map: ChunkMap,
+    pub overlay: ExtentMap<Overlay>,
+    pub journal: Journal,
+    pub activity: FxHashMap<u64, Activity>,
+    /// Pools holding data written since the last commit's data flush (bit per pool).
+    pub dirty_pools: u64,
+    pub commit: Option<Commit>,
+    pub flush_waiters: Vec<usize>,
+    pub checkpoint_wanted: bool,
+    pub stats: VolumeStats,
+}
+
+impl Volume {
+    pub fn name(&self) -> &str {
+        &self.rec.name
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.rec.size_bytes
+    }
+
+    /// Physical location of a logical chunk, resolving `Home`.
+    #[inline]
+    pub fn resolve(&self, loc: ChunkLoc, chunk: u64) -> Option<(PoolId, u64)> {
+        match loc {
+            ChunkLoc::Unmapped => None,
+            ChunkLoc::Home => Some((self.rec.home_pool, self.rec.home_base_chunk + chunk)),
+            ChunkLoc::At(p, c) => Some((p, c)),
+        }
+    }
+
+    /// Bytes of RAM the mapping uses.
+    pub fn map_memory_bytes(&self) -> u64 {
+        self.map.memory_bytes() + self.overlay.memory_bytes()
+    }
+
+    pub fn has_commit_work(&self) -> bool {
+        !self.journal.pending.is_empty() || !self.flush_waiters.is_empty() || self.checkpoint_wanted
+    }
+}
