@@ -12,7 +12,12 @@ pub struct ChunkAllocator {
 
 impl ChunkAllocator {
     pub fn new(chunks: u64) -> ChunkAllocator {
-        ChunkAllocator { used: vec![0; chunks.div_ceil(64) as usize], chunks, free: chunks, reserve: 0 }
+        ChunkAllocator {
+            used: vec![0; chunks.div_ceil(64) as usize],
+            chunks,
+            free: chunks,
+            reserve: 0,
+        }
     }
 
     pub fn set_reserve(&mut self, chunks: u64) {
@@ -27,11 +32,6 @@ impl ChunkAllocator {
         self.free
     }
 
-    /// Chunks data may still take (free minus the metadata reserve).
-    pub fn available_for_data(&self) -> u64 {
-        self.free.saturating_sub(self.reserve)
-    }
-
     #[inline]
     pub fn is_used(&self, c: u64) -> bool {
         self.used[(c / 64) as usize] >> (c % 64) & 1 == 1
@@ -39,7 +39,11 @@ impl ChunkAllocator {
 
     /// Mark a chunk used (recovery, reservations). Returns false if it already was.
     pub fn mark_used(&mut self, c: u64) -> bool {
-        assert!(c < self.chunks, "chunk {c} beyond pool of {} chunks", self.chunks);
+        assert!(
+            c < self.chunks,
+            "chunk {c} beyond pool of {} chunks",
+            self.chunks
+        );
         if self.is_used(c) {
             return false;
         }

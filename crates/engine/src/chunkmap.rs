@@ -48,7 +48,9 @@ pub struct ChunkMap {
 
 impl ChunkMap {
     pub fn new(chunks: u64, initial: ChunkLoc) -> ChunkMap {
-        ChunkMap { entries: vec![initial.encode(); chunks as usize] }
+        ChunkMap {
+            entries: vec![initial.encode(); chunks as usize],
+        }
     }
     #[inline]
     pub fn get(&self, chunk: u64) -> ChunkLoc {
@@ -75,7 +77,10 @@ impl ChunkMap {
         self.entries.capacity() as u64 * 8
     }
     pub fn iter(&self) -> impl Iterator<Item = (u64, ChunkLoc)> + '_ {
-        self.entries.iter().enumerate().map(|(i, &r)| (i as u64, ChunkLoc::decode(r)))
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (i as u64, ChunkLoc::decode(r)))
     }
 }
 
@@ -85,7 +90,12 @@ mod tests {
 
     #[test]
     fn encoding_roundtrips() {
-        for loc in [ChunkLoc::Unmapped, ChunkLoc::Home, ChunkLoc::At(PoolId(0), 0), ChunkLoc::At(PoolId(63), PCHUNK_MASK)] {
+        for loc in [
+            ChunkLoc::Unmapped,
+            ChunkLoc::Home,
+            ChunkLoc::At(PoolId(0), 0),
+            ChunkLoc::At(PoolId(63), PCHUNK_MASK),
+        ] {
             assert_eq!(ChunkLoc::decode(loc.encode()), loc);
         }
         let mut m = ChunkMap::new(4, ChunkLoc::Home);

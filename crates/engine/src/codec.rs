@@ -6,7 +6,9 @@ pub(crate) struct Enc {
 
 impl Enc {
     pub fn with_capacity(n: usize) -> Enc {
-        Enc { buf: Vec::with_capacity(n) }
+        Enc {
+            buf: Vec::with_capacity(n),
+        }
     }
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);
@@ -71,10 +73,14 @@ impl<'a> Dec<'a> {
         self.take(2).map(|s| u16::from_le_bytes([s[0], s[1]]))
     }
     pub fn u32(&mut self) -> Option<u32> {
-        self.take(4).and_then(|s| s.try_into().ok()).map(u32::from_le_bytes)
+        self.take(4)
+            .and_then(|s| s.try_into().ok())
+            .map(u32::from_le_bytes)
     }
     pub fn u64(&mut self) -> Option<u64> {
-        self.take(8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes)
+        self.take(8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
     }
     pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         self.take(n)
@@ -86,9 +92,6 @@ impl<'a> Dec<'a> {
     }
     pub fn skip(&mut self, n: usize) -> Option<()> {
         self.take(n).map(|_| ())
-    }
-    pub fn pos(&self) -> usize {
-        self.pos
     }
 }
 

@@ -7,6 +7,7 @@
 //! 3. write the record blocks at the ring head, or the checkpoint chain then a new journal
 //!    header, all with FUA;
 //! 4. complete the waiting requests, release space whose release records are now durable.
+//!
 //! Requests and records arriving during a round wait for the next one (group commit).
 //! A FLUSH on one volume never writes another volume's journal (seed 001's isolation).
 
@@ -54,21 +55,39 @@ impl Engine {
             }
             if chunks.len() as u64 == n {
                 let images = build_chain(vol.rec.id, last_seq, &payload, cb, &chunks);
-                CommitWork::Checkpoint { records, images, chunks, header: None }
+                CommitWork::Checkpoint {
+                    records,
+                    images,
+                    chunks,
+                    header: None,
+                }
             } else {
                 for &(_, c) in &chunks {
                     alloc.release(c);
                 }
                 out.events.push(EngineEvent::Warning {
-                    message: format!("volume {}: no room on the metadata pool for a checkpoint", vol.rec.name),
+                    message: format!(
+                        "volume {}: no room on the metadata pool for a checkpoint",
+                        vol.rec.name
+                    ),
                 });
-                CommitWork::Blocks { records, image: Vec::new(), blocks, new_crc: 0 }
+                CommitWork::Blocks {
+                    records,
+                    image: Vec::new(),
+                    blocks,
+                    new_crc: 0,
+                }
             }
         } else if records.is_empty() {
             CommitWork::FlushOnly
         } else {
             let (image, new_crc) = vol.journal.build_blocks(vol.rec.id, first_seq, &records);
-            CommitWork::Blocks { records, image, blocks, new_crc }
+            CommitWork::Blocks {
+                records,
+                image,
+                blocks,
+                new_crc,
+            }
         };
         // A round that could neither checkpoint nor fit its blocks fails now.
         let no_room = matches!(&work, CommitWork::Blocks { image, .. } if image.is_empty());
@@ -85,12 +104,32 @@ impl Engine {
         }
         let flushed_pools = mem::take(&mut vol.dirty_pools);
         vol.stats.journal_commits += 1;
-        vol.commit = Some(Commit { phase: CommitPhase::DataFlush, pending_ops: 0, failed: false, waiters, work, last_seq, flushed_pools });
+        vol.commit = Some(Commit {
+            phase: CommitPhase::DataFlush,
+            pending_ops: 0,
+            failed: false,
+            waiters,
+            work,
+            last_seq,
+            flushed_pools,
+        });
         let mut n = 0;
         for p in 0..self.pools.len() {
             if flushed_pools >> p & 1 == 1 {
                 n += 1;
-                self.queue_op(now, Owner::Commit { vol: v }, PoolId(p as u16), DevKind::Flush, 0, 0, false, None, IoClass::Metadata, v, out);
+                self.queue_op(
+                    now,
+                    Owner::Commit { vol: v },
+                    PoolId(p as u16),
+                    DevKind::Flush,
+                    0,
+                    0,
+                    false,
+                    None,
+                    IoClass::Metadata,
+                    v,
+                    out,
+                );
             }
         }
         if let Some(c) = self.vols[vi].commit.as_mut() {
@@ -101,8 +140,16 @@ impl Engine {
         }
     }
 
-    pub(crate) fn commit_io_done(&mut self, now: u64, v: u32, result: Result<(), Errno>, out: &mut Outputs) {
-        let Some(c) = self.vols[v as usize].commit.as_mut() else { return };
+    pub(crate) fn commit_io_done(
+        &mut self,
+        now: u64,
+        v: u32,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
+        let Some(c) = self.vols[v as usize].commit.as_mut() else {
+            return;
+        };
         c.pending_ops -= 1;
         c.failed |= result.is_err();
         if c.pending_ops == 0 {
@@ -110,14 +157,36 @@ impl Engine {
         }
     }
 
-    fn commit_write(&mut self, now: u64, v: u32, pool: PoolId, offset: u64, payload: Vec<u8>, out: &mut Outputs) {
+    fn commit_write(
+        &mut self,
+        now: u64,
+        v: u32,
+        pool: PoolId,
+        offset: u64,
+        payload: Vec<u8>,
+        out: &mut Outputs,
+    ) {
         let len = payload.len() as u64;
-        self.queue_op(now, Owner::Commit { vol: v }, pool, DevKind::Write, offset, len, true, Some(payload.into()), IoClass::Metadata, v, out);
+        self.queue_op(
+            now,
+            Owner::Commit { vol: v },
+            pool,
+            DevKind::Write,
+            offset,
+            len,
+            true,
+            Some(payload.into()),
+            IoClass::Metadata,
+            v,
+            out,
+        );
     }
 
     fn advance_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
         let vi = v as usize;
-        let Some(c) = self.vols[vi].commit.as_ref() else { return };
+        let Some(c) = self.vols[vi].commit.as_ref() else {
+            return;
+        };
         if c.failed {
             return self.finish_commit(now, v, Err(Errno::Io), out);
         }
@@ -133,12 +202,20 @@ impl Engine {
                         // One write at the ring head, split where the ring wraps.
                         let j = &vol.journal;
                         let slot = j.head % j.ring_blocks;
-                        let first = (*blocks).min(j.ring_blocks - slot) as usize * BLOCK_BYTES as usize;
+                        let first =
+                            (*blocks).min(j.ring_blocks - slot) as usize * BLOCK_BYTES as usize;
                         let img = mem::take(image);
                         if first < img.len() {
                             writes.push((j.pool, j.ring_offset(), img[first..].to_vec()));
                         }
-                        writes.insert(0, (j.pool, j.block_offset(j.head), img[..first.min(img.len())].to_vec()));
+                        writes.insert(
+                            0,
+                            (
+                                j.pool,
+                                j.block_offset(j.head),
+                                img[..first.min(img.len())].to_vec(),
+                            ),
+                        );
                     }
                     CommitWork::Checkpoint { images, chunks, .. } => {
                         for (img, &(p, ch)) in mem::take(images).into_iter().zip(chunks.iter()) {
@@ -155,8 +232,12 @@ impl Engine {
                 let vol = &mut self.vols[vi];
                 let Some(c) = vol.commit.as_mut() else { return };
                 match &mut c.work {
-                    CommitWork::FlushOnly => unreachable!("flush-only rounds finish after the data flush"),
-                    CommitWork::Blocks { blocks, new_crc, .. } => {
+                    CommitWork::FlushOnly => {
+                        unreachable!("flush-only rounds finish after the data flush")
+                    }
+                    CommitWork::Blocks {
+                        blocks, new_crc, ..
+                    } => {
                         vol.journal.head += *blocks;
                         vol.journal.last_crc = *new_crc;
                         vol.journal.durable_seq = c.last_seq;
@@ -198,7 +279,14 @@ impl Engine {
                 vol.stats.checkpoints += 1;
                 let old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
                 for (pool, ch) in old {
-                    self.defer_free(Freed::Chunks { pool, first: ch, n: 1 }, smallvec::SmallVec::new());
+                    self.defer_free(
+                        Freed::Chunks {
+                            pool,
+                            first: ch,
+                            n: 1,
+                        },
+                        smallvec::SmallVec::new(),
+                    );
                 }
                 self.finish_commit(now, v, Ok(()), out);
             }
@@ -207,7 +295,9 @@ impl Engine {
 
     fn finish_commit(&mut self, now: u64, v: u32, result: Result<(), Errno>, out: &mut Outputs) {
         let vi = v as usize;
-        let Some(c) = self.vols[vi].commit.take() else { return };
+        let Some(c) = self.vols[vi].commit.take() else {
+            return;
+        };
         if result.is_err() {
             let vol = &mut self.vols[vi];
             // Retry later: the records go back in front, the data pools count as dirty.
@@ -215,7 +305,9 @@ impl Engine {
             let (records, fresh) = match c.work {
                 CommitWork::FlushOnly => (Vec::new(), Vec::new()),
                 CommitWork::Blocks { records, .. } => (records, Vec::new()),
-                CommitWork::Checkpoint { records, chunks, .. } => (records, chunks),
+                CommitWork::Checkpoint {
+                    records, chunks, ..
+                } => (records, chunks),
             };
             let mut rs = records;
             rs.append(&mut vol.journal.pending);
@@ -235,7 +327,9 @@ impl Engine {
             // exactly as if the host had crashed.
             vol.checkpoint_wanted = false;
             vol.journal.pending.clear();
-            out.events.push(EngineEvent::Warning { message: format!("volume {}: final commit failed", vol.rec.name) });
+            out.events.push(EngineEvent::Warning {
+                message: format!("volume {}: final commit failed", vol.rec.name),
+            });
         }
         if result.is_ok() && vol.journal.used_blocks() * 2 > vol.journal.ring_blocks {
             vol.checkpoint_wanted = true;

@@ -112,8 +112,14 @@ impl std::error::Error for ConfigError {}
 impl EngineConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
-        if !self.chunk_bytes.is_power_of_two() || self.chunk_bytes < 64 * 1024 || self.chunk_bytes > 64 << 20 {
-            return err(format!("chunk size {} must be a power of two between 64 KiB and 64 MiB", self.chunk_bytes));
+        if !self.chunk_bytes.is_power_of_two()
+            || self.chunk_bytes < 64 * 1024
+            || self.chunk_bytes > 64 << 20
+        {
+            return err(format!(
+                "chunk size {} must be a power of two between 64 KiB and 64 MiB",
+                self.chunk_bytes
+            ));
         }
         if self.pools.is_empty() {
             return err("at least one pool is needed".into());
@@ -127,17 +133,23 @@ impl EngineConfig {
         if self.meta_pool.0 as usize >= self.pools.len() {
             return err("the metadata pool does not exist".into());
         }
-        if self.journal_bytes < 64 * 1024 || self.journal_bytes % 4096 != 0 {
+        if self.journal_bytes < 64 * 1024 || !self.journal_bytes.is_multiple_of(4096) {
             return err("journal size must be a multiple of 4 KiB and at least 64 KiB".into());
         }
         let mut names = std::collections::BTreeSet::new();
         for p in &self.pools {
             if p.name.is_empty() || p.name.len() > MAX_NAME_BYTES || !names.insert(p.name.clone()) {
-                return err(format!("pool name {:?} is empty, too long or repeated", p.name));
+                return err(format!(
+                    "pool name {:?} is empty, too long or repeated",
+                    p.name
+                ));
             }
             let min = crate::layout::DATA_START_BYTES + 4 * self.chunk_bytes;
             if p.capacity_bytes < min {
-                return err(format!("pool {} is too small ({} bytes, need at least {min})", p.name, p.capacity_bytes));
+                return err(format!(
+                    "pool {} is too small ({} bytes, need at least {min})",
+                    p.name, p.capacity_bytes
+                ));
             }
             if p.queue_depth == 0 || p.queue_depth > 4096 {
                 return err(format!("pool {}: queue depth must be 1..=4096", p.name));
@@ -146,10 +158,16 @@ impl EngineConfig {
         names.clear();
         for v in &self.volumes {
             if v.name.is_empty() || v.name.len() > MAX_NAME_BYTES || !names.insert(v.name.clone()) {
-                return err(format!("volume name {:?} is empty, too long or repeated", v.name));
+                return err(format!(
+                    "volume name {:?} is empty, too long or repeated",
+                    v.name
+                ));
             }
             if v.size_bytes == 0 || v.size_bytes % 512 != 0 {
-                return err(format!("volume {}: size must be a positive multiple of 512 bytes", v.name));
+                return err(format!(
+                    "volume {}: size must be a positive multiple of 512 bytes",
+                    v.name
+                ));
             }
             if v.home_pool.0 as usize >= self.pools.len() {
                 return err(format!("volume {}: home pool does not exist", v.name));
@@ -159,6 +177,9 @@ impl EngineConfig {
     }
 
     pub fn pool_index(&self, name: &str) -> Option<PoolId> {
-        self.pools.iter().position(|p| p.name == name).map(|i| PoolId(i as u16))
+        self.pools
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| PoolId(i as u16))
     }
 }

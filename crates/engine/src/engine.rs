@@ -13,8 +13,8 @@ use crate::reclaim::{Epochs, Freed, PendingFree};
 use crate::sched::{Dispatch, QueuedOp, Scheduler};
 use crate::stats::PoolStats;
 use crate::types::{
-    DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId, ReqKind, VmCompletion,
-    VolumeId,
+    DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId,
+    ReqKind, VmCompletion, VolumeId,
 };
 use crate::volume::Volume;
 
@@ -55,14 +55,31 @@ pub(crate) struct Pool {
 pub(crate) enum Owner {
     /// Part of a read; `dest` is the offset in the request's buffer, or `SINGLE` when the
     /// device data is the whole reply.
-    Read { req: usize, dest: usize },
+    Read {
+        req: usize,
+        dest: usize,
+    },
     /// An in-place write of `[start, end)` of chunk `chunk`.
-    Write { req: usize, chunk: u64, start: u64, end: u64 },
+    Write {
+        req: usize,
+        chunk: u64,
+        start: u64,
+        end: u64,
+    },
     /// One of the writes that allocate a chunk.
-    Alloc { vol: u32, chunk: u64 },
-    Commit { vol: u32 },
-    Startup { tag: u32 },
-    Discard { free: usize },
+    Alloc {
+        vol: u32,
+        chunk: u64,
+    },
+    Commit {
+        vol: u32,
+    },
+    Startup {
+        tag: u32,
+    },
+    Discard {
+        free: usize,
+    },
 }
 
 pub(crate) const SINGLE: usize = usize::MAX;
@@ -130,7 +147,10 @@ impl Engine {
             .iter()
             .map(|p| Pool {
                 cfg: p.clone(),
-                alloc: ChunkAllocator::new(crate::layout::chunks_in(p.capacity_bytes, cfg.chunk_bytes)),
+                alloc: ChunkAllocator::new(crate::layout::chunks_in(
+                    p.capacity_bytes,
+                    cfg.chunk_bytes,
+                )),
                 sched: p.scheduler.build(),
                 in_flight: 0,
                 stats: PoolStats::default(),
@@ -164,12 +184,18 @@ impl Engine {
     }
 
     pub fn volume_id(&self, name: &str) -> Option<VolumeId> {
-        self.vols.iter().position(|v| v.rec.name == name).map(|i| VolumeId(i as u32))
+        self.vols
+            .iter()
+            .position(|v| v.rec.name == name)
+            .map(|i| VolumeId(i as u32))
     }
 
     /// (name, size in bytes) of every volume.
     pub fn volumes(&self) -> Vec<(String, u64)> {
-        self.vols.iter().map(|v| (v.rec.name.clone(), v.rec.size_bytes)).collect()
+        self.vols
+            .iter()
+            .map(|v| (v.rec.name.clone(), v.rec.size_bytes))
+            .collect()
     }
 
     pub fn volume_size(&self, v: VolumeId) -> Option<u64> {
@@ -190,11 +216,10 @@ impl Engine {
     pub fn is_idle(&self) -> bool {
         self.reqs.is_empty()
             && self.ops.is_empty()
-            && self.vols.iter().all(|v| v.commit.is_none() && !v.has_commit_work())
-    }
-
-    pub(crate) fn chunk_bytes(&self) -> u64 {
-        self.cfg.chunk_bytes
+            && self
+                .vols
+                .iter()
+                .all(|v| v.commit.is_none() && !v.has_commit_work())
     }
 
     pub(crate) fn fail(&mut self, reason: String, out: &mut Outputs) {
@@ -311,7 +336,9 @@ impl Engine {
         self.last_now_ns = self.last_now_ns.max(now);
         let key = c.id.0 as usize;
         let Some(op) = self.ops.try_remove(key) else {
-            out.events.push(EngineEvent::Warning { message: format!("completion for unknown device operation {}", c.id.0) });
+            out.events.push(EngineEvent::Warning {
+                message: format!("completion for unknown device operation {}", c.id.0),
+            });
             return;
         };
         self.epochs.leave(op.epoch);
@@ -333,7 +360,12 @@ impl Engine {
         }
         match op.owner {
             Owner::Read { req, dest } => self.read_done(now, req, dest, result, c.data, out),
-            Owner::Write { req, chunk, start, end } => self.write_done(now, req, op.volume, op.pool, chunk, start, end, result, out),
+            Owner::Write {
+                req,
+                chunk,
+                start,
+                end,
+            } => self.write_done(now, req, op.volume, op.pool, chunk, start, end, result, out),
             Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
             Owner::Startup { tag } => self.startup_io_done(now, tag, result, c.data, out),
@@ -377,7 +409,8 @@ impl Engine {
         if self.commit_timer_at.is_some() {
             return;
         }
-        let work = self.vols.iter().any(|v| !v.journal.pending.is_empty()) || !self.frees.is_empty();
+        let work =
+            self.vols.iter().any(|v| !v.journal.pending.is_empty()) || !self.frees.is_empty();
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);
@@ -386,7 +419,11 @@ impl Engine {
     }
 
     fn frees_wait_on(&self, v: u32) -> bool {
-        self.frees.iter().any(|(_, f)| f.needs.iter().any(|&(vol, seq)| vol == v && self.vols[v as usize].journal.durable_seq < seq))
+        self.frees.iter().any(|(_, f)| {
+            f.needs
+                .iter()
+                .any(|&(vol, seq)| vol == v && self.vols[v as usize].journal.durable_seq < seq)
+        })
     }
 
     /// Record that a location is free once `needs` are durable and in-flight I/O drained.
@@ -403,7 +440,11 @@ impl Engine {
             .filter(|(_, f)| {
                 f.epoch != u64::MAX
                     && self.epochs.drained(f.epoch)
-                    && f.needs.iter().all(|&(v, s)| self.vols.get(v as usize).is_none_or(|vol| vol.journal.durable_seq >= s))
+                    && f.needs.iter().all(|&(v, s)| {
+                        self.vols
+                            .get(v as usize)
+                            .is_none_or(|vol| vol.journal.durable_seq >= s)
+                    })
             })
             .map(|(k, _)| k)
             .collect();
@@ -414,7 +455,19 @@ impl Engine {
                 self.discarding += 1;
                 let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
                 let len = n * self.cfg.chunk_bytes;
-                self.queue_op(now, Owner::Discard { free: k }, pool, DevKind::Discard, off, len, false, None, IoClass::Metadata, u32::MAX, out);
+                self.queue_op(
+                    now,
+                    Owner::Discard { free: k },
+                    pool,
+                    DevKind::Discard,
+                    off,
+                    len,
+                    false,
+                    None,
+                    IoClass::Metadata,
+                    u32::MAX,
+                    out,
+                );
             } else {
                 let f = self.frees.remove(k);
                 self.release_chunks(f.what);
@@ -438,10 +491,19 @@ impl Engine {
     }
 
     /// Finish a request: record statistics and emit its completion.
-    pub(crate) fn finish_req(&mut self, now: u64, key: usize, result: Result<(), Errno>, out: &mut Outputs) {
+    pub(crate) fn finish_req(
+        &mut self,
+        now: u64,
+        key: usize,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
         let r = self.reqs.remove(key);
         let data = if r.kind == ReqKind::Read && result.is_ok() && self.cfg.track_data {
-            Some(r.single.unwrap_or_else(|| r.buf.map(BytesMut::freeze).unwrap_or_default()))
+            Some(
+                r.single
+                    .unwrap_or_else(|| r.buf.map(BytesMut::freeze).unwrap_or_default()),
+            )
         } else {
             None
         };
@@ -457,11 +519,23 @@ impl Engine {
         ks.latency.record(latency);
         vol.stats.all.record(latency);
         vol.stats.last_completion_ns = vol.stats.last_completion_ns.max(now);
-        out.completions.push(VmCompletion { id: r.id, volume: VolumeId(r.vol), kind: r.kind, result, data });
+        out.completions.push(VmCompletion {
+            id: r.id,
+            volume: VolumeId(r.vol),
+            kind: r.kind,
+            result,
+            data,
+        });
     }
 
     /// One unit of a request's work finished.
-    pub(crate) fn req_end(&mut self, now: u64, key: usize, result: Result<(), Errno>, out: &mut Outputs) {
+    pub(crate) fn req_end(
+        &mut self,
+        now: u64,
+        key: usize,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
         let r = &mut self.reqs[key];
         if let Err(e) = result {
             // Keep the first error; an I/O error outranks others.
@@ -476,7 +550,10 @@ impl Engine {
         let wants_commit = r.stage == ReqStage::Data
             && r.fua
             && r.error.is_none()
-            && matches!(r.kind, ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes);
+            && matches!(
+                r.kind,
+                ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes
+            );
         if wants_commit {
             r.stage = ReqStage::AwaitCommit;
             let v = r.vol;

@@ -19,7 +19,9 @@ pub struct ExtentMap<V: ExtentValue> {
 
 impl<V: ExtentValue> ExtentMap<V> {
     pub fn new() -> Self {
-        ExtentMap { map: BTreeMap::new() }
+        ExtentMap {
+            map: BTreeMap::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -38,14 +40,14 @@ impl<V: ExtentValue> ExtentMap<V> {
             return removed;
         }
         // An extent starting before `start` may reach into the range.
-        if let Some((&s, &(e, v))) = self.map.range(..start).next_back() {
-            if e > start {
-                self.map.insert(s, (start, v));
-                removed.push((start, e.min(end), v.advance(start - s)));
-                if e > end {
-                    self.map.insert(end, (e, v.advance(end - s)));
-                    return removed;
-                }
+        if let Some((&s, &(e, v))) = self.map.range(..start).next_back()
+            && e > start
+        {
+            self.map.insert(s, (start, v));
+            removed.push((start, e.min(end), v.advance(start - s)));
+            if e > end {
+                self.map.insert(end, (e, v.advance(end - s)));
+                return removed;
             }
         }
         let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
@@ -67,18 +69,19 @@ impl<V: ExtentValue> ExtentMap<V> {
             return removed;
         }
         let (mut s, mut e, mut val) = (start, end, v);
-        if let Some((&ls, &(le, lv))) = self.map.range(..start).next_back() {
-            if le == start && lv.advance(start - ls) == v {
-                self.map.remove(&ls);
-                s = ls;
-                val = lv;
-            }
+        if let Some((&ls, &(le, lv))) = self.map.range(..start).next_back()
+            && le == start
+            && lv.advance(start - ls) == v
+        {
+            self.map.remove(&ls);
+            s = ls;
+            val = lv;
         }
-        if let Some(&(re, rv)) = self.map.get(&end) {
-            if v.advance(end - start) == rv {
-                self.map.remove(&end);
-                e = re;
-            }
+        if let Some(&(re, rv)) = self.map.get(&end)
+            && v.advance(end - start) == rv
+        {
+            self.map.remove(&end);
+            e = re;
         }
         self.map.insert(s, (e, val));
         removed
@@ -86,11 +89,19 @@ impl<V: ExtentValue> ExtentMap<V> {
 
     /// The pieces of extents overlapping `[start, end)`, clipped, in order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, u64, V)> + '_ {
-        let first = self.map.range(..start).next_back().filter(|(_, (e, _))| *e > start).map(|(&s, &(e, v))| (s, e, v));
-        first.into_iter().chain(self.map.range(start..end).map(|(&s, &(e, v))| (s, e, v))).map(move |(s, e, v)| {
-            let cs = s.max(start);
-            (cs, e.min(end), v.advance(cs - s))
-        })
+        let first = self
+            .map
+            .range(..start)
+            .next_back()
+            .filter(|(_, (e, _))| *e > start)
+            .map(|(&s, &(e, v))| (s, e, v));
+        first
+            .into_iter()
+            .chain(self.map.range(start..end).map(|(&s, &(e, v))| (s, e, v)))
+            .map(move |(s, e, v)| {
+                let cs = s.max(start);
+                (cs, e.min(end), v.advance(cs - s))
+            })
     }
 
     /// Whether anything overlaps `[start, end)`.
@@ -189,6 +200,9 @@ mod tests {
         m.insert(0, 100, Tag(1, 0));
         let removed = m.remove(40, 60);
         assert_eq!(removed, vec![(40, 60, Tag(1, 40))]);
-        assert_eq!(m.iter().collect::<Vec<_>>(), vec![(0, 40, Tag(1, 0)), (60, 100, Tag(1, 60))]);
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            vec![(0, 40, Tag(1, 0)), (60, 100, Tag(1, 60))]
+        );
     }
 }

@@ -27,7 +27,13 @@ impl Engine {
     pub fn submit(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
         if let Err(e) = self.validate(&req) {
-            out.completions.push(VmCompletion { id: req.id, volume: req.volume, kind: req.kind, result: Err(e), data: None });
+            out.completions.push(VmCompletion {
+                id: req.id,
+                volume: req.volume,
+                kind: req.kind,
+                result: Err(e),
+                data: None,
+            });
             return;
         }
         let v = req.volume.0;
@@ -61,8 +67,12 @@ impl Engine {
             }
             ReqKind::Read => self.start_read(now, key, out),
             ReqKind::Write => self.for_each_piece(now, key, out, Self::write_piece),
-            ReqKind::WriteZeroes if req.no_hole => self.for_each_piece(now, key, out, Self::write_piece),
-            ReqKind::Trim | ReqKind::WriteZeroes => self.for_each_piece(now, key, out, Self::trim_piece),
+            ReqKind::WriteZeroes if req.no_hole => {
+                self.for_each_piece(now, key, out, Self::write_piece)
+            }
+            ReqKind::Trim | ReqKind::WriteZeroes => {
+                self.for_each_piece(now, key, out, Self::trim_piece)
+            }
         }
         self.req_end(now, key, Ok(()), out);
     }
@@ -75,11 +85,20 @@ impl Engine {
         if req.kind == ReqKind::Flush {
             return Ok(());
         }
-        let end = req.offset_bytes.checked_add(req.len_bytes).ok_or(Errno::Inval)?;
+        let end = req
+            .offset_bytes
+            .checked_add(req.len_bytes)
+            .ok_or(Errno::Inval)?;
         if end > vol.rec.size_bytes {
-            return Err(if req.kind == ReqKind::Read { Errno::Inval } else { Errno::NoSpc });
+            return Err(if req.kind == ReqKind::Read {
+                Errno::Inval
+            } else {
+                Errno::NoSpc
+            });
         }
-        if matches!(req.kind, ReqKind::Read | ReqKind::Write) && req.len_bytes > self.cfg.max_request_bytes {
+        if matches!(req.kind, ReqKind::Read | ReqKind::Write)
+            && req.len_bytes > self.cfg.max_request_bytes
+        {
             return Err(Errno::Inval);
         }
         if req.kind == ReqKind::Write {
@@ -92,7 +111,13 @@ impl Engine {
         Ok(())
     }
 
-    fn for_each_piece(&mut self, now: u64, key: usize, out: &mut Outputs, f: fn(&mut Engine, u64, usize, u32, u64, u64, &mut Outputs)) {
+    fn for_each_piece(
+        &mut self,
+        now: u64,
+        key: usize,
+        out: &mut Outputs,
+        f: fn(&mut Engine, u64, usize, u32, u64, u64, &mut Outputs),
+    ) {
         let r = &self.reqs[key];
         let (v, mut pos, end) = (r.vol, r.offset_bytes, r.offset_bytes + r.len_bytes);
         let cb = self.cfg.chunk_bytes;
@@ -131,7 +156,9 @@ impl Engine {
         while pos < end {
             let c = pos / cb;
             let cend = ((c + 1) * cb).min(end);
-            let base = vol.resolve(vol.map.get(c), c).map(|(p, pc)| (p, chunk_offset(pc, cb) + (pos - c * cb)));
+            let base = vol
+                .resolve(vol.map.get(c), c)
+                .map(|(p, pc)| (p, chunk_offset(pc, cb) + (pos - c * cb)));
             let at = |x: u64| match base {
                 Some((p, d)) => Src::Dev(p, d + (x - pos)),
                 None => Src::Zero,
@@ -144,10 +171,14 @@ impl Engine {
                     if s > cur {
                         push(cur, s, at(cur));
                     }
-                    push(s, e, match ov {
-                        Overlay::Zero => Src::Zero,
-                        Overlay::Log { pool, dev_offset } => Src::Dev(pool, dev_offset),
-                    });
+                    push(
+                        s,
+                        e,
+                        match ov {
+                            Overlay::Zero => Src::Zero,
+                            Overlay::Log { pool, dev_offset } => Src::Dev(pool, dev_offset),
+                        },
+                    );
                     cur = e;
                 }
                 if cur < cend {
@@ -164,20 +195,40 @@ impl Engine {
             if let Src::Dev(pool, dev) = src {
                 self.reqs[key].outstanding += 1;
                 let dest = if single { SINGLE } else { (s - off) as usize };
-                self.queue_op(now, Owner::Read { req: key, dest }, pool, DevKind::Read, dev, e - s, false, None, IoClass::Foreground, v, out);
+                self.queue_op(
+                    now,
+                    Owner::Read { req: key, dest },
+                    pool,
+                    DevKind::Read,
+                    dev,
+                    e - s,
+                    false,
+                    None,
+                    IoClass::Foreground,
+                    v,
+                    out,
+                );
             }
         }
     }
 
-    pub(crate) fn read_done(&mut self, now: u64, req: usize, dest: usize, result: Result<(), Errno>, data: Option<Bytes>, out: &mut Outputs) {
-        if result.is_ok() {
-            if let Some(d) = data {
-                let r = &mut self.reqs[req];
-                if dest == SINGLE {
-                    r.single = Some(d);
-                } else if let Some(buf) = r.buf.as_mut() {
-                    buf[dest..dest + d.len()].copy_from_slice(&d);
-                }
+    pub(crate) fn read_done(
+        &mut self,
+        now: u64,
+        req: usize,
+        dest: usize,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
+        if result.is_ok()
+            && let Some(d) = data
+        {
+            let r = &mut self.reqs[req];
+            if dest == SINGLE {
+                r.single = Some(d);
+            } else if let Some(buf) = r.buf.as_mut() {
+                buf[dest..dest + d.len()].copy_from_slice(&d);
             }
         }
         self.req_end(now, req, result, out);
@@ -185,12 +236,16 @@ impl Engine {
 
     /// Park a piece behind a chunk in transition. Returns true if parked.
     fn park_if_busy(&mut self, key: usize, v: u32, c: u64, s: u64, e: u64) -> bool {
-        if let Some(a) = self.vols[v as usize].activity.get_mut(&c) {
-            if a.state != ChunkState::Idle {
-                a.waiters.push_back(Waiter { req: key, start: s, end: e });
-                self.reqs[key].outstanding += 1;
-                return true;
-            }
+        if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
+            && a.state != ChunkState::Idle
+        {
+            a.waiters.push_back(Waiter {
+                req: key,
+                start: s,
+                end: e,
+            });
+            self.reqs[key].outstanding += 1;
+            return true;
         }
         false
     }
@@ -206,17 +261,40 @@ impl Engine {
         let payload = if zero {
             None
         } else {
-            r.payload.as_ref().map(|p| p.slice((s - r.offset_bytes) as usize..(e - r.offset_bytes) as usize))
+            r.payload
+                .as_ref()
+                .map(|p| p.slice((s - r.offset_bytes) as usize..(e - r.offset_bytes) as usize))
         };
-        let kind = if zero { DevKind::WriteZeroes } else { DevKind::Write };
+        let kind = if zero {
+            DevKind::WriteZeroes
+        } else {
+            DevKind::Write
+        };
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {
                 vol.activity.entry(c).or_default().writes_in_flight += 1;
                 self.reqs[key].outstanding += 1;
                 let dev = chunk_offset(pc, cb) + (s - c * cb);
-                let owner = Owner::Write { req: key, chunk: c, start: s, end: e };
-                self.queue_op(now, owner, pool, kind, dev, e - s, false, payload, IoClass::Foreground, v, out);
+                let owner = Owner::Write {
+                    req: key,
+                    chunk: c,
+                    start: s,
+                    end: e,
+                };
+                self.queue_op(
+                    now,
+                    owner,
+                    pool,
+                    kind,
+                    dev,
+                    e - s,
+                    false,
+                    payload,
+                    IoClass::Foreground,
+                    v,
+                    out,
+                );
             }
             None => self.allocate_chunk(now, key, v, c, s, e, kind, payload, out),
         }
@@ -229,7 +307,18 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn allocate_chunk(&mut self, now: u64, key: usize, v: u32, c: u64, s: u64, e: u64, kind: DevKind, payload: Option<Bytes>, out: &mut Outputs) {
+    fn allocate_chunk(
+        &mut self,
+        now: u64,
+        key: usize,
+        v: u32,
+        c: u64,
+        s: u64,
+        e: u64,
+        kind: DevKind,
+        payload: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
         let cb = self.cfg.chunk_bytes;
         let (pool, hint) = self.place_new_chunk(v, c);
         let Some(pc) = self.pools[pool.0 as usize].alloc.allocate(hint, false) else {
@@ -246,24 +335,85 @@ impl Engine {
         let pending = 1 + (before > 0) as u32 + (after > 0) as u32;
         let vol = &mut self.vols[v as usize];
         vol.stats.chunks_allocated += 1;
-        vol.activity.entry(c).or_default().state =
-            ChunkState::Allocating { pending, loc: ChunkLoc::At(pool, pc), start: s, end: e, failed: false, req: key };
+        vol.activity.entry(c).or_default().state = ChunkState::Allocating {
+            pending,
+            loc: ChunkLoc::At(pool, pc),
+            start: s,
+            end: e,
+            failed: false,
+            req: key,
+        };
         self.reqs[key].outstanding += 1;
         let owner = Owner::Alloc { vol: v, chunk: c };
         // The rest of a fresh chunk must read as zeros, whatever the device held before.
-        self.queue_op(now, owner, pool, kind, base + before, e - s, false, payload, IoClass::Foreground, v, out);
+        self.queue_op(
+            now,
+            owner,
+            pool,
+            kind,
+            base + before,
+            e - s,
+            false,
+            payload,
+            IoClass::Foreground,
+            v,
+            out,
+        );
         if before > 0 {
-            self.queue_op(now, owner, pool, DevKind::WriteZeroes, base, before, false, None, IoClass::Foreground, v, out);
+            self.queue_op(
+                now,
+                owner,
+                pool,
+                DevKind::WriteZeroes,
+                base,
+                before,
+                false,
+                None,
+                IoClass::Foreground,
+                v,
+                out,
+            );
         }
         if after > 0 {
-            self.queue_op(now, owner, pool, DevKind::WriteZeroes, base + cb - after, after, false, None, IoClass::Foreground, v, out);
+            self.queue_op(
+                now,
+                owner,
+                pool,
+                DevKind::WriteZeroes,
+                base + cb - after,
+                after,
+                false,
+                None,
+                IoClass::Foreground,
+                v,
+                out,
+            );
         }
     }
 
-    pub(crate) fn alloc_part_done(&mut self, now: u64, v: u32, c: u64, result: Result<(), Errno>, out: &mut Outputs) {
+    pub(crate) fn alloc_part_done(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
         let vol = &mut self.vols[v as usize];
-        let Some(a) = vol.activity.get_mut(&c) else { return };
-        let ChunkState::Allocating { pending, loc, start, end, failed, req } = &mut a.state else { return };
+        let Some(a) = vol.activity.get_mut(&c) else {
+            return;
+        };
+        let ChunkState::Allocating {
+            pending,
+            loc,
+            start,
+            end,
+            failed,
+            req,
+        } = &mut a.state
+        else {
+            return;
+        };
         *pending -= 1;
         *failed |= result.is_err();
         if *pending > 0 {
@@ -271,14 +421,19 @@ impl Engine {
         }
         let (loc, start, end, failed, req) = (*loc, *start, *end, *failed, *req);
         a.state = ChunkState::Idle;
-        let ChunkLoc::At(pool, pc) = loc else { unreachable!("allocation targets a concrete chunk") };
+        let ChunkLoc::At(pool, pc) = loc else {
+            unreachable!("allocation targets a concrete chunk")
+        };
         if failed {
             // Nothing references the chunk: give it straight back.
             self.pools[pool.0 as usize].alloc.release(pc);
             self.req_end(now, req, Err(Errno::Io), out);
         } else {
             vol.map.set(c, loc);
-            vol.journal.append(Record::Map { chunk: c, entry: loc.encode() });
+            vol.journal.append(Record::Map {
+                chunk: c,
+                entry: loc.encode(),
+            });
             vol.dirty_pools |= 1 << pool.0;
             self.clear_overlay(v, start, end);
             self.arm_commit_timer(now, out);
@@ -291,7 +446,9 @@ impl Engine {
     pub(crate) fn wake_waiters(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
         loop {
             let vol = &mut self.vols[v as usize];
-            let Some(a) = vol.activity.get_mut(&c) else { return };
+            let Some(a) = vol.activity.get_mut(&c) else {
+                return;
+            };
             if a.state != ChunkState::Idle {
                 return;
             }
@@ -364,23 +521,39 @@ impl Engine {
         match (whole && thin, vol.map.get(c)) {
             (true, ChunkLoc::At(pool, pc)) => {
                 vol.map.set(c, ChunkLoc::Unmapped);
-                let seq = vol.journal.append(Record::Map { chunk: c, entry: ChunkLoc::Unmapped.encode() });
+                let seq = vol.journal.append(Record::Map {
+                    chunk: c,
+                    entry: ChunkLoc::Unmapped.encode(),
+                });
                 if vol.overlay.any_overlap(s, e) {
                     vol.overlay.remove(s, e);
-                    vol.journal.append(Record::OverlayClear { start: s, end: e });
+                    vol.journal
+                        .append(Record::OverlayClear { start: s, end: e });
                 }
                 let needs = smallvec::smallvec![(v, seq)];
-                self.defer_free(Freed::Chunks { pool, first: pc, n: 1 }, needs);
+                self.defer_free(
+                    Freed::Chunks {
+                        pool,
+                        first: pc,
+                        n: 1,
+                    },
+                    needs,
+                );
             }
             (true, ChunkLoc::Unmapped) => {
                 if vol.overlay.any_overlap(s, e) {
                     vol.overlay.remove(s, e);
-                    vol.journal.append(Record::OverlayClear { start: s, end: e });
+                    vol.journal
+                        .append(Record::OverlayClear { start: s, end: e });
                 }
             }
             _ => {
                 vol.overlay.insert(s, e, Overlay::Zero);
-                vol.journal.append(Record::Overlay { start: s, end: e, value: Overlay::Zero });
+                vol.journal.append(Record::Overlay {
+                    start: s,
+                    end: e,
+                    value: Overlay::Zero,
+                });
             }
         }
         self.arm_commit_timer(now, out);

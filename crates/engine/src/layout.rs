@@ -46,13 +46,19 @@ impl Superblock {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::with_capacity(BLOCK_BYTES as usize);
-        e.bytes(SB_MAGIC).u32(FORMAT_VERSION).bytes(&self.system_uuid);
+        e.bytes(SB_MAGIC)
+            .u32(FORMAT_VERSION)
+            .bytes(&self.system_uuid);
         e.u16(self.pool_index).u16(self.pool_count).name(&self.name);
         e.u8(match self.medium {
             Medium::Ssd => 0,
             Medium::Hdd => 1,
         });
-        e.u64(self.capacity_bytes).u64(self.chunk_bytes).u64(DATA_START_BYTES).u64(self.chunks()).u16(self.meta_pool);
+        e.u64(self.capacity_bytes)
+            .u64(self.chunk_bytes)
+            .u64(DATA_START_BYTES)
+            .u64(self.chunks())
+            .u16(self.meta_pool);
         e.seal(BLOCK_BYTES as usize)
     }
 
@@ -69,7 +75,9 @@ impl Superblock {
         d.skip(8).ok_or_else(bad)?;
         let version = d.u32().ok_or_else(bad)?;
         if version != FORMAT_VERSION {
-            return Err(format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"));
+            return Err(format!(
+                "unsupported format version {version} (this build reads {FORMAT_VERSION})"
+            ));
         }
         let mut system_uuid = [0u8; 16];
         system_uuid.copy_from_slice(d.bytes(16).ok_or_else(bad)?);
@@ -85,7 +93,16 @@ impl Superblock {
         let _data_start = d.u64().ok_or_else(bad)?;
         let _chunks = d.u64().ok_or_else(bad)?;
         let meta_pool = d.u16().ok_or_else(bad)?;
-        Ok(Superblock { system_uuid, pool_index, pool_count, name, medium, capacity_bytes, chunk_bytes, meta_pool })
+        Ok(Superblock {
+            system_uuid,
+            pool_index,
+            pool_count,
+            name,
+            medium,
+            capacity_bytes,
+            chunk_bytes,
+            meta_pool,
+        })
     }
 }
 
@@ -139,7 +156,10 @@ fn placement_from(code: u8, _d: &mut Dec) -> Option<Placement> {
 impl VolumeTable {
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::with_capacity(VOLTAB_SLOT_BYTES as usize);
-        e.bytes(VT_MAGIC).u32(FORMAT_VERSION).u64(self.generation).u32(self.volumes.len() as u32);
+        e.bytes(VT_MAGIC)
+            .u32(FORMAT_VERSION)
+            .u64(self.generation)
+            .u32(self.volumes.len() as u32);
         e.pad_to(VT_HEADER_BYTES);
         for (i, v) in self.volumes.iter().enumerate() {
             e.u32(v.id).name(&v.name).u64(v.size_bytes);
@@ -148,7 +168,9 @@ impl VolumeTable {
                 Provisioning::Thin => 1,
             });
             e.u16(v.home_pool.0).u64(v.home_base_chunk);
-            e.u16(v.journal_pool.0).u64(v.journal_first_chunk).u32(v.journal_chunks);
+            e.u16(v.journal_pool.0)
+                .u64(v.journal_first_chunk)
+                .u32(v.journal_chunks);
             e.u8(placement_code(&v.placement));
             e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES);
         }
@@ -156,7 +178,10 @@ impl VolumeTable {
     }
 
     pub fn decode(buf: &[u8]) -> Option<VolumeTable> {
-        if buf.len() < VOLTAB_SLOT_BYTES as usize || &buf[..8] != VT_MAGIC || !sealed_ok(buf, VOLTAB_SLOT_BYTES as usize) {
+        if buf.len() < VOLTAB_SLOT_BYTES as usize
+            || &buf[..8] != VT_MAGIC
+            || !sealed_ok(buf, VOLTAB_SLOT_BYTES as usize)
+        {
             return None;
         }
         let mut d = Dec::new(buf);
@@ -199,7 +224,10 @@ impl VolumeTable {
                 journal_chunks,
             });
         }
-        Some(VolumeTable { generation, volumes })
+        Some(VolumeTable {
+            generation,
+            volumes,
+        })
     }
 }
 
@@ -227,17 +255,27 @@ pub struct JournalHeader {
 impl JournalHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::with_capacity(BLOCK_BYTES as usize);
-        e.bytes(JH_MAGIC).u32(FORMAT_VERSION).u32(self.volume_id).u64(self.generation).u64(self.mount_generation);
+        e.bytes(JH_MAGIC)
+            .u32(FORMAT_VERSION)
+            .u32(self.volume_id)
+            .u64(self.generation)
+            .u64(self.mount_generation);
         match self.checkpoint {
             Some((pool, chunk)) => e.u8(1).u16(pool.0).u64(chunk),
             None => e.u8(0).u16(0).u64(0),
         };
-        e.u64(self.checkpoint_seq).u64(self.replay_pos).u64(self.replay_block_seq).u32(self.replay_prev_crc);
+        e.u64(self.checkpoint_seq)
+            .u64(self.replay_pos)
+            .u64(self.replay_block_seq)
+            .u32(self.replay_prev_crc);
         e.seal(BLOCK_BYTES as usize)
     }
 
     pub fn decode(buf: &[u8]) -> Option<JournalHeader> {
-        if buf.len() < BLOCK_BYTES as usize || &buf[..8] != JH_MAGIC || !sealed_ok(buf, BLOCK_BYTES as usize) {
+        if buf.len() < BLOCK_BYTES as usize
+            || &buf[..8] != JH_MAGIC
+            || !sealed_ok(buf, BLOCK_BYTES as usize)
+        {
             return None;
         }
         let mut d = Dec::new(buf);
@@ -284,7 +322,11 @@ mod tests {
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[40] ^= 1;
         assert!(Superblock::decode(&b).unwrap_err().contains("checksum"));
-        assert!(Superblock::decode(&[0u8; 4096]).unwrap_err().contains("magic"));
+        assert!(
+            Superblock::decode(&[0u8; 4096])
+                .unwrap_err()
+                .contains("magic")
+        );
         assert!(Superblock::decode(&[0u8; 10]).is_err());
     }
 
@@ -297,7 +339,11 @@ mod tests {
                     id: i,
                     name: format!("vm{i}"),
                     size_bytes: (i as u64 + 1) << 30,
-                    provisioning: if i % 2 == 0 { Provisioning::Thin } else { Provisioning::Thick },
+                    provisioning: if i % 2 == 0 {
+                        Provisioning::Thin
+                    } else {
+                        Provisioning::Thick
+                    },
                     placement: Placement::Pinned,
                     home_pool: PoolId(i as u16 % 2),
                     home_base_chunk: i as u64 * 100,
@@ -328,7 +374,10 @@ mod tests {
             replay_prev_crc: 0xdead_beef,
         };
         assert_eq!(JournalHeader::decode(&h.encode()).unwrap(), h);
-        let none = JournalHeader { checkpoint: None, ..h };
+        let none = JournalHeader {
+            checkpoint: None,
+            ..h
+        };
         assert_eq!(JournalHeader::decode(&none.encode()).unwrap(), none);
     }
 }

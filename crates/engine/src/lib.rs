@@ -18,15 +18,17 @@ pub mod journal;
 pub mod layout;
 mod mount;
 pub mod overlay;
-mod report;
 mod reclaim;
+mod report;
 pub mod sched;
 pub mod stats;
 pub mod types;
 mod volume;
 
-pub use config::{ConfigError, EngineConfig, Medium, Placement, PoolConfig, Provisioning, VolumeConfig};
+pub use config::{
+    ConfigError, EngineConfig, Medium, Placement, PoolConfig, Provisioning, VolumeConfig,
+};
 pub use engine::{Engine, EngineState, StartMode};
-pub use sched::SchedulerKind;
 pub use report::{EngineReport, KindReport, PoolReport, VolumeReport};
+pub use sched::SchedulerKind;
 pub use types::*;

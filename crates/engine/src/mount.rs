@@ -17,8 +17,8 @@ use crate::extents::ExtentMap;
 use crate::journal::checkpoint::{CkptChunkHeader, decode_state};
 use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
 use crate::layout::{
-    BLOCK_BYTES, JournalHeader, SUPERBLOCK_OFFSET, Superblock, VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES, VolumeRecord, VolumeTable,
-    chunk_offset,
+    BLOCK_BYTES, JournalHeader, SUPERBLOCK_OFFSET, Superblock, VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES,
+    VolumeRecord, VolumeTable, chunk_offset,
 };
 use crate::overlay::Overlay;
 use crate::stats::VolumeStats;
@@ -93,25 +93,71 @@ impl Engine {
             StartMode::Format => self.format(now, out),
             StartMode::Auto => {
                 for p in 0..self.pools.len() {
-                    self.startup_read(now, PoolId(p as u16), SUPERBLOCK_OFFSET, BLOCK_BYTES, TAG_SB | p as u32, out);
+                    self.startup_read(
+                        now,
+                        PoolId(p as u16),
+                        SUPERBLOCK_OFFSET,
+                        BLOCK_BYTES,
+                        TAG_SB | p as u32,
+                        out,
+                    );
                 }
             }
         }
     }
 
-    fn startup_read(&mut self, now: u64, pool: PoolId, off: u64, len: u64, tag: u32, out: &mut Outputs) {
+    fn startup_read(
+        &mut self,
+        now: u64,
+        pool: PoolId,
+        off: u64,
+        len: u64,
+        tag: u32,
+        out: &mut Outputs,
+    ) {
         if let Some(s) = self.startup.as_mut() {
             s.outstanding += 1;
         }
-        self.queue_op(now, Owner::Startup { tag }, pool, DevKind::Read, off, len, false, None, IoClass::Metadata, u32::MAX, out);
+        self.queue_op(
+            now,
+            Owner::Startup { tag },
+            pool,
+            DevKind::Read,
+            off,
+            len,
+            false,
+            None,
+            IoClass::Metadata,
+            u32::MAX,
+            out,
+        );
     }
 
-    fn startup_write(&mut self, now: u64, pool: PoolId, off: u64, data: Vec<u8>, out: &mut Outputs) {
+    fn startup_write(
+        &mut self,
+        now: u64,
+        pool: PoolId,
+        off: u64,
+        data: Vec<u8>,
+        out: &mut Outputs,
+    ) {
         if let Some(s) = self.startup.as_mut() {
             s.outstanding += 1;
         }
         let len = data.len() as u64;
-        self.queue_op(now, Owner::Startup { tag: TAG_WRITE }, pool, DevKind::Write, off, len, true, Some(data.into()), IoClass::Metadata, u32::MAX, out);
+        self.queue_op(
+            now,
+            Owner::Startup { tag: TAG_WRITE },
+            pool,
+            DevKind::Write,
+            off,
+            len,
+            true,
+            Some(data.into()),
+            IoClass::Metadata,
+            u32::MAX,
+            out,
+        );
     }
 
     fn superblock_for(&self, p: usize) -> Superblock {
@@ -134,7 +180,8 @@ impl Engine {
         let mut reserve = 8;
         for v in &self.cfg.volumes {
             let chunks = v.size_bytes.div_ceil(cb);
-            reserve += 2 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + (256 << 10), cb);
+            reserve +=
+                2 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + (256 << 10), cb);
         }
         let meta = self.cfg.meta_pool.0 as usize;
         let total = self.pools[meta].alloc.chunks();
@@ -146,7 +193,9 @@ impl Engine {
             s.formatting = true;
             s.phase = Phase::Writing;
         }
-        self.superblocks = (0..self.pools.len()).map(|p| self.superblock_for(p)).collect();
+        self.superblocks = (0..self.pools.len())
+            .map(|p| self.superblock_for(p))
+            .collect();
         self.set_reserves();
         let cfgs = self.cfg.volumes.clone();
         let mut records = Vec::new();
@@ -156,7 +205,10 @@ impl Engine {
                 Err(e) => return self.fail(e, out),
             }
         }
-        self.voltab = VolumeTable { generation: 1, volumes: records };
+        self.voltab = VolumeTable {
+            generation: 1,
+            volumes: records,
+        };
         for p in 0..self.pools.len() {
             let img = self.superblocks[p].encode();
             self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
@@ -168,7 +220,10 @@ impl Engine {
         for v in 0..self.vols.len() {
             self.write_fresh_headers(now, v, out);
         }
-        out.events.push(EngineEvent::Formatted { pools: self.pools.len(), volumes: self.vols.len() });
+        out.events.push(EngineEvent::Formatted {
+            pools: self.pools.len(),
+            volumes: self.vols.len(),
+        });
         self.check_phase_done(now, out);
     }
 
@@ -178,7 +233,13 @@ impl Engine {
         let (pool, off) = (j.pool, j.region_offset);
         let img = j.header.encode();
         self.startup_write(now, pool, off, img, out);
-        self.startup_write(now, pool, off + BLOCK_BYTES, vec![0u8; BLOCK_BYTES as usize], out);
+        self.startup_write(
+            now,
+            pool,
+            off + BLOCK_BYTES,
+            vec![0u8; BLOCK_BYTES as usize],
+            out,
+        );
     }
 
     /// Reserve a new volume's journal (and home region if thick) and add it.
@@ -190,18 +251,31 @@ impl Engine {
         let jfirst = self.pools[meta.0 as usize]
             .alloc
             .allocate_run(journal_chunks, 0, true)
-            .ok_or_else(|| format!("volume {}: no room for its {} journal chunks on pool {}", vc.name, journal_chunks, self.cfg.pools[meta.0 as usize].name))?;
+            .ok_or_else(|| {
+                format!(
+                    "volume {}: no room for its {} journal chunks on pool {}",
+                    vc.name, journal_chunks, self.cfg.pools[meta.0 as usize].name
+                )
+            })?;
         let home = vc.home_pool;
         let home_base_chunk = match vc.provisioning {
-            Provisioning::Thick => self.pools[home.0 as usize].alloc.allocate_run(chunks, 0, false).ok_or_else(|| {
-                format!(
-                    "volume {}: thick provisioning needs {} contiguous free chunks on pool {}",
-                    vc.name, chunks, self.cfg.pools[home.0 as usize].name
-                )
-            })?,
+            Provisioning::Thick => self.pools[home.0 as usize]
+                .alloc
+                .allocate_run(chunks, 0, false)
+                .ok_or_else(|| {
+                    format!(
+                        "volume {}: thick provisioning needs {} contiguous free chunks on pool {}",
+                        vc.name, chunks, self.cfg.pools[home.0 as usize].name
+                    )
+                })?,
             // Spread thin volumes over the pool so each keeps some locality.
             Provisioning::Thin => {
-                let before: u64 = self.vols.iter().filter(|v| v.rec.home_pool == home).map(|v| v.chunks).sum();
+                let before: u64 = self
+                    .vols
+                    .iter()
+                    .filter(|v| v.rec.home_pool == home)
+                    .map(|v| v.chunks)
+                    .sum();
                 before % self.pools[home.0 as usize].alloc.chunks()
             }
         };
@@ -227,14 +301,34 @@ impl Engine {
             replay_block_seq: 0,
             replay_prev_crc: chain_seed(&self.cfg.system_uuid, id),
         };
-        let initial = if vc.provisioning == Provisioning::Thick { ChunkLoc::Home } else { ChunkLoc::Unmapped };
-        self.vols.push(self.volume_from(rec.clone(), ChunkMap::new(chunks, initial), ExtentMap::new(), header));
+        let initial = if vc.provisioning == Provisioning::Thick {
+            ChunkLoc::Home
+        } else {
+            ChunkLoc::Unmapped
+        };
+        self.vols.push(self.volume_from(
+            rec.clone(),
+            ChunkMap::new(chunks, initial),
+            ExtentMap::new(),
+            header,
+        ));
         Ok(rec)
     }
 
-    fn volume_from(&self, rec: VolumeRecord, map: ChunkMap, overlay: ExtentMap<Overlay>, header: JournalHeader) -> Volume {
+    fn volume_from(
+        &self,
+        rec: VolumeRecord,
+        map: ChunkMap,
+        overlay: ExtentMap<Overlay>,
+        header: JournalHeader,
+    ) -> Volume {
         let cb = self.cfg.chunk_bytes;
-        let journal = Journal::new(rec.journal_pool, chunk_offset(rec.journal_first_chunk, cb), rec.journal_chunks as u64 * cb, header);
+        let journal = Journal::new(
+            rec.journal_pool,
+            chunk_offset(rec.journal_first_chunk, cb),
+            rec.journal_chunks as u64 * cb,
+            header,
+        );
         Volume {
             id: VolumeId(self.vols.len() as u32),
             chunks: rec.size_bytes.div_ceil(cb),
@@ -251,8 +345,17 @@ impl Engine {
         }
     }
 
-    pub(crate) fn startup_io_done(&mut self, now: u64, tag: u32, result: Result<(), Errno>, data: Option<Bytes>, out: &mut Outputs) {
-        let Some(s) = self.startup.as_mut() else { return };
+    pub(crate) fn startup_io_done(
+        &mut self,
+        now: u64,
+        tag: u32,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
+        let Some(s) = self.startup.as_mut() else {
+            return;
+        };
         s.outstanding -= 1;
         let idx = (tag & TAG_INDEX) as usize;
         if result.is_err() && s.error.is_none() {
@@ -267,12 +370,11 @@ impl Engine {
                 TAG_VT => s.voltab = data,
                 TAG_JR => s.regions[idx] = data,
                 TAG_CK => {
-                    if let Some(d) = data {
-                        if let Err(e) = self.chain_chunk(now, idx, &d, out) {
-                            if let Some(s) = self.startup.as_mut() {
-                                s.error.get_or_insert(e);
-                            }
-                        }
+                    if let Some(d) = data
+                        && let Err(e) = self.chain_chunk(now, idx, &d, out)
+                        && let Some(s) = self.startup.as_mut()
+                    {
+                        s.error.get_or_insert(e);
                     }
                 }
                 _ => {}
@@ -282,7 +384,9 @@ impl Engine {
     }
 
     fn check_phase_done(&mut self, now: u64, out: &mut Outputs) {
-        let Some(s) = self.startup.as_ref() else { return };
+        let Some(s) = self.startup.as_ref() else {
+            return;
+        };
         if s.outstanding > 0 {
             return;
         }
@@ -311,9 +415,17 @@ impl Engine {
     fn after_superblocks(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
         let s = self.startup.as_mut().ok_or("no startup")?;
         let bufs = std::mem::take(&mut s.superblocks);
-        let decoded: Vec<Result<Superblock, String>> = bufs.iter().map(|b| Superblock::decode(b.as_deref().unwrap_or(&[]))).collect();
+        let decoded: Vec<Result<Superblock, String>> = bufs
+            .iter()
+            .map(|b| Superblock::decode(b.as_deref().unwrap_or(&[])))
+            .collect();
         let names = |pred: &dyn Fn(&Result<Superblock, String>) -> bool| -> Vec<String> {
-            decoded.iter().enumerate().filter(|(_, d)| pred(d)).map(|(i, _)| self.cfg.pools[i].name.clone()).collect()
+            decoded
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| pred(d))
+                .map(|(i, _)| self.cfg.pools[i].name.clone())
+                .collect()
         };
         let blank = names(&|d| matches!(d, Err(e) if e.contains("bad magic")));
         if blank.len() == decoded.len() {
@@ -332,14 +444,20 @@ impl Engine {
         for (i, d) in decoded.into_iter().enumerate() {
             let pc = &self.cfg.pools[i];
             let sb = d.map_err(|e| format!("pool {}: {e}", pc.name))?;
-            if sb.name != pc.name || sb.pool_index as usize != i || sb.pool_count as usize != self.pools.len() {
+            if sb.name != pc.name
+                || sb.pool_index as usize != i
+                || sb.pool_count as usize != self.pools.len()
+            {
                 return Err(format!(
                     "pool {}: superblock says it is pool {:?} ({} of {}); the configuration lists pools in a different order or set",
                     pc.name, sb.name, sb.pool_index, sb.pool_count
                 ));
             }
             if sb.chunk_bytes != self.cfg.chunk_bytes {
-                return Err(format!("pool {}: formatted with {} byte chunks, configured {}", pc.name, sb.chunk_bytes, self.cfg.chunk_bytes));
+                return Err(format!(
+                    "pool {}: formatted with {} byte chunks, configured {}",
+                    pc.name, sb.chunk_bytes, self.cfg.chunk_bytes
+                ));
             }
             if sb.capacity_bytes != pc.capacity_bytes {
                 return Err(format!(
@@ -353,7 +471,10 @@ impl Engine {
             if let Some(first) = sbs.first() {
                 let first: &Superblock = first;
                 if first.system_uuid != sb.system_uuid {
-                    return Err(format!("pool {} belongs to a different tiervisor system than pool {}", pc.name, self.cfg.pools[0].name));
+                    return Err(format!(
+                        "pool {} belongs to a different tiervisor system than pool {}",
+                        pc.name, self.cfg.pools[0].name
+                    ));
                 }
             }
             sbs.push(sb);
@@ -363,13 +484,23 @@ impl Engine {
         self.set_reserves();
         let s = self.startup.as_mut().ok_or("no startup")?;
         s.phase = Phase::VolumeTable;
-        self.startup_read(now, self.cfg.meta_pool, VOLTAB_OFFSETS[0], 2 * VOLTAB_SLOT_BYTES, TAG_VT, out);
+        self.startup_read(
+            now,
+            self.cfg.meta_pool,
+            VOLTAB_OFFSETS[0],
+            2 * VOLTAB_SLOT_BYTES,
+            TAG_VT,
+            out,
+        );
         Ok(())
     }
 
     fn after_volume_table(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
         let s = self.startup.as_mut().ok_or("no startup")?;
-        let buf = s.voltab.take().ok_or("volume table read returned no data")?;
+        let buf = s
+            .voltab
+            .take()
+            .ok_or("volume table read returned no data")?;
         let slot = VOLTAB_SLOT_BYTES as usize;
         let a = buf.get(..slot).and_then(VolumeTable::decode);
         let b = buf.get(slot..2 * slot).and_then(VolumeTable::decode);
@@ -382,7 +513,11 @@ impl Engine {
                 }
             }
             (Some(t), None) | (None, Some(t)) => t,
-            (None, None) => return Err("the volume table is unreadable (both copies fail their checksum)".into()),
+            (None, None) => {
+                return Err(
+                    "the volume table is unreadable (both copies fail their checksum)".into(),
+                );
+            }
         };
         let cb = self.cfg.chunk_bytes;
         for (i, r) in table.volumes.iter().enumerate() {
@@ -401,7 +536,11 @@ impl Engine {
         s.chains = (0..n).map(|_| ChainRead::default()).collect();
         for v in 0..n {
             let r = &self.vols[v].rec;
-            let (pool, off, len) = (r.journal_pool, chunk_offset(r.journal_first_chunk, cb), r.journal_chunks as u64 * cb);
+            let (pool, off, len) = (
+                r.journal_pool,
+                chunk_offset(r.journal_first_chunk, cb),
+                r.journal_chunks as u64 * cb,
+            );
             self.startup_read(now, pool, off, len, TAG_JR | v as u32, out);
         }
         if n == 0 {
@@ -415,10 +554,17 @@ impl Engine {
         let mut headers = Vec::with_capacity(n);
         for v in 0..n {
             let s = self.startup.as_ref().ok_or("no startup")?;
-            let region = s.regions[v].as_ref().ok_or("journal region read returned no data")?;
+            let region = s.regions[v]
+                .as_ref()
+                .ok_or("journal region read returned no data")?;
             let name = &self.vols[v].rec.name;
             let id = self.vols[v].rec.id;
-            let slot = |i: usize| region.get(i * BLOCK_BYTES as usize..).and_then(JournalHeader::decode).filter(|h| h.volume_id == id);
+            let slot = |i: usize| {
+                region
+                    .get(i * BLOCK_BYTES as usize..)
+                    .and_then(JournalHeader::decode)
+                    .filter(|h| h.volume_id == id)
+            };
             let h = match (slot(0), slot(1)) {
                 (Some(a), Some(b)) => {
                     if a.generation >= b.generation {
@@ -428,7 +574,11 @@ impl Engine {
                     }
                 }
                 (Some(h), None) | (None, Some(h)) => h,
-                (None, None) => return Err(format!("volume {name}: journal header unreadable (both copies fail their checksum)")),
+                (None, None) => {
+                    return Err(format!(
+                        "volume {name}: journal header unreadable (both copies fail their checksum)"
+                    ));
+                }
             };
             headers.push(h);
         }
@@ -447,25 +597,54 @@ impl Engine {
         Ok(())
     }
 
-    fn read_chain_chunk(&mut self, now: u64, v: usize, pool: PoolId, chunk: u64, out: &mut Outputs) -> Result<(), String> {
-        if pool.0 as usize >= self.pools.len() || chunk >= self.pools[pool.0 as usize].alloc.chunks() {
-            return Err(format!("volume {}: checkpoint points outside pool {}", self.vols[v].rec.name, pool.0));
+    fn read_chain_chunk(
+        &mut self,
+        now: u64,
+        v: usize,
+        pool: PoolId,
+        chunk: u64,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        if pool.0 as usize >= self.pools.len()
+            || chunk >= self.pools[pool.0 as usize].alloc.chunks()
+        {
+            return Err(format!(
+                "volume {}: checkpoint points outside pool {}",
+                self.vols[v].rec.name, pool.0
+            ));
         }
         let cb = self.cfg.chunk_bytes;
-        self.startup_read(now, pool, chunk_offset(chunk, cb), cb, TAG_CK | v as u32, out);
+        self.startup_read(
+            now,
+            pool,
+            chunk_offset(chunk, cb),
+            cb,
+            TAG_CK | v as u32,
+            out,
+        );
         Ok(())
     }
 
     /// One chunk of a checkpoint chain arrived: check it, keep its payload, follow `next`.
-    fn chain_chunk(&mut self, now: u64, v: usize, data: &[u8], out: &mut Outputs) -> Result<(), String> {
+    fn chain_chunk(
+        &mut self,
+        now: u64,
+        v: usize,
+        data: &[u8],
+        out: &mut Outputs,
+    ) -> Result<(), String> {
         let name = self.vols[v].rec.name.clone();
         let id = self.vols[v].rec.id;
         let s = self.startup.as_mut().ok_or("no startup")?;
         let want_seq = s.headers[v].checkpoint_seq;
         let chain = &mut s.chains[v];
-        let (h, payload) = CkptChunkHeader::decode(data).ok_or_else(|| format!("volume {name}: checkpoint chunk {} is corrupt", chain.index))?;
+        let (h, payload) = CkptChunkHeader::decode(data)
+            .ok_or_else(|| format!("volume {name}: checkpoint chunk {} is corrupt", chain.index))?;
         if h.volume_id != id || h.checkpoint_seq != want_seq || h.index != chain.index {
-            return Err(format!("volume {name}: checkpoint chain broken at chunk {}", chain.index));
+            return Err(format!(
+                "volume {name}: checkpoint chain broken at chunk {}",
+                chain.index
+            ));
         }
         if let Some(here) = chain.next.take() {
             chain.chunks.push(here);
@@ -491,9 +670,20 @@ impl Engine {
             let chunks = self.vols[v].chunks;
             let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
             let (map, overlay) = if h.checkpoint.is_some() {
-                decode_state(&chain.payload, chunks).ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
+                decode_state(&chain.payload, chunks)
+                    .ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
             } else {
-                (ChunkMap::new(chunks, if thick { ChunkLoc::Home } else { ChunkLoc::Unmapped }), ExtentMap::new())
+                (
+                    ChunkMap::new(
+                        chunks,
+                        if thick {
+                            ChunkLoc::Home
+                        } else {
+                            ChunkLoc::Unmapped
+                        },
+                    ),
+                    ExtentMap::new(),
+                )
             };
             let rec = self.vols[v].rec.clone();
             let mut vol = self.volume_from(rec, map, overlay, h.clone());
@@ -502,7 +692,11 @@ impl Engine {
             let region = s.regions[v].take().unwrap_or_default();
             self.replay(&mut vol, &region)?;
             self.vols[v] = vol;
-            let mapped = self.vols[v].map.iter().filter(|(_, l)| *l != ChunkLoc::Unmapped).count() as u64;
+            let mapped = self.vols[v]
+                .map
+                .iter()
+                .filter(|(_, l)| *l != ChunkLoc::Unmapped)
+                .count() as u64;
             out.events.push(EngineEvent::Recovered {
                 volume: name,
                 records_replayed: self.vols[v].journal.replayed,
@@ -527,10 +721,19 @@ impl Engine {
                     rec.placement = vc.placement.clone();
                 }
                 None => {
-                    let id = self.voltab.volumes.iter().map(|r| r.id + 1).max().unwrap_or(0).max(self.vols.len() as u32);
+                    let id = self
+                        .voltab
+                        .volumes
+                        .iter()
+                        .map(|r| r.id + 1)
+                        .max()
+                        .unwrap_or(0)
+                        .max(self.vols.len() as u32);
                     self.create_volume(&vc, id)?;
                     created.push(self.vols.len() - 1);
-                    out.events.push(EngineEvent::VolumeCreated { volume: vc.name.clone() });
+                    out.events.push(EngineEvent::VolumeCreated {
+                        volume: vc.name.clone(),
+                    });
                 }
             }
         }
@@ -545,7 +748,10 @@ impl Engine {
             headers: Vec::new(),
             chains: Vec::new(),
         });
-        let table = VolumeTable { generation: self.voltab.generation + 1, volumes: self.vols.iter().map(|v| v.rec.clone()).collect() };
+        let table = VolumeTable {
+            generation: self.voltab.generation + 1,
+            volumes: self.vols.iter().map(|v| v.rec.clone()).collect(),
+        };
         if table.volumes != self.voltab.volumes {
             let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
             let img = table.encode();
@@ -581,13 +787,21 @@ impl Engine {
         let mut replayed = 0;
         for _ in 0..j.ring_blocks {
             let pos = (HEADER_SLOTS_BYTES + (seq % j.ring_blocks) * BLOCK_BYTES) as usize;
-            let Some(buf) = region.get(pos..pos + BLOCK_BYTES as usize) else { break };
+            let Some(buf) = region.get(pos..pos + BLOCK_BYTES as usize) else {
+                break;
+            };
             let Some(b) = Block::decode(buf) else { break };
-            if b.volume_id != vol.rec.id || b.block_seq != seq || b.prev_crc != prev || b.first_record_seq != next_rec {
+            if b.volume_id != vol.rec.id
+                || b.block_seq != seq
+                || b.prev_crc != prev
+                || b.first_record_seq != next_rec
+            {
                 break;
             }
             for r in &b.records {
-                apply_record(&mut vol.map, &mut vol.overlay, vol.rec.size_bytes, self, r).map_err(|e| format!("volume {}: journal record {next_rec}: {e}", vol.rec.name))?;
+                apply_record(&mut vol.map, &mut vol.overlay, vol.rec.size_bytes, self, r).map_err(
+                    |e| format!("volume {}: journal record {next_rec}: {e}", vol.rec.name),
+                )?;
                 next_rec += 1;
                 replayed += 1;
             }
@@ -613,14 +827,22 @@ impl Engine {
         for v in &self.vols {
             let r = &v.rec;
             for c in 0..r.journal_chunks as u64 {
-                claims.push((r.journal_pool, r.journal_first_chunk + c, format!("journal of {}", r.name)));
+                claims.push((
+                    r.journal_pool,
+                    r.journal_first_chunk + c,
+                    format!("journal of {}", r.name),
+                ));
             }
             for &(p, c) in &v.journal.checkpoint_chunks {
                 claims.push((p, c, format!("checkpoint of {}", r.name)));
             }
             if r.provisioning == Provisioning::Thick {
                 for c in 0..v.chunks {
-                    claims.push((r.home_pool, r.home_base_chunk + c, format!("home region of {}", r.name)));
+                    claims.push((
+                        r.home_pool,
+                        r.home_base_chunk + c,
+                        format!("home region of {}", r.name),
+                    ));
                 }
             }
             for (c, loc) in v.map.iter() {
@@ -630,12 +852,21 @@ impl Engine {
             }
         }
         for (p, c, what) in claims {
-            let pool = self.pools.get_mut(p.0 as usize).ok_or_else(|| format!("{what} names pool {} which does not exist", p.0))?;
+            let pool = self
+                .pools
+                .get_mut(p.0 as usize)
+                .ok_or_else(|| format!("{what} names pool {} which does not exist", p.0))?;
             if c >= pool.alloc.chunks() {
-                return Err(format!("{what} lies beyond the end of pool {}", self.cfg.pools[p.0 as usize].name));
+                return Err(format!(
+                    "{what} lies beyond the end of pool {}",
+                    self.cfg.pools[p.0 as usize].name
+                ));
             }
             if !pool.alloc.mark_used(c) {
-                return Err(format!("{what}: physical chunk {c} of pool {} is claimed twice", self.cfg.pools[p.0 as usize].name));
+                return Err(format!(
+                    "{what}: physical chunk {c} of pool {} is claimed twice",
+                    self.cfg.pools[p.0 as usize].name
+                ));
             }
         }
         Ok(())
@@ -643,17 +874,26 @@ impl Engine {
 }
 
 /// Apply one record, checking it against the volume and the pools.
-fn apply_record(map: &mut ChunkMap, overlay: &mut ExtentMap<Overlay>, size: u64, e: &Engine, r: &Record) -> Result<(), String> {
+fn apply_record(
+    map: &mut ChunkMap,
+    overlay: &mut ExtentMap<Overlay>,
+    size: u64,
+    e: &Engine,
+    r: &Record,
+) -> Result<(), String> {
     match *r {
         Record::Map { chunk, entry } => {
             if chunk >= map.len() {
                 return Err(format!("chunk {chunk} beyond the volume"));
             }
             let loc = ChunkLoc::decode(entry);
-            if let ChunkLoc::At(p, pc) = loc {
-                if p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks() {
-                    return Err(format!("maps to pool {} chunk {pc}, which does not exist", p.0));
-                }
+            if let ChunkLoc::At(p, pc) = loc
+                && (p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks())
+            {
+                return Err(format!(
+                    "maps to pool {} chunk {pc}, which does not exist",
+                    p.0
+                ));
             }
             map.set(chunk, loc);
         }

@@ -17,7 +17,10 @@ impl ExtentValue for Overlay {
     fn advance(self, by: u64) -> Self {
         match self {
             Overlay::Zero => Overlay::Zero,
-            Overlay::Log { pool, dev_offset } => Overlay::Log { pool, dev_offset: dev_offset + by },
+            Overlay::Log { pool, dev_offset } => Overlay::Log {
+                pool,
+                dev_offset: dev_offset + by,
+            },
         }
     }
 }

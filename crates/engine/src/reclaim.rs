@@ -20,7 +20,10 @@ pub struct Epochs {
 
 impl Epochs {
     pub fn new() -> Epochs {
-        Epochs { base: 0, counts: VecDeque::from([0]) }
+        Epochs {
+            base: 0,
+            counts: VecDeque::from([0]),
+        }
     }
     /// An operation starts; returns its epoch.
     #[inline]
@@ -45,7 +48,12 @@ impl Epochs {
     }
     /// Whether every operation of epochs up to `e` has finished.
     pub fn drained(&self, e: u64) -> bool {
-        e < self.base || self.counts.iter().take((e - self.base + 1) as usize).all(|&c| c == 0)
+        e < self.base
+            || self
+                .counts
+                .iter()
+                .take((e - self.base + 1) as usize)
+                .all(|&c| c == 0)
     }
 }
 

@@ -18,7 +18,12 @@ pub struct KindReport {
 
 impl From<&KindStats> for KindReport {
     fn from(k: &KindStats) -> Self {
-        KindReport { requests: k.requests, bytes: k.bytes, errors: k.errors, latency: k.latency.summary() }
+        KindReport {
+            requests: k.requests,
+            bytes: k.bytes,
+            errors: k.errors,
+            latency: k.latency.summary(),
+        }
     }
 }
 
@@ -79,10 +84,10 @@ impl Engine {
         let vol = self.vols.get(v.0 as usize)?;
         let mut per_pool = vec![0u64; self.pools.len()];
         for (c, loc) in vol.map.iter() {
-            if loc != ChunkLoc::Unmapped {
-                if let Some((p, _)) = vol.resolve(loc, c) {
-                    per_pool[p.0 as usize] += 1;
-                }
+            if loc != ChunkLoc::Unmapped
+                && let Some((p, _)) = vol.resolve(loc, c)
+            {
+                per_pool[p.0 as usize] += 1;
             }
         }
         let mapped: u64 = per_pool.iter().sum();
@@ -100,10 +105,20 @@ impl Engine {
             trim: (&s.trim).into(),
             write_zeroes: (&s.write_zeroes).into(),
             latency: s.all.summary(),
-            chunks_by_pool: self.cfg.pools.iter().map(|p| p.name.clone()).zip(per_pool).collect(),
+            chunks_by_pool: self
+                .cfg
+                .pools
+                .iter()
+                .map(|p| p.name.clone())
+                .zip(per_pool)
+                .collect(),
             overlay_extents: vol.overlay.len() as u64,
             map_memory_bytes: mem,
-            map_bytes_per_mapped_gib: if mapped_gib > 0.0 { mem as f64 / mapped_gib } else { 0.0 },
+            map_bytes_per_mapped_gib: if mapped_gib > 0.0 {
+                mem as f64 / mapped_gib
+            } else {
+                0.0
+            },
             journal_commits: s.journal_commits,
             journal_blocks: s.journal_blocks,
             journal_pending_records: vol.journal.pending.len() as u64,
@@ -119,7 +134,9 @@ impl Engine {
         };
         EngineReport {
             state,
-            volumes: (0..self.vols.len()).filter_map(|i| self.volume_report(VolumeId(i as u32))).collect(),
+            volumes: (0..self.vols.len())
+                .filter_map(|i| self.volume_report(VolumeId(i as u32)))
+                .collect(),
             pools: self
                 .pools
                 .iter()

@@ -13,7 +13,9 @@ pub struct Latency {
 
 impl Default for Latency {
     fn default() -> Self {
-        Latency { h: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds") }
+        Latency {
+            h: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
+        }
     }
 }
 
@@ -90,7 +92,11 @@ impl VolumeStats {
         }
     }
     pub fn requests(&self) -> u64 {
-        self.read.requests + self.write.requests + self.flush.requests + self.trim.requests + self.write_zeroes.requests
+        self.read.requests
+            + self.write.requests
+            + self.flush.requests
+            + self.trim.requests
+            + self.write_zeroes.requests
     }
 }
 

@@ -72,8 +72,23 @@ pub struct VmRequest {
 }
 
 impl VmRequest {
-    pub fn new(id: u64, volume: VolumeId, kind: ReqKind, offset_bytes: u64, len_bytes: u64) -> Self {
-        VmRequest { id, volume, kind, offset_bytes, len_bytes, fua: false, no_hole: false, payload: None }
+    pub fn new(
+        id: u64,
+        volume: VolumeId,
+        kind: ReqKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Self {
+        VmRequest {
+            id,
+            volume,
+            kind,
+            offset_bytes,
+            len_bytes,
+            fua: false,
+            no_hole: false,
+            payload: None,
+        }
     }
 }
 
@@ -144,13 +159,27 @@ pub struct DeviceCompletion {
 /// Something worth logging.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
-    Formatted { pools: usize, volumes: usize },
-    Recovered { volume: String, records_replayed: u64, checkpoint_seq: u64, mapped_chunks: u64 },
-    VolumeCreated { volume: String },
+    Formatted {
+        pools: usize,
+        volumes: usize,
+    },
+    Recovered {
+        volume: String,
+        records_replayed: u64,
+        checkpoint_seq: u64,
+        mapped_chunks: u64,
+    },
+    VolumeCreated {
+        volume: String,
+    },
     Ready,
     Stopped,
-    Failed { reason: String },
-    Warning { message: String },
+    Failed {
+        reason: String,
+    },
+    Warning {
+        message: String,
+    },
 }
 
 /// Everything one engine call asks the driver to do.
@@ -171,6 +200,9 @@ impl Outputs {
         self.events.clear();
     }
     pub fn is_empty(&self) -> bool {
-        self.completions.is_empty() && self.ops.is_empty() && self.wakeups.is_empty() && self.events.is_empty()
+        self.completions.is_empty()
+            && self.ops.is_empty()
+            && self.wakeups.is_empty()
+            && self.events.is_empty()
     }
 }

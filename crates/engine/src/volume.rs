@@ -24,7 +24,14 @@ pub struct Waiter {
 pub enum ChunkState {
     Idle,
     /// First write to an unmapped chunk: data and zero-fill of the rest are in flight.
-    Allocating { pending: u32, loc: ChunkLoc, start: u64, end: u64, failed: bool, req: usize },
+    Allocating {
+        pending: u32,
+        loc: ChunkLoc,
+        start: u64,
+        end: u64,
+        failed: bool,
+        req: usize,
+    },
 }
 
 /// What is going on in one chunk right now; only chunks with activity have an entry.
@@ -37,7 +44,11 @@ pub struct Activity {
 
 impl Default for Activity {
     fn default() -> Self {
-        Activity { writes_in_flight: 0, state: ChunkState::Idle, waiters: VecDeque::new() }
+        Activity {
+            writes_in_flight: 0,
+            state: ChunkState::Idle,
+            waiters: VecDeque::new(),
+        }
     }
 }
 
@@ -73,8 +84,18 @@ pub enum CommitPhase {
 pub enum CommitWork {
     /// Only make completed data durable.
     FlushOnly,
-    Blocks { records: Vec<Record>, image: Vec<u8>, blocks: u64, new_crc: u32 },
-    Checkpoint { records: Vec<Record>, images: Vec<Vec<u8>>, chunks: Vec<(PoolId, u64)>, header: Option<JournalHeader> },
+    Blocks {
+        records: Vec<Record>,
+        image: Vec<u8>,
+        blocks: u64,
+        new_crc: u32,
+    },
+    Checkpoint {
+        records: Vec<Record>,
+        images: Vec<Vec<u8>>,
+        chunks: Vec<(PoolId, u64)>,
+        header: Option<JournalHeader>,
+    },
 }
 
 pub struct Volume {
@@ -94,14 +115,6 @@ pub struct Volume {
 }
 
 impl Volume {
-    pub fn name(&self) -> &str {
-        &self.rec.name
-    }
-
-    pub fn size_bytes(&self) -> u64 {
-        self.rec.size_bytes
-    }
-
     /// Physical location of a logical chunk, resolving `Home`.
     #[inline]
     pub fn resolve(&self, loc: ChunkLoc, chunk: u64) -> Option<(PoolId, u64)> {
@@ -110,11 +123,6 @@ impl Volume {
             ChunkLoc::Home => Some((self.rec.home_pool, self.rec.home_base_chunk + chunk)),
             ChunkLoc::At(p, c) => Some((p, c)),
         }
-    }
-
-    /// Bytes of RAM the mapping uses.
-    pub fn map_memory_bytes(&self) -> u64 {
-        self.map.memory_bytes() + self.overlay.memory_bytes()
     }
 
     pub fn has_commit_work(&self) -> bool {

@@ -22,12 +22,36 @@ fn config(journal_bytes: u64) -> EngineConfig {
         system_uuid: [9; 16],
         journal_bytes,
         pools: vec![
-            PoolConfig { name: "ssd".into(), medium: Medium::Ssd, capacity_bytes: 64 * MIB, queue_depth: 8, scheduler: SchedulerKind::Fifo },
-            PoolConfig { name: "hdd".into(), medium: Medium::Hdd, capacity_bytes: 96 * MIB, queue_depth: 2, scheduler: SchedulerKind::Fifo },
+            PoolConfig {
+                name: "ssd".into(),
+                medium: Medium::Ssd,
+                capacity_bytes: 64 * MIB,
+                queue_depth: 8,
+                scheduler: SchedulerKind::Fifo,
+            },
+            PoolConfig {
+                name: "hdd".into(),
+                medium: Medium::Hdd,
+                capacity_bytes: 96 * MIB,
+                queue_depth: 2,
+                scheduler: SchedulerKind::Fifo,
+            },
         ],
         volumes: vec![
-            VolumeConfig { name: "thin".into(), size_bytes: 40 * MIB, home_pool: PoolId(1), provisioning: Provisioning::Thin, placement: Placement::Pinned },
-            VolumeConfig { name: "thick".into(), size_bytes: 20 * MIB, home_pool: PoolId(0), provisioning: Provisioning::Thick, placement: Placement::Pinned },
+            VolumeConfig {
+                name: "thin".into(),
+                size_bytes: 40 * MIB,
+                home_pool: PoolId(1),
+                provisioning: Provisioning::Thin,
+                placement: Placement::Pinned,
+            },
+            VolumeConfig {
+                name: "thick".into(),
+                size_bytes: 20 * MIB,
+                home_pool: PoolId(0),
+                provisioning: Provisioning::Thick,
+                placement: Placement::Pinned,
+            },
         ],
         ..EngineConfig::default()
     }
@@ -35,8 +59,20 @@ fn config(journal_bytes: u64) -> EngineConfig {
 
 impl Rig {
     fn new(cfg: EngineConfig) -> Rig {
-        let devs = cfg.pools.iter().map(|p| vec![0xEE; p.capacity_bytes as usize]).collect();
-        let mut r = Rig { engine: Engine::new(cfg.clone()).unwrap(), cfg, devs, now: 0, done: vec![], events: vec![], next_id: 1 };
+        let devs = cfg
+            .pools
+            .iter()
+            .map(|p| vec![0xEE; p.capacity_bytes as usize])
+            .collect();
+        let mut r = Rig {
+            engine: Engine::new(cfg.clone()).unwrap(),
+            cfg,
+            devs,
+            now: 0,
+            done: vec![],
+            events: vec![],
+            next_id: 1,
+        };
         r.start();
         r
     }
@@ -45,7 +81,12 @@ impl Rig {
         let mut out = Outputs::default();
         self.engine.start(self.now, StartMode::Auto, &mut out);
         self.drain(out);
-        assert_eq!(self.engine.state(), &EngineState::Ready, "events: {:?}", self.events);
+        assert_eq!(
+            self.engine.state(),
+            &EngineState::Ready,
+            "events: {:?}",
+            self.events
+        );
     }
 
     /// Lose the engine (as in kill -9); devices keep what was written.
@@ -59,8 +100,8 @@ impl Rig {
         let mut q: VecDeque<DeviceOp> = VecDeque::new();
         loop {
             q.extend(out.ops.drain(..));
-            self.done.extend(out.completions.drain(..));
-            self.events.extend(out.events.drain(..));
+            self.done.append(&mut out.completions);
+            self.events.append(&mut out.events);
             let Some(op) = q.pop_front() else { break };
             self.now += 1000;
             let dev = &mut self.devs[op.pool.0 as usize];
@@ -72,11 +113,26 @@ impl Rig {
                 DevKind::WriteZeroes | DevKind::Discard => dev[o..o + l].fill(0),
                 DevKind::Flush => {}
             }
-            self.engine.device_done(self.now, DeviceCompletion { id: op.id, result: Ok(()), data }, &mut out);
+            self.engine.device_done(
+                self.now,
+                DeviceCompletion {
+                    id: op.id,
+                    result: Ok(()),
+                    data,
+                },
+                &mut out,
+            );
         }
     }
 
-    fn req(&mut self, vol: &str, kind: ReqKind, off: u64, len: u64, payload: Option<Bytes>) -> VmCompletion {
+    fn req(
+        &mut self,
+        vol: &str,
+        kind: ReqKind,
+        off: u64,
+        len: u64,
+        payload: Option<Bytes>,
+    ) -> VmCompletion {
         let v = self.engine.volume_id(vol).unwrap();
         let id = self.next_id;
         self.next_id += 1;
@@ -85,13 +141,28 @@ impl Rig {
         let mut out = Outputs::default();
         self.engine.submit(self.now, r, &mut out);
         self.drain(out);
-        let i = self.done.iter().position(|c| c.id == id).expect("request completed");
+        let i = self
+            .done
+            .iter()
+            .position(|c| c.id == id)
+            .expect("request completed");
         self.done.remove(i)
     }
 
     fn write(&mut self, vol: &str, off: u64, data: &[u8]) {
-        let c = self.req(vol, ReqKind::Write, off, data.len() as u64, Some(Bytes::copy_from_slice(data)));
-        assert_eq!(c.result, Ok(()), "write of {} bytes at {off} to {vol}", data.len());
+        let c = self.req(
+            vol,
+            ReqKind::Write,
+            off,
+            data.len() as u64,
+            Some(Bytes::copy_from_slice(data)),
+        );
+        assert_eq!(
+            c.result,
+            Ok(()),
+            "write of {} bytes at {off} to {vol}",
+            data.len()
+        );
     }
 
     fn read(&mut self, vol: &str, off: u64, len: u64) -> Vec<u8> {
@@ -119,7 +190,9 @@ impl Rig {
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| seed.wrapping_mul(31).wrapping_add((i % 251) as u8)).collect()
+    (0..len)
+        .map(|i| seed.wrapping_mul(31).wrapping_add((i % 251) as u8))
+        .collect()
 }
 
 #[test]
@@ -163,7 +236,10 @@ fn volumes_never_see_each_other() {
     r.write("thin", 5 * MIB + 10, &pattern(5, 10));
     assert!(r.read("thin", 0, MIB).iter().all(|&b| b == 0));
     let got = r.read("thin", 5 * MIB, MIB);
-    assert!(got[..10].iter().all(|&b| b == 0), "a reused chunk leaked old bytes");
+    assert!(
+        got[..10].iter().all(|&b| b == 0),
+        "a reused chunk leaked old bytes"
+    );
 }
 
 #[test]
@@ -172,8 +248,17 @@ fn trim_and_write_zeroes_read_as_zeros() {
     for vol in ["thin", "thick"] {
         r.write(vol, 0, &pattern(2, 3 * MIB as usize));
         assert_eq!(r.req(vol, ReqKind::Trim, 100, 5000, None).result, Ok(()));
-        assert_eq!(r.req(vol, ReqKind::WriteZeroes, MIB, MIB, None).result, Ok(()));
-        let mut nh = VmRequest::new(0, r.engine.volume_id(vol).unwrap(), ReqKind::WriteZeroes, 2 * MIB + 1, 999);
+        assert_eq!(
+            r.req(vol, ReqKind::WriteZeroes, MIB, MIB, None).result,
+            Ok(())
+        );
+        let mut nh = VmRequest::new(
+            0,
+            r.engine.volume_id(vol).unwrap(),
+            ReqKind::WriteZeroes,
+            2 * MIB + 1,
+            999,
+        );
         nh.no_hole = true;
         let mut out = Outputs::default();
         r.engine.submit(r.now, nh, &mut out);
@@ -195,11 +280,41 @@ fn trim_and_write_zeroes_read_as_zeros() {
 fn bad_requests_get_the_right_errors() {
     let mut r = Rig::new(config(1 << 20));
     let size = 40 * MIB;
-    assert_eq!(r.req("thin", ReqKind::Read, size - 512, 1024, None).result, Err(Errno::Inval));
-    assert_eq!(r.req("thin", ReqKind::Write, size, 512, Some(Bytes::from(vec![0; 512]))).result, Err(Errno::NoSpc));
-    assert_eq!(r.req("thin", ReqKind::Read, 0, 64 * MIB, None).result, Err(Errno::Inval));
-    assert_eq!(r.req("thin", ReqKind::Write, 0, 512, Some(Bytes::from(vec![0; 100]))).result, Err(Errno::Inval));
-    assert_eq!(r.req("thin", ReqKind::Read, u64::MAX - 10, 512, None).result, Err(Errno::Inval));
+    assert_eq!(
+        r.req("thin", ReqKind::Read, size - 512, 1024, None).result,
+        Err(Errno::Inval)
+    );
+    assert_eq!(
+        r.req(
+            "thin",
+            ReqKind::Write,
+            size,
+            512,
+            Some(Bytes::from(vec![0; 512]))
+        )
+        .result,
+        Err(Errno::NoSpc)
+    );
+    assert_eq!(
+        r.req("thin", ReqKind::Read, 0, 64 * MIB, None).result,
+        Err(Errno::Inval)
+    );
+    assert_eq!(
+        r.req(
+            "thin",
+            ReqKind::Write,
+            0,
+            512,
+            Some(Bytes::from(vec![0; 100]))
+        )
+        .result,
+        Err(Errno::Inval)
+    );
+    assert_eq!(
+        r.req("thin", ReqKind::Read, u64::MAX - 10, 512, None)
+            .result,
+        Err(Errno::Inval)
+    );
     // The engine keeps working.
     r.write("thin", 0, b"still fine");
     assert_eq!(r.read("thin", 0, 10), b"still fine");
@@ -252,8 +367,15 @@ fn journal_wraps_through_checkpoints_and_recovers() {
         }
         r.flush("thin");
     }
-    let rep = r.engine.volume_report(r.engine.volume_id("thin").unwrap()).unwrap();
-    assert!(rep.checkpoints >= 2, "expected checkpoints, got {}", rep.checkpoints);
+    let rep = r
+        .engine
+        .volume_report(r.engine.volume_id("thin").unwrap())
+        .unwrap();
+    assert!(
+        rep.checkpoints >= 2,
+        "expected checkpoints, got {}",
+        rep.checkpoints
+    );
     assert_eq!(r.read("thin", 0, 40 * MIB), expect);
     r.crash_and_mount();
     assert_eq!(r.read("thin", 0, 40 * MIB), expect);
@@ -291,9 +413,21 @@ fn mount_refuses_mismatched_configuration() {
     let mut q: VecDeque<DeviceOp> = out.ops.drain(..).collect();
     while let Some(op) = q.pop_front() {
         let dev = &r.devs[op.pool.0 as usize];
-        let data = (op.kind == DevKind::Read).then(|| Bytes::copy_from_slice(&dev[op.offset_bytes as usize..(op.offset_bytes + op.len_bytes) as usize]));
+        let data = (op.kind == DevKind::Read).then(|| {
+            Bytes::copy_from_slice(
+                &dev[op.offset_bytes as usize..(op.offset_bytes + op.len_bytes) as usize],
+            )
+        });
         let mut o2 = Outputs::default();
-        e.device_done(0, DeviceCompletion { id: op.id, result: Ok(()), data }, &mut o2);
+        e.device_done(
+            0,
+            DeviceCompletion {
+                id: op.id,
+                result: Ok(()),
+                data,
+            },
+            &mut o2,
+        );
         q.extend(o2.ops.drain(..));
     }
     match e.state() {

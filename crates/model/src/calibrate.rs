@@ -48,14 +48,29 @@ fn model(name: &str) -> Model {
 }
 
 /// Mean service time in ns of `count` requests of `size` bytes at one outstanding request.
-pub fn qd1_mean_ns(m: &mut Model, write: bool, random: bool, size: u64, count: u64, seed: u64) -> f64 {
+pub fn qd1_mean_ns(
+    m: &mut Model,
+    write: bool,
+    random: bool,
+    size: u64,
+    count: u64,
+    seed: u64,
+) -> f64 {
     let mut rng = SplitMix(seed);
     let slots = IOMETER_SPAN_BYTES / size;
     let mut t = 0u64;
     let mut total = 0u64;
     for i in 0..count {
-        let off = if random { (rng.next() % slots) * size } else { i * size };
-        let req = if write { DevRequest::write(off, size) } else { DevRequest::read(off, size) };
+        let off = if random {
+            (rng.next() % slots) * size
+        } else {
+            i * size
+        };
+        let req = if write {
+            DevRequest::write(off, size)
+        } else {
+            DevRequest::read(off, size)
+        };
         let done = m.submit(t, &req);
         total += done - t;
         t = done;
@@ -68,13 +83,34 @@ pub fn copy_seconds(src: &mut Model, dst: &mut Model, bytes: u64, fua: bool) -> 
     let mut t = 0u64;
     for i in 0..bytes / MIB {
         t = src.submit(t, &DevRequest::read(i * MIB, MIB));
-        t = dst.submit(t, &DevRequest { fua, ..DevRequest::write(i * MIB, MIB) });
+        t = dst.submit(
+            t,
+            &DevRequest {
+                fua,
+                ..DevRequest::write(i * MIB, MIB)
+            },
+        );
     }
     t as f64 / NS_PER_S as f64
 }
 
-fn row(source: &'static str, figure: String, unit: &'static str, model: f64, paper: Option<f64>, note: &'static str) -> CalRow {
-    CalRow { source, figure, unit, model, paper, ratio: paper.map(|p| model / p), note }
+fn row(
+    source: &'static str,
+    figure: String,
+    unit: &'static str,
+    model: f64,
+    paper: Option<f64>,
+    note: &'static str,
+) -> CalRow {
+    CalRow {
+        source,
+        figure,
+        unit,
+        model,
+        paper,
+        ratio: paper.map(|p| model / p),
+        note,
+    }
 }
 
 /// Run every calibration benchmark.
@@ -104,7 +140,11 @@ pub fn run() -> Vec<CalRow> {
             "x",
             h / s,
             paper,
-            if paper.is_some() { "Intel 320 vs Hitachi 7K1000.C, QD1" } else { "paper: HDD catches up on large sequential writes (no number)" },
+            if paper.is_some() {
+                "Intel 320 vs Hitachi 7K1000.C, QD1"
+            } else {
+                "paper: HDD catches up on large sequential writes (no number)"
+            },
         ));
     }
     // "When request size is above 64KB, the performance of Intel SSD increases slowly."
@@ -115,7 +155,10 @@ pub fn run() -> Vec<CalRow> {
         };
         rows.push(row(
             "seed 000 sec. 3",
-            format!("SSD random {} MB/s gain 512 KB over 64 KB", if write { "write" } else { "read" }),
+            format!(
+                "SSD random {} MB/s gain 512 KB over 64 KB",
+                if write { "write" } else { "read" }
+            ),
             "x",
             mbps(512 * KIB) / mbps(64 * KIB),
             None,
@@ -125,10 +168,50 @@ pub fn run() -> Vec<CalRow> {
     // Seed 004 Table 1. The paper's 81 s HDD->HDD equals reading plus writing 5 GB at the
     // drives' 125 MB/s with no overlap, so the copy writes through (FUA), as blktap's
     // O_DIRECT image copy on write-through arrays does.
-    let copies = [("SSD->SSD", "intel-520", "intel-520", 30.0), ("SSD->HDD", "intel-520", hdd, 59.0), ("HDD->SSD", hdd, "intel-520", 55.0), ("HDD->HDD", hdd, hdd, 81.0)];
+    let copies = [
+        ("SSD->SSD", "intel-520", "intel-520", 30.0),
+        ("SSD->HDD", "intel-520", hdd, 59.0),
+        ("HDD->SSD", hdd, "intel-520", 55.0),
+        ("HDD->HDD", hdd, hdd, 81.0),
+    ];
     for (figure, src, dst, paper) in copies {
         let secs = copy_seconds(&mut model(src), &mut model(dst), 5 * GIB, true);
-        rows.push(row("seed 004 Table 1", format!("copy 5 GB idle image {figure}"), "s", secs, Some(paper), "1 MiB chunks, read then write"));
+        rows.push(row(
+            "seed 004 Table 1",
+            format!("copy 5 GB idle image {figure}"),
+            "s",
+            secs,
+            Some(paper),
+            "1 MiB chunks, read then write",
+        ));
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    /// The bar: every published figure reproduced within [0.67, 1.5].
+    #[test]
+    fn every_paper_figure_within_band() {
+        let rows = super::run();
+        assert!(rows.iter().filter(|r| r.paper.is_some()).count() >= 11);
+        for r in &rows {
+            if let Some(ratio) = r.ratio {
+                assert!(
+                    (0.67..=1.5).contains(&ratio),
+                    "{}: model {:.2} vs paper {:?} (ratio {ratio:.2})",
+                    r.figure,
+                    r.model,
+                    r.paper
+                );
+            }
+        }
+        // "When request size is above 64KB, the performance of Intel SSD increases slowly."
+        for r in rows
+            .iter()
+            .filter(|r| r.figure.contains("gain 512 KB over 64 KB"))
+        {
+            assert!(r.model < 1.8, "{}: {:.2}", r.figure, r.model);
+        }
+    }
 }

@@ -125,7 +125,13 @@ impl SeekCurve {
         let a = t2t - b;
         let e = (full - avg) / (cmax - d0);
         let c = avg - e * d0;
-        SeekCurve { boundary: d0, a, b, c, e }
+        SeekCurve {
+            boundary: d0,
+            a,
+            b,
+            c,
+            e,
+        }
     }
 
     #[inline]
@@ -134,7 +140,11 @@ impl SeekCurve {
             return 0;
         }
         let d = distance as f64;
-        let t = if d <= self.boundary { self.a + self.b * d.sqrt() } else { self.c + self.e * d };
+        let t = if d <= self.boundary {
+            self.a + self.b * d.sqrt()
+        } else {
+            self.c + self.e * d
+        };
         t.max(0.0) as u64
     }
 }
@@ -164,29 +174,48 @@ pub struct Hdd {
 
 impl Hdd {
     pub fn new(p: HddParams) -> Hdd {
-        assert!(p.rpm > 0 && p.surfaces > 0 && p.zones > 0, "HDD geometry must be positive");
+        assert!(
+            p.rpm > 0 && p.surfaces > 0 && p.zones > 0,
+            "HDD geometry must be positive"
+        );
         let rotation_ns = p.rotation_ns();
-        let spt = |rate: u64| ((rate as u128 * rotation_ns as u128) / (NS_PER_S as u128 * SECTOR_BYTES as u128)).max(1) as u64;
+        let spt = |rate: u64| {
+            ((rate as u128 * rotation_ns as u128) / (NS_PER_S as u128 * SECTOR_BYTES as u128))
+                .max(1) as u64
+        };
         let spt_outer = spt(p.media_outer_bytes_per_sec);
         let spt_inner = spt(p.media_inner_bytes_per_sec).min(spt_outer);
         let z = p.zones as u64;
         let spt_of = |i: u64| {
-            if z == 1 { spt_outer } else { spt_outer - (spt_outer - spt_inner) * i / (z - 1) }
+            if z == 1 {
+                spt_outer
+            } else {
+                spt_outer - (spt_outer - spt_inner) * i / (z - 1)
+            }
         };
         let sum_spt: u64 = (0..z).map(spt_of).sum();
         let drive_sectors = p.drive_bytes.max(p.capacity_bytes).div_ceil(SECTOR_BYTES);
-        let cyl_per_zone = (drive_sectors * z).div_ceil(p.surfaces as u64 * sum_spt).div_ceil(z).max(1);
+        let cyl_per_zone = (drive_sectors * z)
+            .div_ceil(p.surfaces as u64 * sum_spt)
+            .div_ceil(z)
+            .max(1);
         let mut zones = Vec::with_capacity(z as usize);
         let mut lba = 0;
         for i in 0..z {
             let s = spt_of(i);
             let sectors = cyl_per_zone * p.surfaces as u64 * s;
-            zones.push(Zone { start_lba: lba, end_lba: lba + sectors, first_cyl: i * cyl_per_zone, sectors_per_track: s });
+            zones.push(Zone {
+                start_lba: lba,
+                end_lba: lba + sectors,
+                first_cyl: i * cyl_per_zone,
+                sectors_per_track: s,
+            });
             lba += sectors;
         }
         let cylinders = cyl_per_zone * z;
         let seek = SeekCurve::fit(&p, cylinders);
-        let segment_sectors = (p.cache_bytes / p.cache_segments.max(1) as u64 / SECTOR_BYTES).max(1);
+        let segment_sectors =
+            (p.cache_bytes / p.cache_segments.max(1) as u64 / SECTOR_BYTES).max(1);
         let segments = vec![Segment::default(); p.cache_segments as usize];
         Hdd {
             skew_frac: p.head_switch_ns as f64 / rotation_ns as f64,
@@ -357,7 +386,9 @@ impl Hdd {
     /// Destage dirty data while the mechanism is idle before `now_ns`.
     fn idle_work(&mut self, now_ns: u64) {
         while self.free_at_ns < now_ns {
-            let Some((lba, sectors)) = self.dirty.pop_front() else { break };
+            let Some((lba, sectors)) = self.dirty.pop_front() else {
+                break;
+            };
             self.stop_readahead(self.free_at_ns);
             self.dirty_sectors -= sectors;
             self.free_at_ns = self.media_access(self.free_at_ns, lba, sectors, true);
@@ -394,7 +425,8 @@ impl Hdd {
         self.idle_work(now_ns);
         self.use_clock += 1;
         let end = lba + sectors;
-        let iface_ns = self.p.command_overhead_ns + transfer_ns(len_bytes, self.p.interface_bytes_per_sec);
+        let iface_ns =
+            self.p.command_overhead_ns + transfer_ns(len_bytes, self.p.interface_bytes_per_sec);
         // Read-ahead stream: a hit if already read, else wait for the stream to get there.
         if let Some(mut ra) = self.readahead {
             let seg_start = self.segments[ra.segment].start_lba;
@@ -420,7 +452,11 @@ impl Hdd {
         }
         let active = self.readahead.map(|r| r.segment);
         for (i, s) in self.segments.iter_mut().enumerate() {
-            if Some(i) != active && s.start_lba <= lba && end <= s.end_lba && s.end_lba > s.start_lba {
+            if Some(i) != active
+                && s.start_lba <= lba
+                && end <= s.end_lba
+                && s.end_lba > s.start_lba
+            {
                 s.last_use = self.use_clock;
                 self.counters.cache_hits += 1;
                 return now_ns + iface_ns;
@@ -438,9 +474,16 @@ impl Hdd {
         if self.segments.is_empty() {
             return done;
         }
-        let victim = (0..self.segments.len()).min_by_key(|&i| self.segments[i].last_use).unwrap_or(0);
-        let ra_sectors = (self.p.readahead_bytes / SECTOR_BYTES).min(self.segment_sectors.saturating_sub(sectors));
-        self.segments[victim] = Segment { start_lba: lba, end_lba: end, last_use: self.use_clock };
+        let victim = (0..self.segments.len())
+            .min_by_key(|&i| self.segments[i].last_use)
+            .unwrap_or(0);
+        let ra_sectors = (self.p.readahead_bytes / SECTOR_BYTES)
+            .min(self.segment_sectors.saturating_sub(sectors));
+        self.segments[victim] = Segment {
+            start_lba: lba,
+            end_lba: end,
+            last_use: self.use_clock,
+        };
         if ra_sectors > 0 {
             self.readahead = Some(ReadAhead {
                 segment: victim,
@@ -462,8 +505,11 @@ impl Hdd {
             let mut ready = now_ns;
             let merges = matches!(self.dirty.back(), Some(&(d, n)) if d + n == lba);
             let max_entries = self.p.write_cache_max_entries.max(1) as usize;
-            while self.dirty_sectors + sectors > cap || (!merges && self.dirty.len() >= max_entries) {
-                let Some((d, n)) = self.dirty.pop_front() else { break };
+            while self.dirty_sectors + sectors > cap || (!merges && self.dirty.len() >= max_entries)
+            {
+                let Some((d, n)) = self.dirty.pop_front() else {
+                    break;
+                };
                 self.dirty_sectors -= n;
                 self.stop_readahead(self.free_at_ns.max(now_ns));
                 self.free_at_ns = self.media_access(self.free_at_ns.max(now_ns), d, n, true);
@@ -474,7 +520,9 @@ impl Hdd {
                 _ => self.dirty.push_back((lba, sectors)),
             }
             self.dirty_sectors += sectors;
-            return ready + self.p.command_overhead_ns + transfer_ns(len_bytes, self.p.interface_bytes_per_sec);
+            return ready
+                + self.p.command_overhead_ns
+                + transfer_ns(len_bytes, self.p.interface_bytes_per_sec);
         }
         let start = now_ns.max(self.free_at_ns);
         self.stop_readahead(start);
@@ -582,7 +630,11 @@ mod tests {
             worst = worst.max(done - (t + 50_000));
             t = done;
         }
-        assert!(h.counters().cache_hits >= 32, "hits {}", h.counters().cache_hits);
+        assert!(
+            h.counters().cache_hits >= 32,
+            "hits {}",
+            h.counters().cache_hits
+        );
         assert!(worst < NS_PER_MS, "sequential 4K read took {worst} ns");
         // A random read far away is a miss costing a seek and rotation.
         let far = h.submit(t, &DevRequest::read(h.capacity_bytes() / 2, 4 * KIB)) - t;
@@ -594,14 +646,24 @@ mod tests {
         let mut h = hdd();
         let far = h.capacity_bytes() / 3;
         let w = h.submit(0, &DevRequest::write(far, 4 * KIB));
-        assert!(w < h.params().command_overhead_ns + NS_PER_MS / 10, "cached write took {w} ns");
+        assert!(
+            w < h.params().command_overhead_ns + NS_PER_MS / 10,
+            "cached write took {w} ns"
+        );
         assert!(h.dirty_bytes() > 0);
         let f = h.submit(w, &DevRequest::flush());
         assert_eq!(h.dirty_bytes(), 0);
-        assert!(f - w > NS_PER_MS, "flush of a far write must seek: {} ns", f - w);
+        assert!(
+            f - w > NS_PER_MS,
+            "flush of a far write must seek: {} ns",
+            f - w
+        );
         // FUA bypasses the cache.
         let t = f;
-        let fua = DevRequest { fua: true, ..DevRequest::write(0, 4 * KIB) };
+        let fua = DevRequest {
+            fua: true,
+            ..DevRequest::write(0, 4 * KIB)
+        };
         assert!(h.submit(t, &fua) - t > NS_PER_MS);
         assert_eq!(h.dirty_bytes(), 0);
     }
@@ -624,7 +686,11 @@ mod tests {
             let mut out = Vec::new();
             for i in 0..200u64 {
                 let off = (i * 7919 * 4096) % (h.capacity_bytes() - 8192);
-                let req = if i % 3 == 0 { DevRequest::write(off, 8192) } else { DevRequest::read(off, 8192) };
+                let req = if i % 3 == 0 {
+                    DevRequest::write(off, 8192)
+                } else {
+                    DevRequest::read(off, 8192)
+                };
                 t = h.submit(t, &req);
                 out.push(t);
             }

@@ -43,13 +43,28 @@ pub struct DevRequest {
 
 impl DevRequest {
     pub fn read(offset_bytes: u64, len_bytes: u64) -> Self {
-        DevRequest { kind: DevOpKind::Read, offset_bytes, len_bytes, fua: false }
+        DevRequest {
+            kind: DevOpKind::Read,
+            offset_bytes,
+            len_bytes,
+            fua: false,
+        }
     }
     pub fn write(offset_bytes: u64, len_bytes: u64) -> Self {
-        DevRequest { kind: DevOpKind::Write, offset_bytes, len_bytes, fua: false }
+        DevRequest {
+            kind: DevOpKind::Write,
+            offset_bytes,
+            len_bytes,
+            fua: false,
+        }
     }
     pub fn flush() -> Self {
-        DevRequest { kind: DevOpKind::Flush, offset_bytes: 0, len_bytes: 0, fua: false }
+        DevRequest {
+            kind: DevOpKind::Flush,
+            offset_bytes: 0,
+            len_bytes: 0,
+            fua: false,
+        }
     }
 }
 

@@ -16,8 +16,16 @@ const GB: u64 = 1_000_000_000;
 /// A named device configuration.
 #[derive(Clone, Debug)]
 pub enum Preset {
-    Hdd { name: &'static str, description: &'static str, params: HddParams },
-    Ssd { name: &'static str, description: &'static str, params: SsdParams },
+    Hdd {
+        name: &'static str,
+        description: &'static str,
+        params: HddParams,
+    },
+    Ssd {
+        name: &'static str,
+        description: &'static str,
+        params: SsdParams,
+    },
 }
 
 impl Preset {
@@ -49,24 +57,24 @@ fn hitachi_7k1000c() -> HddParams {
     HddParams {
         capacity_bytes: 1_000_204_886_016, // spec: 1,953,525,168 sectors
         drive_bytes: 1_000_204_886_016,
-        rpm: 7200,                                   // spec
-        surfaces: 4,                                 // est.: two 500 GB platters
-        zones: 24,                                   // est.
-        media_outer_bytes_per_sec: 138 * MB,         // est. from reviews: ~138 MB/s outer
-        media_inner_bytes_per_sec: 70 * MB,          // est.: ~70 MB/s inner
-        seek_track_to_track_ns: NS_PER_MS,           // est.
-        seek_avg_ns: 8_200 * NS_PER_US,              // spec: 8.2 ms average (read)
-        seek_full_ns: 15 * NS_PER_MS,                // est.
-        write_settle_ns: 300 * NS_PER_US,            // est.
-        head_switch_ns: 800 * NS_PER_US,             // est.
-        command_overhead_ns: 600 * NS_PER_US,        // fit: seed 000 sequential 4 KB ratios (QD1 through Xen blktap)
-        interface_bytes_per_sec: 300 * MB,           // spec: SATA 3 Gb/s
-        cache_bytes: 32 * MIB,                       // spec: 32 MB buffer
-        cache_segments: 16,                          // est.
-        readahead_bytes: 1024 * KIB,                 // est.
-        write_cache: true,                           // spec default: WCE on
-        write_cache_bytes: 16 * MIB,                 // est.: half the buffer
-        write_cache_max_entries: 32,                 // est.
+        rpm: 7200,                            // spec
+        surfaces: 4,                          // est.: two 500 GB platters
+        zones: 24,                            // est.
+        media_outer_bytes_per_sec: 138 * MB,  // est. from reviews: ~138 MB/s outer
+        media_inner_bytes_per_sec: 70 * MB,   // est.: ~70 MB/s inner
+        seek_track_to_track_ns: NS_PER_MS,    // est.
+        seek_avg_ns: 8_200 * NS_PER_US,       // spec: 8.2 ms average (read)
+        seek_full_ns: 15 * NS_PER_MS,         // est.
+        write_settle_ns: 300 * NS_PER_US,     // est.
+        head_switch_ns: 800 * NS_PER_US,      // est.
+        command_overhead_ns: 600 * NS_PER_US, // fit: seed 000 sequential 4 KB ratios (QD1 through Xen blktap)
+        interface_bytes_per_sec: 300 * MB,    // spec: SATA 3 Gb/s
+        cache_bytes: 32 * MIB,                // spec: 32 MB buffer
+        cache_segments: 16,                   // est.
+        readahead_bytes: 1024 * KIB,          // est.
+        write_cache: true,                    // spec default: WCE on
+        write_cache_bytes: 16 * MIB,          // est.: half the buffer
+        write_cache_max_entries: 32,          // est.
     }
 }
 
@@ -74,22 +82,22 @@ fn cheetah_15k4() -> HddParams {
     HddParams {
         capacity_bytes: 73_400 * MB, // spec / paper: 73.4 GB formatted
         drive_bytes: 73_400 * MB,
-        rpm: 15_000,                          // spec, paper (4 ms rotation)
-        surfaces: 4,                          // paper
-        zones: 16,                            // est.
-        media_outer_bytes_per_sec: 96 * MB,   // spec: 96 MB/s outer
-        media_inner_bytes_per_sec: 58 * MB,   // spec: 58 MB/s inner (est. if not)
+        rpm: 15_000,                             // spec, paper (4 ms rotation)
+        surfaces: 4,                             // paper
+        zones: 16,                               // est.
+        media_outer_bytes_per_sec: 96 * MB,      // spec: 96 MB/s outer
+        media_inner_bytes_per_sec: 58 * MB,      // spec: 58 MB/s inner (est. if not)
         seek_track_to_track_ns: 200 * NS_PER_US, // spec: 0.2 ms read
-        seek_avg_ns: 3_500 * NS_PER_US,       // spec: 3.5 ms average read
-        seek_full_ns: 7_400 * NS_PER_US,      // spec: 7.4 ms full stroke read (est.)
-        write_settle_ns: 400 * NS_PER_US,     // spec: write seeks ~0.4-0.5 ms longer
-        head_switch_ns: 300 * NS_PER_US,      // est.
-        command_overhead_ns: 100 * NS_PER_US, // est.
-        interface_bytes_per_sec: 320 * MB,    // spec: Ultra320 SCSI
-        cache_bytes: 7_077 * KIB,             // paper: 7,077 KB available for caching
-        cache_segments: 64,                   // paper: 221 sectors per segment
-        readahead_bytes: 64 * SECTOR_BYTES,   // paper: 64-sector prefetch
-        write_cache: false,                   // est.: SCSI drives commonly ship with WCE off
+        seek_avg_ns: 3_500 * NS_PER_US,          // spec: 3.5 ms average read
+        seek_full_ns: 7_400 * NS_PER_US,         // spec: 7.4 ms full stroke read (est.)
+        write_settle_ns: 400 * NS_PER_US,        // spec: write seeks ~0.4-0.5 ms longer
+        head_switch_ns: 300 * NS_PER_US,         // est.
+        command_overhead_ns: 100 * NS_PER_US,    // est.
+        interface_bytes_per_sec: 320 * MB,       // spec: Ultra320 SCSI
+        cache_bytes: 7_077 * KIB,                // paper: 7,077 KB available for caching
+        cache_segments: 64,                      // paper: 221 sectors per segment
+        readahead_bytes: 64 * SECTOR_BYTES,      // paper: 64-sector prefetch
+        write_cache: false,                      // est.: SCSI drives commonly ship with WCE off
         write_cache_bytes: 0,
         write_cache_max_entries: 0,
     }
@@ -97,20 +105,22 @@ fn cheetah_15k4() -> HddParams {
 
 fn intel_320_160g() -> SsdParams {
     SsdParams {
-        capacity_bytes: 160 * GB,                  // spec
-        over_provisioning: 0.07,                   // est.: GB vs GiB spare area
-        page_bytes: 4 * KIB,                       // est.: 4 KiB mapping unit
-        pages_per_block: 256,                      // est.
-        channels: 10,                              // spec: 10-channel controller
-        dies_per_channel: 4,                       // est.
-        read_ns: 40 * NS_PER_US,                   // est.: 25 nm MLC
-        program_ns: 1_000 * NS_PER_US,             // fit: 165 MB/s sequential write (spec) over 40 dies
-        erase_ns: 3 * NS_PER_MS,                   // est.
-        channel_bytes_per_sec: 200 * MB,           // est.
-        interface_bytes_per_sec: 300 * MB,         // spec: SATA 3 Gb/s (270 MB/s reads)
-        command_overhead_ns: 120 * NS_PER_US,      // fit: seed 000 4 KB ratios (QD1 through Xen blktap)
-        write_buffer_bytes: 1 * MIB,               // est.
-        ftl: FtlKind::Page { map_cache_entries: 0 }, // est.: map held in DRAM
+        capacity_bytes: 160 * GB,             // spec
+        over_provisioning: 0.07,              // est.: GB vs GiB spare area
+        page_bytes: 4 * KIB,                  // est.: 4 KiB mapping unit
+        pages_per_block: 256,                 // est.
+        channels: 10,                         // spec: 10-channel controller
+        dies_per_channel: 4,                  // est.
+        read_ns: 40 * NS_PER_US,              // est.: 25 nm MLC
+        program_ns: 1_000 * NS_PER_US,        // fit: 165 MB/s sequential write (spec) over 40 dies
+        erase_ns: 3 * NS_PER_MS,              // est.
+        channel_bytes_per_sec: 200 * MB,      // est.
+        interface_bytes_per_sec: 300 * MB,    // spec: SATA 3 Gb/s (270 MB/s reads)
+        command_overhead_ns: 120 * NS_PER_US, // fit: seed 000 4 KB ratios (QD1 through Xen blktap)
+        write_buffer_bytes: MIB,              // est.
+        ftl: FtlKind::Page {
+            map_cache_entries: 0,
+        }, // est.: map held in DRAM
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
     }
@@ -118,20 +128,22 @@ fn intel_320_160g() -> SsdParams {
 
 fn intel_x25m_80g() -> SsdParams {
     SsdParams {
-        capacity_bytes: 80 * GB,                   // spec
-        over_provisioning: 0.07,                   // est.
-        page_bytes: 4 * KIB,                       // spec: 4 KB NAND pages (50 nm MLC)
-        pages_per_block: 128,                      // spec: 512 KB blocks
-        channels: 10,                              // spec
-        dies_per_channel: 2,                       // est.
-        read_ns: 50 * NS_PER_US,                   // est.
-        program_ns: 1_100 * NS_PER_US,             // fit: 70 MB/s sequential write (spec) over 20 dies
-        erase_ns: 2 * NS_PER_MS,                   // est.
-        channel_bytes_per_sec: 200 * MB,           // est.
-        interface_bytes_per_sec: 300 * MB,         // spec: SATA 3 Gb/s (250 MB/s reads)
-        command_overhead_ns: 60 * NS_PER_US,       // est.
-        write_buffer_bytes: 16 * KIB,              // est.: DRAM holds the map, little user data
-        ftl: FtlKind::Page { map_cache_entries: 4 << 20 }, // est.: 16 MB DRAM caches 4M entries
+        capacity_bytes: 80 * GB,             // spec
+        over_provisioning: 0.07,             // est.
+        page_bytes: 4 * KIB,                 // spec: 4 KB NAND pages (50 nm MLC)
+        pages_per_block: 128,                // spec: 512 KB blocks
+        channels: 10,                        // spec
+        dies_per_channel: 2,                 // est.
+        read_ns: 50 * NS_PER_US,             // est.
+        program_ns: 1_100 * NS_PER_US,       // fit: 70 MB/s sequential write (spec) over 20 dies
+        erase_ns: 2 * NS_PER_MS,             // est.
+        channel_bytes_per_sec: 200 * MB,     // est.
+        interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s (250 MB/s reads)
+        command_overhead_ns: 60 * NS_PER_US, // est.
+        write_buffer_bytes: 16 * KIB,        // est.: DRAM holds the map, little user data
+        ftl: FtlKind::Page {
+            map_cache_entries: 4 << 20,
+        }, // est.: 16 MB DRAM caches 4M entries
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
     }
@@ -139,20 +151,20 @@ fn intel_x25m_80g() -> SsdParams {
 
 fn mtron_msd_sata3035() -> SsdParams {
     SsdParams {
-        capacity_bytes: 32 * GB,                   // spec: MSD-SATA3035-032
-        over_provisioning: 0.0,                    // BAST sizes its own spare blocks
-        page_bytes: 2 * KIB,                       // spec: SLC large-block NAND
-        pages_per_block: 64,                       // spec: 128 KiB blocks
-        channels: 4,                               // est.
-        dies_per_channel: 2,                       // est.
-        read_ns: 25 * NS_PER_US,                   // spec (SLC)
-        program_ns: 200 * NS_PER_US,               // spec (SLC); 8 dies give ~80 MB/s sequential write
-        erase_ns: 1_500 * NS_PER_US,               // spec (SLC)
-        channel_bytes_per_sec: 40 * MB,            // spec: 25 ns/byte asynchronous NAND bus
-        interface_bytes_per_sec: 150 * MB,         // spec: SATA 1.5 Gb/s
-        command_overhead_ns: 60 * NS_PER_US,       // est.
-        write_buffer_bytes: 0,                     // est.: writes complete when programmed
-        ftl: FtlKind::Bast { log_blocks: 16 },     // est.: few log blocks, slow small random writes
+        capacity_bytes: 32 * GB,               // spec: MSD-SATA3035-032
+        over_provisioning: 0.0,                // BAST sizes its own spare blocks
+        page_bytes: 2 * KIB,                   // spec: SLC large-block NAND
+        pages_per_block: 64,                   // spec: 128 KiB blocks
+        channels: 4,                           // est.
+        dies_per_channel: 2,                   // est.
+        read_ns: 25 * NS_PER_US,               // spec (SLC)
+        program_ns: 200 * NS_PER_US,           // spec (SLC); 8 dies give ~80 MB/s sequential write
+        erase_ns: 1_500 * NS_PER_US,           // spec (SLC)
+        channel_bytes_per_sec: 40 * MB,        // spec: 25 ns/byte asynchronous NAND bus
+        interface_bytes_per_sec: 150 * MB,     // spec: SATA 1.5 Gb/s
+        command_overhead_ns: 60 * NS_PER_US,   // est.
+        write_buffer_bytes: 0,                 // est.: writes complete when programmed
+        ftl: FtlKind::Bast { log_blocks: 16 }, // est.: few log blocks, slow small random writes
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
     }
@@ -160,20 +172,22 @@ fn mtron_msd_sata3035() -> SsdParams {
 
 fn intel_520() -> SsdParams {
     SsdParams {
-        capacity_bytes: 240 * GB,                  // est.: seed 004 does not give the capacity
-        over_provisioning: 0.07,                   // est.
-        page_bytes: 4 * KIB,                       // est.
-        pages_per_block: 256,                      // est.
-        channels: 8,                               // spec: SandForce SF-2281, 8 channels
-        dies_per_channel: 4,                       // est.
-        read_ns: 50 * NS_PER_US,                   // est.
-        program_ns: 400 * NS_PER_US,               // fit: seed 004 Table 1 (incompressible ~320 MB/s)
-        erase_ns: 3 * NS_PER_MS,                   // est.
-        channel_bytes_per_sec: 200 * MB,           // est.
-        interface_bytes_per_sec: 600 * MB,         // spec: SATA 6 Gb/s
-        command_overhead_ns: 20 * NS_PER_US,       // fit: 50,000 / 60,000 4 KB IOPS (seed 004 Table 4)
-        write_buffer_bytes: 1 * MIB,               // est.
-        ftl: FtlKind::Page { map_cache_entries: 0 },
+        capacity_bytes: 240 * GB,        // est.: seed 004 does not give the capacity
+        over_provisioning: 0.07,         // est.
+        page_bytes: 4 * KIB,             // est.
+        pages_per_block: 256,            // est.
+        channels: 8,                     // spec: SandForce SF-2281, 8 channels
+        dies_per_channel: 4,             // est.
+        read_ns: 50 * NS_PER_US,         // est.
+        program_ns: 400 * NS_PER_US,     // fit: seed 004 Table 1 (incompressible ~320 MB/s)
+        erase_ns: 3 * NS_PER_MS,         // est.
+        channel_bytes_per_sec: 200 * MB, // est.
+        interface_bytes_per_sec: 600 * MB, // spec: SATA 6 Gb/s
+        command_overhead_ns: 20 * NS_PER_US, // fit: 50,000 / 60,000 4 KB IOPS (seed 004 Table 4)
+        write_buffer_bytes: MIB,         // est.
+        ftl: FtlKind::Page {
+            map_cache_entries: 0,
+        },
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
     }
@@ -181,20 +195,22 @@ fn intel_520() -> SsdParams {
 
 fn openssd_jasmine() -> SsdParams {
     SsdParams {
-        capacity_bytes: 64 * GB,                   // spec: 64 GB board
-        over_provisioning: 0.07,                   // est.
-        page_bytes: 8 * KIB,                       // spec: 8 KB pages
-        pages_per_block: 128,                      // spec
-        channels: 4,                               // spec: Indilinx Barefoot, 4 channels
-        dies_per_channel: 8,                       // spec: 8 banks per channel
-        read_ns: 60 * NS_PER_US,                   // est.
-        program_ns: 1_300 * NS_PER_US,             // est.: 35 nm MLC
-        erase_ns: 2 * NS_PER_MS,                   // est.
-        channel_bytes_per_sec: 40 * MB,            // est.
-        interface_bytes_per_sec: 300 * MB,         // spec: SATA 3 Gb/s
-        command_overhead_ns: 80 * NS_PER_US,       // est.
-        write_buffer_bytes: 16 * MIB,              // est.: part of the 64 MB DRAM
-        ftl: FtlKind::Page { map_cache_entries: 0 }, // spec: 64 MB DRAM holds the page map
+        capacity_bytes: 64 * GB,             // spec: 64 GB board
+        over_provisioning: 0.07,             // est.
+        page_bytes: 8 * KIB,                 // spec: 8 KB pages
+        pages_per_block: 128,                // spec
+        channels: 4,                         // spec: Indilinx Barefoot, 4 channels
+        dies_per_channel: 8,                 // spec: 8 banks per channel
+        read_ns: 60 * NS_PER_US,             // est.
+        program_ns: 1_300 * NS_PER_US,       // est.: 35 nm MLC
+        erase_ns: 2 * NS_PER_MS,             // est.
+        channel_bytes_per_sec: 40 * MB,      // est.
+        interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s
+        command_overhead_ns: 80 * NS_PER_US, // est.
+        write_buffer_bytes: 16 * MIB,        // est.: part of the 64 MB DRAM
+        ftl: FtlKind::Page {
+            map_cache_entries: 0,
+        }, // spec: 64 MB DRAM holds the page map
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
     }

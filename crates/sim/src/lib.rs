@@ -1,1 +1,12 @@
+//! The simulator: a discrete-event loop with a virtual clock that drives the tiervisor
+//! engine with device timing models and workloads. Same scenario and seed, same result,
+//! byte for byte.
 
+pub mod driver;
+pub mod report;
+pub mod scenario;
+pub mod size;
+
+pub use driver::{RunOptions, Simulation};
+pub use report::SimReport;
+pub use scenario::{Scenario, ScenarioError};

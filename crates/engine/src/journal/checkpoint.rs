@@ -53,7 +53,10 @@ pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentM
         let (s, end, kind, pool, off) = (d.u64()?, d.u64()?, d.u8()?, d.u16()?, d.u64()?);
         let v = match kind {
             1 => Overlay::Zero,
-            2 => Overlay::Log { pool: PoolId(pool), dev_offset: off },
+            2 => Overlay::Log {
+                pool: PoolId(pool),
+                dev_offset: off,
+            },
             _ => return None,
         };
         if s >= end {
@@ -78,7 +81,10 @@ pub struct CkptChunkHeader {
 impl CkptChunkHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::with_capacity(CKPT_HEADER_BYTES as usize);
-        e.bytes(CKPT_MAGIC).u32(self.volume_id).u64(self.checkpoint_seq).u32(self.index);
+        e.bytes(CKPT_MAGIC)
+            .u32(self.volume_id)
+            .u64(self.checkpoint_seq)
+            .u32(self.index);
         match self.next {
             Some((p, c)) => e.u8(1).u16(p.0).u64(c),
             None => e.u8(0).u16(0).u64(0),
@@ -88,7 +94,7 @@ impl CkptChunkHeader {
     }
 
     /// Decode and check the header and its payload (which follows it in `chunk`).
-    pub fn decode<'a>(chunk: &'a [u8]) -> Option<(CkptChunkHeader, &'a [u8])> {
+    pub fn decode(chunk: &[u8]) -> Option<(CkptChunkHeader, &[u8])> {
         let hb = CKPT_HEADER_BYTES as usize;
         if chunk.len() < hb || &chunk[..8] != CKPT_MAGIC || !crate::codec::sealed_ok(chunk, hb) {
             return None;
@@ -107,15 +113,31 @@ impl CkptChunkHeader {
         if crc32c::crc32c(payload) != payload_crc {
             return None;
         }
-        let h = CkptChunkHeader { volume_id, checkpoint_seq, index, next: (has == 1).then_some((pool, next_chunk)), payload_bytes, payload_crc };
+        let h = CkptChunkHeader {
+            volume_id,
+            checkpoint_seq,
+            index,
+            next: (has == 1).then_some((pool, next_chunk)),
+            payload_bytes,
+            payload_crc,
+        };
         Some((h, payload))
     }
 }
 
 /// Cut a payload into chunk images linked in order through `chunks` (one per piece).
-pub fn build_chain(volume_id: u32, checkpoint_seq: u64, payload: &[u8], chunk_bytes: u64, chunks: &[(PoolId, u64)]) -> Vec<Vec<u8>> {
+pub fn build_chain(
+    volume_id: u32,
+    checkpoint_seq: u64,
+    payload: &[u8],
+    chunk_bytes: u64,
+    chunks: &[(PoolId, u64)],
+) -> Vec<Vec<u8>> {
     let piece = (chunk_bytes - CKPT_HEADER_BYTES) as usize;
-    assert_eq!(chunks.len(), pieces_needed(payload.len() as u64, chunk_bytes) as usize);
+    assert_eq!(
+        chunks.len(),
+        pieces_needed(payload.len() as u64, chunk_bytes) as usize
+    );
     payload
         .chunks(piece)
         .enumerate()
@@ -138,7 +160,9 @@ pub fn build_chain(volume_id: u32, checkpoint_seq: u64, payload: &[u8], chunk_by
 }
 
 pub fn pieces_needed(payload_bytes: u64, chunk_bytes: u64) -> u64 {
-    payload_bytes.div_ceil(chunk_bytes - CKPT_HEADER_BYTES).max(1)
+    payload_bytes
+        .div_ceil(chunk_bytes - CKPT_HEADER_BYTES)
+        .max(1)
 }
 
 #[cfg(test)]
@@ -154,7 +178,14 @@ mod tests {
         }
         let mut ov = ExtentMap::new();
         ov.insert(4096, 8192, Overlay::Zero);
-        ov.insert(1 << 30, (1 << 30) + 512, Overlay::Log { pool: PoolId(1), dev_offset: 12345 });
+        ov.insert(
+            1 << 30,
+            (1 << 30) + 512,
+            Overlay::Log {
+                pool: PoolId(1),
+                dev_offset: 12345,
+            },
+        );
         let payload = encode_state(&map, &ov);
         let chunk_bytes = 1 << 20;
         let n = pieces_needed(payload.len() as u64, chunk_bytes);

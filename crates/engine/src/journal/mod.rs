@@ -42,7 +42,12 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new(pool: PoolId, region_offset: u64, region_bytes: u64, header: JournalHeader) -> Journal {
+    pub fn new(
+        pool: PoolId,
+        region_offset: u64,
+        region_bytes: u64,
+        header: JournalHeader,
+    ) -> Journal {
         let ring_blocks = (region_bytes - HEADER_SLOTS_BYTES) / BLOCK_BYTES;
         Journal {
             pool,
@@ -93,8 +98,14 @@ impl Journal {
 
     /// Encode `records` (with first sequence `first_seq`) as blocks at the head.
     /// Returns the images; the caller advances the head when they are durable.
-    pub fn build_blocks(&self, volume_id: u32, first_seq: u64, records: &[Record]) -> (Vec<u8>, u32) {
-        let mut out = Vec::with_capacity(records.len().div_ceil(RECORDS_PER_BLOCK) * BLOCK_BYTES as usize);
+    pub fn build_blocks(
+        &self,
+        volume_id: u32,
+        first_seq: u64,
+        records: &[Record],
+    ) -> (Vec<u8>, u32) {
+        let mut out =
+            Vec::with_capacity(records.len().div_ceil(RECORDS_PER_BLOCK) * BLOCK_BYTES as usize);
         let mut prev = self.last_crc;
         let mut seq = first_seq;
         for (i, part) in records.chunks(RECORDS_PER_BLOCK).enumerate() {

@@ -22,7 +22,11 @@ pub enum Record {
     /// Set a chunk map entry (raw [`crate::chunkmap::ChunkLoc`] encoding).
     Map { chunk: u64, entry: u64 },
     /// Map `[start, end)` of the volume in the overlay.
-    Overlay { start: u64, end: u64, value: Overlay },
+    Overlay {
+        start: u64,
+        end: u64,
+        value: Overlay,
+    },
     /// Remove `[start, end)` from the overlay.
     OverlayClear { start: u64, end: u64 },
 }
@@ -38,7 +42,13 @@ impl Record {
                     Overlay::Zero => (1, 0, 0),
                     Overlay::Log { pool, dev_offset } => (2, pool.0, dev_offset),
                 };
-                e.u8(2).u8(kind).u16(pool).u32(0).u64(start).u64(end).u64(off);
+                e.u8(2)
+                    .u8(kind)
+                    .u16(pool)
+                    .u32(0)
+                    .u64(start)
+                    .u64(end)
+                    .u64(off);
             }
             Record::OverlayClear { start, end } => {
                 e.u8(3).u8(0).u16(0).u32(0).u64(start).u64(end).u64(0);
@@ -57,10 +67,17 @@ impl Record {
             2 => {
                 let value = match sub {
                     1 => Overlay::Zero,
-                    2 => Overlay::Log { pool: PoolId(pool), dev_offset: c },
+                    2 => Overlay::Log {
+                        pool: PoolId(pool),
+                        dev_offset: c,
+                    },
                     _ => return None,
                 };
-                (a < b).then_some(Record::Overlay { start: a, end: b, value })
+                (a < b).then_some(Record::Overlay {
+                    start: a,
+                    end: b,
+                    value,
+                })
             }
             3 => (a < b).then_some(Record::OverlayClear { start: a, end: b }),
             _ => None,
@@ -84,8 +101,14 @@ impl Block {
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.records.len() <= RECORDS_PER_BLOCK);
         let mut e = Enc::with_capacity(BLOCK_BYTES as usize);
-        e.u32(BLOCK_MAGIC).u32(self.volume_id).u64(self.block_seq).u64(self.mount_generation).u32(self.prev_crc);
-        e.u64(self.first_record_seq).u16(self.records.len() as u16).u16(0);
+        e.u32(BLOCK_MAGIC)
+            .u32(self.volume_id)
+            .u64(self.block_seq)
+            .u64(self.mount_generation)
+            .u32(self.prev_crc);
+        e.u64(self.first_record_seq)
+            .u16(self.records.len() as u16)
+            .u16(0);
         for r in &self.records {
             r.encode(&mut e);
         }
@@ -95,7 +118,12 @@ impl Block {
     /// The CRC stored in an encoded block (what the next block names as `prev_crc`).
     pub fn crc_of(encoded: &[u8]) -> u32 {
         let n = BLOCK_BYTES as usize;
-        u32::from_le_bytes([encoded[n - 4], encoded[n - 3], encoded[n - 2], encoded[n - 1]])
+        u32::from_le_bytes([
+            encoded[n - 4],
+            encoded[n - 3],
+            encoded[n - 2],
+            encoded[n - 1],
+        ])
     }
 
     pub fn decode(buf: &[u8]) -> Option<Block> {
@@ -116,8 +144,17 @@ impl Block {
         if count > RECORDS_PER_BLOCK {
             return None;
         }
-        let records = (0..count).map(|_| Record::decode(&mut d)).collect::<Option<Vec<_>>>()?;
-        Some(Block { volume_id, block_seq, mount_generation, prev_crc, first_record_seq, records })
+        let records = (0..count)
+            .map(|_| Record::decode(&mut d))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Block {
+            volume_id,
+            block_seq,
+            mount_generation,
+            prev_crc,
+            first_record_seq,
+            records,
+        })
     }
 }
 
@@ -129,12 +166,32 @@ mod tests {
     fn block_roundtrip_and_torn_block_rejected() {
         let records: Vec<Record> = (0..RECORDS_PER_BLOCK as u64)
             .map(|i| match i % 3 {
-                0 => Record::Map { chunk: i, entry: i * 7 + 1 },
-                1 => Record::Overlay { start: i * 512, end: i * 512 + 512, value: Overlay::Log { pool: PoolId(1), dev_offset: i << 20 } },
-                _ => Record::OverlayClear { start: i, end: i + 9 },
+                0 => Record::Map {
+                    chunk: i,
+                    entry: i * 7 + 1,
+                },
+                1 => Record::Overlay {
+                    start: i * 512,
+                    end: i * 512 + 512,
+                    value: Overlay::Log {
+                        pool: PoolId(1),
+                        dev_offset: i << 20,
+                    },
+                },
+                _ => Record::OverlayClear {
+                    start: i,
+                    end: i + 9,
+                },
             })
             .collect();
-        let b = Block { volume_id: 3, block_seq: 10, mount_generation: 2, prev_crc: 99, first_record_seq: 500, records };
+        let b = Block {
+            volume_id: 3,
+            block_seq: 10,
+            mount_generation: 2,
+            prev_crc: 99,
+            first_record_seq: 500,
+            records,
+        };
         let enc = b.encode();
         assert_eq!(enc.len(), 4096);
         assert_eq!(Block::decode(&enc).unwrap(), b);

@@ -34,7 +34,18 @@ mod tests {
     fn serves_in_arrival_order() {
         let mut f = Fifo::default();
         for key in [3, 1, 2] {
-            f.add(0, QueuedOp { key, offset_bytes: key as u64 * 100, len_bytes: 1, is_write: false, class: IoClass::Foreground, volume: 0, arrival_ns: 0 });
+            f.add(
+                0,
+                QueuedOp {
+                    key,
+                    offset_bytes: key as u64 * 100,
+                    len_bytes: 1,
+                    is_write: false,
+                    class: IoClass::Foreground,
+                    volume: 0,
+                    arrival_ns: 0,
+                },
+            );
         }
         let order: Vec<usize> = std::iter::from_fn(|| match f.dispatch(0) {
             Dispatch::Op(o) => Some(o.key),

@@ -44,8 +44,17 @@ pub(crate) struct BastFtl {
 }
 
 impl BastFtl {
-    pub fn new(nand: &Nand, logical_pages: u64, pages_per_block: u64, log_blocks: u32, implicit_fill: bool) -> BastFtl {
-        assert!(pages_per_block < NO_PAGE as u64, "pages per block too large for BAST");
+    pub fn new(
+        nand: &Nand,
+        logical_pages: u64,
+        pages_per_block: u64,
+        log_blocks: u32,
+        implicit_fill: bool,
+    ) -> BastFtl {
+        assert!(
+            pages_per_block < NO_PAGE as u64,
+            "pages per block too large for BAST"
+        );
         let dies = nand.dies as u64;
         let ppb = pages_per_block;
         let lbns = logical_pages.div_ceil(ppb);
@@ -60,17 +69,24 @@ impl BastFtl {
         if implicit_fill {
             for lbn in 0..lbns {
                 let die = lbn % dies;
-                data_block[lbn as usize] = (die * blocks_per_die + used_per_die[die as usize]) as u32;
+                data_block[lbn as usize] =
+                    (die * blocks_per_die + used_per_die[die as usize]) as u32;
                 used_per_die[die as usize] += 1;
                 let pages = (logical_pages - lbn * ppb).min(ppb);
                 for off in 0..pages {
-                    data_written[lbn as usize * words_per_block + (off / 64) as usize] |= 1 << (off % 64);
+                    data_written[lbn as usize * words_per_block + (off / 64) as usize] |=
+                        1 << (off % 64);
                 }
                 data_wp[lbn as usize] = ppb as u16;
             }
         }
         let free = (0..dies)
-            .map(|d| (used_per_die[d as usize]..blocks_per_die).rev().map(|b| (d * blocks_per_die + b) as u32).collect())
+            .map(|d| {
+                (used_per_die[d as usize]..blocks_per_die)
+                    .rev()
+                    .map(|b| (d * blocks_per_die + b) as u32)
+                    .collect()
+            })
             .collect();
         BastFtl {
             ppb,
@@ -81,7 +97,14 @@ impl BastFtl {
             data_written,
             slot_of: vec![NONE; lbns as usize],
             slots: (0..log_blocks)
-                .map(|_| LogSlot { lbn: NONE, block: NONE, next: 0, sequential: true, last_use: 0, map: vec![NO_PAGE; ppb as usize] })
+                .map(|_| LogSlot {
+                    lbn: NONE,
+                    block: NONE,
+                    next: 0,
+                    sequential: true,
+                    last_use: 0,
+                    map: vec![NO_PAGE; ppb as usize],
+                })
                 .collect(),
             free_slots: (0..log_blocks).rev().collect(),
             free,
@@ -99,25 +122,35 @@ impl BastFtl {
 
     #[inline]
     fn written(&self, lbn: u64, off: u64) -> bool {
-        self.data_written[lbn as usize * self.words_per_block + (off / 64) as usize] >> (off % 64) & 1 == 1
+        self.data_written[lbn as usize * self.words_per_block + (off / 64) as usize] >> (off % 64)
+            & 1
+            == 1
     }
 
     fn set_written(&mut self, lbn: u64, off: u64) {
-        self.data_written[lbn as usize * self.words_per_block + (off / 64) as usize] |= 1 << (off % 64);
+        self.data_written[lbn as usize * self.words_per_block + (off / 64) as usize] |=
+            1 << (off % 64);
     }
 
     fn alloc_block(&mut self, die: usize) -> u32 {
-        self.free[die].pop().expect("BAST model: die out of free blocks")
+        self.free[die]
+            .pop()
+            .expect("BAST model: die out of free blocks")
     }
 
     pub fn is_mapped(&self, lpn: u64) -> bool {
         let (lbn, off) = (lpn / self.ppb, lpn % self.ppb);
         let slot = self.slot_of[lbn as usize];
-        (slot != NONE && self.slots[slot as usize].map[off as usize] != NO_PAGE) || self.written(lbn, off)
+        (slot != NONE && self.slots[slot as usize].map[off as usize] != NO_PAGE)
+            || self.written(lbn, off)
     }
 
     pub fn read(&mut self, nand: &mut Nand, t: u64, lpn: u64) -> u64 {
-        if self.is_mapped(lpn) { nand.read_page(t, self.die_of_lbn(lpn / self.ppb)) } else { t }
+        if self.is_mapped(lpn) {
+            nand.read_page(t, self.die_of_lbn(lpn / self.ppb))
+        } else {
+            t
+        }
     }
 
     /// Merge a log block back into its data block; returns when the die is done.
@@ -135,12 +168,16 @@ impl BastFtl {
         } else if slot.sequential {
             // Copy the tail from the data block behind the in-order prefix, then switch.
             self.partial_merges += 1;
-            let copies = (slot.next as u64..ppb).filter(|&off| self.written(lbn, off)).count() as u64;
+            let copies = (slot.next as u64..ppb)
+                .filter(|&off| self.written(lbn, off))
+                .count() as u64;
             done = nand.die_work(t, die, copies, (old != NONE) as u64);
             self.data_block[lbn as usize] = slot.block;
         } else {
             self.full_merges += 1;
-            let copies = (0..ppb).filter(|&off| slot.map[off as usize] != NO_PAGE || self.written(lbn, off)).count() as u64;
+            let copies = (0..ppb)
+                .filter(|&off| slot.map[off as usize] != NO_PAGE || self.written(lbn, off))
+                .count() as u64;
             let nb = self.alloc_block(die);
             done = nand.die_work(t, die, copies, 1 + (old != NONE) as u64);
             self.free[die].push(slot.block);
@@ -190,7 +227,9 @@ impl BastFtl {
             let s = match self.free_slots.pop() {
                 Some(s) => s,
                 None => {
-                    let victim = (0..self.slots.len() as u32).min_by_key(|&i| self.slots[i as usize].last_use).unwrap_or(0);
+                    let victim = (0..self.slots.len() as u32)
+                        .min_by_key(|&i| self.slots[i as usize].last_use)
+                        .unwrap_or(0);
                     t = self.merge(nand, t, victim);
                     self.free_slots.pop().unwrap_or(victim)
                 }

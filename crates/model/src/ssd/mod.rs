@@ -103,9 +103,13 @@ impl Ssd {
                 map_cache_entries,
                 p.gc_free_blocks_low as usize,
             )),
-            FtlKind::Bast { log_blocks } => {
-                Ftl::Bast(BastFtl::new(&nand, logical_pages, p.pages_per_block, log_blocks, implicit))
-            }
+            FtlKind::Bast { log_blocks } => Ftl::Bast(BastFtl::new(
+                &nand,
+                logical_pages,
+                p.pages_per_block,
+                log_blocks,
+                implicit,
+            )),
         };
         Ssd {
             buffer_pages: (p.write_buffer_bytes / p.page_bytes) as usize,
@@ -149,7 +153,10 @@ impl Ssd {
     fn page_range(&self, req: &DevRequest) -> (u64, u64) {
         let first = req.offset_bytes / self.p.page_bytes;
         let end = (req.offset_bytes + req.len_bytes.max(1)).div_ceil(self.p.page_bytes);
-        (first.min(self.logical_pages - 1), end.min(self.logical_pages).max(first + 1))
+        (
+            first.min(self.logical_pages - 1),
+            end.min(self.logical_pages).max(first + 1),
+        )
     }
 
     fn read(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
@@ -324,7 +331,12 @@ mod tests {
 
     /// Random 4 KiB overwrites confined to the first `fill` fraction of the drive.
     fn waf_at_fill(fill: f64) -> f64 {
-        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::None));
+        let mut s = Ssd::new(small(
+            FtlKind::Page {
+                map_cache_entries: 0,
+            },
+            Precondition::None,
+        ));
         let pages = (64 * MIB / (4 * KIB)) as f64 * fill;
         let pages = pages as u64;
         let mut t = 0;
@@ -337,21 +349,36 @@ mod tests {
             t = s.submit(t, &DevRequest::write(rng.next(pages) * 4 * KIB, 4 * KIB));
         }
         let after = s.counters();
-        (after.media_write_bytes - before.media_write_bytes) as f64 / (after.host_write_bytes - before.host_write_bytes) as f64
+        (after.media_write_bytes - before.media_write_bytes) as f64
+            / (after.host_write_bytes - before.host_write_bytes) as f64
     }
 
     #[test]
     fn gc_write_amplification_grows_as_the_drive_fills() {
         let (w50, w80, w95) = (waf_at_fill(0.5), waf_at_fill(0.8), waf_at_fill(0.95));
-        assert!(w50 >= 1.0 && w50 < w80 && w80 < w95, "waf 50% {w50:.2}, 80% {w80:.2}, 95% {w95:.2}");
-        assert!(w95 > 2.0, "a nearly full drive must amplify writes: {w95:.2}");
+        assert!(
+            w50 >= 1.0 && w50 < w80 && w80 < w95,
+            "waf 50% {w50:.2}, 80% {w80:.2}, 95% {w95:.2}"
+        );
+        assert!(
+            w95 > 2.0,
+            "a nearly full drive must amplify writes: {w95:.2}"
+        );
     }
 
     #[test]
     fn flush_empties_the_write_buffer() {
-        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        let mut s = Ssd::new(small(
+            FtlKind::Page {
+                map_cache_entries: 0,
+            },
+            Precondition::Sequential,
+        ));
         let done = s.submit(0, &DevRequest::write(0, 128 * KIB));
-        assert!(s.buffered_bytes(done) > 0, "writes should complete early from DRAM");
+        assert!(
+            s.buffered_bytes(done) > 0,
+            "writes should complete early from DRAM"
+        );
         let f = s.submit(done, &DevRequest::flush());
         assert!(f > done + 400 * NS_PER_US, "flush must wait for programs");
         assert_eq!(s.buffered_bytes(f), 0);
@@ -366,7 +393,10 @@ mod tests {
         let mut rng = Rng(99);
         for i in 0..512u64 {
             ts = seq.submit(ts, &DevRequest::write(i * 4 * KIB, 4 * KIB));
-            tr = rnd.submit(tr, &DevRequest::write(rng.next(16 * 1024) * 4 * KIB, 4 * KIB));
+            tr = rnd.submit(
+                tr,
+                &DevRequest::write(rng.next(16 * 1024) * 4 * KIB, 4 * KIB),
+            );
         }
         assert!(tr > 10 * ts, "random {tr} ns vs sequential {ts} ns");
         let (sw, _, full) = rnd.merges();
@@ -377,10 +407,17 @@ mod tests {
 
     #[test]
     fn map_cache_misses_cost_flash_reads() {
-        let mut cached = small(FtlKind::Page { map_cache_entries: 2048 }, Precondition::Sequential);
+        let mut cached = small(
+            FtlKind::Page {
+                map_cache_entries: 2048,
+            },
+            Precondition::Sequential,
+        );
         cached.capacity_bytes = GIB;
         let mut full = cached.clone();
-        full.ftl = FtlKind::Page { map_cache_entries: 0 };
+        full.ftl = FtlKind::Page {
+            map_cache_entries: 0,
+        };
         let (mut a, mut b) = (Ssd::new(cached), Ssd::new(full));
         let (mut ta, mut tb) = (0, 0);
         let mut rng = Rng(7);
@@ -396,9 +433,22 @@ mod tests {
 
     #[test]
     fn trim_unmaps_and_unmapped_reads_skip_flash() {
-        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        let mut s = Ssd::new(small(
+            FtlKind::Page {
+                map_cache_entries: 0,
+            },
+            Precondition::Sequential,
+        ));
         assert!(s.is_mapped(0));
-        s.submit(0, &DevRequest { kind: DevOpKind::Trim, offset_bytes: 0, len_bytes: 64 * KIB, fua: false });
+        s.submit(
+            0,
+            &DevRequest {
+                kind: DevOpKind::Trim,
+                offset_bytes: 0,
+                len_bytes: 64 * KIB,
+                fua: false,
+            },
+        );
         assert!(!s.is_mapped(0) && !s.is_mapped(60 * KIB) && s.is_mapped(64 * KIB));
         let t = s.submit(1_000_000, &DevRequest::read(0, 4 * KIB)) - 1_000_000;
         let u = s.submit(2_000_000, &DevRequest::read(64 * KIB, 4 * KIB)) - 2_000_000;
@@ -407,9 +457,17 @@ mod tests {
 
     #[test]
     fn dies_work_in_parallel() {
-        let mut s = Ssd::new(small(FtlKind::Page { map_cache_entries: 0 }, Precondition::Sequential));
+        let mut s = Ssd::new(small(
+            FtlKind::Page {
+                map_cache_entries: 0,
+            },
+            Precondition::Sequential,
+        ));
         let one = s.submit(0, &DevRequest::read(0, 4 * KIB));
         let four = s.submit(10_000_000, &DevRequest::read(4 * 4 * KIB, 16 * KIB)) - 10_000_000;
-        assert!(four < 2 * one, "4 pages on 4 dies: {four} ns vs one page {one} ns");
+        assert!(
+            four < 2 * one,
+            "4 pages on 4 dies: {four} ns vs one page {one} ns"
+        );
     }
 }

@@ -51,8 +51,16 @@ impl MapCache {
 
     fn unlink(&mut self, tp: u32) {
         let (p, n) = (self.prev[tp as usize], self.next[tp as usize]);
-        if p != NONE { self.next[p as usize] = n } else { self.head = n }
-        if n != NONE { self.prev[n as usize] = p } else { self.tail = p }
+        if p != NONE {
+            self.next[p as usize] = n
+        } else {
+            self.head = n
+        }
+        if n != NONE {
+            self.prev[n as usize] = p
+        } else {
+            self.tail = p
+        }
     }
 
     fn push_front(&mut self, tp: u32) {
@@ -152,7 +160,10 @@ impl PageFtl {
         let blocks_per_die = data_blocks + spare;
         let total_blocks = (blocks_per_die * dies) as usize;
         let phys_pages = total_blocks as u64 * ppb;
-        assert!(phys_pages < u32::MAX as u64, "SSD too large for 32-bit page numbers; use larger pages");
+        assert!(
+            phys_pages < u32::MAX as u64,
+            "SSD too large for 32-bit page numbers; use larger pages"
+        );
         let mut ftl = PageFtl {
             ppb,
             dies,
@@ -170,13 +181,18 @@ impl PageFtl {
             gc_active: vec![NONE; dies as usize],
             next_die: 0,
             gc_low,
-            map_cache: (map_cache_entries > 0).then(|| MapCache::new(logical_pages, nand.page_bytes, map_cache_entries)),
+            map_cache: (map_cache_entries > 0)
+                .then(|| MapCache::new(logical_pages, nand.page_bytes, map_cache_entries)),
         };
         for die in 0..dies {
             let mut first_free = 0;
             if implicit_fill {
                 // Pages of the implicit layout on this die: lpn = idx * dies + die.
-                let pages_here = if die < logical_pages { (logical_pages - die).div_ceil(dies) } else { 0 };
+                let pages_here = if die < logical_pages {
+                    (logical_pages - die).div_ceil(dies)
+                } else {
+                    0
+                };
                 let full_blocks = pages_here.div_ceil(ppb);
                 for bl in 0..full_blocks {
                     let b = (die * blocks_per_die + bl) as usize;
@@ -192,7 +208,10 @@ impl PageFtl {
                 first_free = full_blocks;
             }
             // Free list as a stack that hands out the lowest block first.
-            ftl.free[die as usize] = (first_free..blocks_per_die).rev().map(|bl| (die * blocks_per_die + bl) as u32).collect();
+            ftl.free[die as usize] = (first_free..blocks_per_die)
+                .rev()
+                .map(|bl| (die * blocks_per_die + bl) as u32)
+                .collect();
         }
         ftl
     }
@@ -200,7 +219,11 @@ impl PageFtl {
     #[inline]
     fn set_valid(&mut self, ppn: u64, v: bool) {
         let (w, bit) = ((ppn / 64) as usize, ppn % 64);
-        if v { self.valid[w] |= 1 << bit } else { self.valid[w] &= !(1 << bit) }
+        if v {
+            self.valid[w] |= 1 << bit
+        } else {
+            self.valid[w] &= !(1 << bit)
+        }
     }
 
     #[inline]
@@ -243,11 +266,11 @@ impl PageFtl {
     }
 
     fn invalidate(&mut self, lpn: u64) {
-        if let Some(old) = self.lookup(lpn) {
-            if self.is_valid(old) {
-                self.set_valid(old, false);
-                self.block_valid[(old / self.ppb) as usize] -= 1;
-            }
+        if let Some(old) = self.lookup(lpn)
+            && self.is_valid(old)
+        {
+            self.set_valid(old, false);
+            self.block_valid[(old / self.ppb) as usize] -= 1;
         }
     }
 
@@ -273,17 +296,27 @@ impl PageFtl {
 
     /// Take the next page of the die's active (or GC) block, opening a free block if needed.
     fn alloc_page(&mut self, die: usize, gc: bool) -> u64 {
-        let slot = if gc { self.gc_active[die] } else { self.active[die] };
+        let slot = if gc {
+            self.gc_active[die]
+        } else {
+            self.active[die]
+        };
         let b = if slot == NONE || self.block_wp[slot as usize] as u64 == self.ppb {
             if slot != NONE {
                 self.block_state[slot as usize] = BlockState::Full;
             }
-            let nb = self.free[die].pop().expect("SSD model: die out of free blocks (GC could not keep up)");
+            let nb = self.free[die]
+                .pop()
+                .expect("SSD model: die out of free blocks (GC could not keep up)");
             self.block_state[nb as usize] = BlockState::Active;
             self.block_wp[nb as usize] = 0;
             self.block_valid[nb as usize] = 0;
             self.implicit_block[nb as usize] = false;
-            if gc { self.gc_active[die] = nb } else { self.active[die] = nb }
+            if gc {
+                self.gc_active[die] = nb
+            } else {
+                self.active[die] = nb
+            }
             nb
         } else {
             slot
@@ -307,7 +340,9 @@ impl PageFtl {
             let mut victim = NONE;
             let mut best = u32::MAX;
             for b in base..base + self.blocks_per_die {
-                if self.block_state[b as usize] == BlockState::Full && self.block_valid[b as usize] < best {
+                if self.block_state[b as usize] == BlockState::Full
+                    && self.block_valid[b as usize] < best
+                {
                     best = self.block_valid[b as usize];
                     victim = b as u32;
                 }

@@ -1,0 +1,581 @@
+//! The discrete-event loop.
+//!
+//! Events are ordered by (virtual time, insertion sequence), so ties break the same way
+//! every run. Devices are timeline models: when the engine submits an operation, the
+//! model says when it completes and that completion becomes an event.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Instant;
+
+use rand::RngCore;
+use rand::SeedableRng;
+use slab_lite::Slab;
+use tiervisor_engine::stats::Latency;
+use tiervisor_engine::{
+    DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
+    PoolConfig, ReqKind, StartMode, VmCompletion, VmRequest, VolumeConfig, VolumeId,
+};
+use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
+use tiervisor_workload::{FioWorkload, TraceWorkload, WlKind, Workload};
+
+use crate::report::{DeviceReport, LatReport, SimReport, VmReport, VolumeReport};
+use crate::scenario::{Scenario, WorkloadSpec};
+
+/// A tiny slab (vector + free list) for requests in flight.
+mod slab_lite {
+    pub struct Slab<T> {
+        items: Vec<Option<T>>,
+        free: Vec<usize>,
+    }
+    impl<T> Slab<T> {
+        pub fn new() -> Self {
+            Slab {
+                items: Vec::new(),
+                free: Vec::new(),
+            }
+        }
+        pub fn insert(&mut self, t: T) -> usize {
+            match self.free.pop() {
+                Some(i) => {
+                    self.items[i] = Some(t);
+                    i
+                }
+                None => {
+                    self.items.push(Some(t));
+                    self.items.len() - 1
+                }
+            }
+        }
+        pub fn take(&mut self, i: usize) -> Option<T> {
+            let t = self.items.get_mut(i)?.take();
+            if t.is_some() {
+                self.free.push(i);
+            }
+            t
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Overrides the scenario's seed.
+    pub seed: Option<u64>,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Stop the run at this virtual time.
+    pub max_sim_ns: Option<u64>,
+}
+
+const EV_DEV: u8 = 0;
+const EV_ARRIVAL: u8 = 1;
+const EV_WAKE: u8 = 2;
+
+struct VmRun {
+    name: String,
+    volume: VolumeId,
+    workload: Box<dyn Workload>,
+    depth: u32,
+    timed: bool,
+    outstanding: u32,
+    next: Option<tiervisor_workload::WlRequest>,
+    exhausted: bool,
+    ios: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    errors: u64,
+    first_ns: Option<u64>,
+    last_ns: u64,
+    latency: Latency,
+}
+
+#[derive(Default, Clone, Copy)]
+struct DevRun {
+    outstanding: u32,
+    busy_since: u64,
+    busy_ns: u64,
+    ops: u64,
+}
+
+pub struct Simulation {
+    scenario: Scenario,
+    seed: u64,
+    engine: Engine,
+    models: Vec<Model>,
+    heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
+    seq: u64,
+    now: u64,
+    t0: u64,
+    out: Outputs,
+    completions: Vec<VmCompletion>,
+    refill: Vec<usize>,
+    vms: Vec<VmRun>,
+    devs: Vec<DevRun>,
+    inflight: Slab<(u32, u64)>,
+    wake_at: Option<u64>,
+    failure: Option<String>,
+    total_expected: Option<u64>,
+    done_ios: u64,
+    progress: Option<indicatif::ProgressBar>,
+    max_sim_ns: u64,
+}
+
+/// Map engine device operations onto model operations.
+#[inline]
+fn dev_request(kind: DevKind, offset_bytes: u64, len_bytes: u64, fua: bool) -> DevRequest {
+    let kind = match kind {
+        DevKind::Read => DevOpKind::Read,
+        // Raw devices zero a range by writing it.
+        DevKind::Write | DevKind::WriteZeroes => DevOpKind::Write,
+        DevKind::Flush => DevOpKind::Flush,
+        DevKind::Discard => DevOpKind::Trim,
+    };
+    DevRequest {
+        kind,
+        offset_bytes,
+        len_bytes,
+        fua,
+    }
+}
+
+/// The engine configuration a scenario describes.
+pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
+    let mut uuid = [0u8; 16];
+    rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7469_6572).fill_bytes(&mut uuid);
+    EngineConfig {
+        system_uuid: uuid,
+        chunk_bytes: sc.chunk_bytes,
+        track_data: false,
+        pools: sc
+            .pools
+            .iter()
+            .map(|p| PoolConfig {
+                name: p.name.clone(),
+                medium: p.medium(),
+                capacity_bytes: p.capacity_bytes,
+                queue_depth: p.queue_depth,
+                scheduler: p.scheduler,
+            })
+            .collect(),
+        volumes: sc
+            .volumes
+            .iter()
+            .map(|v| VolumeConfig {
+                name: v.name.clone(),
+                size_bytes: v.size_bytes,
+                home_pool: tiervisor_engine::PoolId(v.pool as u16),
+                provisioning: v.provisioning,
+                placement: tiervisor_engine::Placement::Pinned,
+            })
+            .collect(),
+        meta_pool: tiervisor_engine::PoolId(
+            sc.pools
+                .iter()
+                .position(|p| p.preset.kind() == tiervisor_model::DeviceKind::Ssd)
+                .unwrap_or(0) as u16,
+        ),
+        journal_bytes: sc.journal_bytes,
+        commit_interval_ns: sc.commit_interval_ns,
+        ..EngineConfig::default()
+    }
+}
+
+impl Simulation {
+    pub fn new(scenario: Scenario, opts: &RunOptions) -> Result<Simulation, String> {
+        let seed = opts.seed.unwrap_or(scenario.seed);
+        let cfg = engine_config(&scenario, seed);
+        let engine = Engine::new(cfg).map_err(|e| format!("{}: {e}", scenario.source))?;
+        let models = scenario
+            .pools
+            .iter()
+            .map(|p| Model::from_preset(&p.preset, Some(p.capacity_bytes)))
+            .collect();
+        let mut vms = Vec::new();
+        let mut total = Some(0u64);
+        for (i, vm) in scenario.vms.iter().enumerate() {
+            let vol_bytes = scenario.volumes[vm.volume].size_bytes;
+            let (workload, n): (Box<dyn Workload>, Option<u64>) = match &vm.workload {
+                WorkloadSpec::Trace {
+                    trace,
+                    devices,
+                    mode,
+                    repeat,
+                } => {
+                    let w = TraceWorkload::new(trace.clone(), devices, *mode, *repeat, vol_bytes);
+                    let n = w.len();
+                    (Box::new(w), Some(n))
+                }
+                WorkloadSpec::Fio(job) => {
+                    let mut job = job.clone();
+                    // Each VM's generator gets its own stream derived from the run's seed.
+                    job.seed = seed
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 + 1);
+                    let n = job.ios;
+                    (Box::new(FioWorkload::new(job)), n)
+                }
+            };
+            total = total.zip(n).map(|(a, b)| a + b);
+            let depth = workload.depth();
+            vms.push(VmRun {
+                name: vm.name.clone(),
+                volume: VolumeId(vm.volume as u32),
+                timed: depth == u32::MAX,
+                depth,
+                workload,
+                outstanding: 0,
+                next: None,
+                exhausted: false,
+                ios: 0,
+                read_bytes: 0,
+                write_bytes: 0,
+                errors: 0,
+                first_ns: None,
+                last_ns: 0,
+                latency: Latency::default(),
+            });
+        }
+        let progress = (opts.progress && total.is_some_and(|t| t > 200_000)).then(|| {
+            let pb = indicatif::ProgressBar::new(total.unwrap_or(0));
+            pb.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:40}] {pos}/{len} I/Os ({per_sec}, eta {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            pb
+        });
+        let npools = scenario.pools.len();
+        Ok(Simulation {
+            scenario,
+            seed,
+            engine,
+            models,
+            heap: BinaryHeap::with_capacity(4096),
+            seq: 0,
+            now: 0,
+            t0: 0,
+            out: Outputs::default(),
+            completions: Vec::new(),
+            refill: Vec::new(),
+            vms,
+            devs: vec![DevRun::default(); npools],
+            inflight: Slab::new(),
+            wake_at: None,
+            failure: None,
+            total_expected: total,
+            done_ios: 0,
+            progress,
+            max_sim_ns: opts.max_sim_ns.unwrap_or(u64::MAX),
+        })
+    }
+
+    #[inline]
+    fn push(&mut self, t: u64, kind: u8, payload: u64) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, kind, payload)));
+    }
+
+    /// Carry out everything the engine asked for, feeding completions back to VMs.
+    fn pump(&mut self) {
+        loop {
+            for i in 0..self.out.ops.len() {
+                let op = &self.out.ops[i];
+                let p = op.pool.0 as usize;
+                let req = dev_request(op.kind, op.offset_bytes, op.len_bytes, op.fua);
+                let done = self.models[p].submit(self.now, &req).max(self.now);
+                let payload = op.id.0 << 8 | p as u64;
+                let d = &mut self.devs[p];
+                if d.outstanding == 0 {
+                    d.busy_since = self.now;
+                }
+                d.outstanding += 1;
+                d.ops += 1;
+                self.push(done, EV_DEV, payload);
+            }
+            self.out.ops.clear();
+            for i in 0..self.out.wakeups.len() {
+                let t = self.out.wakeups[i];
+                if self.wake_at.is_none_or(|w| t < w) {
+                    self.wake_at = Some(t);
+                    self.push(t, EV_WAKE, 0);
+                }
+            }
+            self.out.wakeups.clear();
+            for e in self.out.events.drain(..) {
+                if let EngineEvent::Failed { reason } = e {
+                    self.failure = Some(reason);
+                }
+            }
+            std::mem::swap(&mut self.completions, &mut self.out.completions);
+            if self.completions.is_empty() && self.refill.is_empty() {
+                return;
+            }
+            for i in 0..self.completions.len() {
+                let c = &self.completions[i];
+                let (id, ok) = (c.id, c.result.is_ok());
+                self.complete(id, ok);
+            }
+            self.completions.clear();
+            while let Some(vm) = self.refill.pop() {
+                self.fill(vm);
+            }
+        }
+    }
+
+    fn complete(&mut self, id: u64, ok: bool) {
+        let Some((vm, issued)) = self.inflight.take(id as usize) else {
+            return;
+        };
+        let v = &mut self.vms[vm as usize];
+        v.outstanding -= 1;
+        v.latency.record(self.now - issued);
+        v.last_ns = v.last_ns.max(self.now);
+        v.errors += !ok as u64;
+        self.done_ios += 1;
+        if let Some(pb) = &self.progress
+            && self.done_ios.is_multiple_of(65_536)
+        {
+            pb.set_position(self.done_ios);
+        }
+        if !v.timed && !v.exhausted {
+            self.refill.push(vm as usize);
+        }
+    }
+
+    fn issue(&mut self, vm: usize, r: tiervisor_workload::WlRequest) {
+        let v = &mut self.vms[vm];
+        v.outstanding += 1;
+        v.ios += 1;
+        v.first_ns.get_or_insert(self.now);
+        let kind = match r.kind {
+            WlKind::Read => {
+                v.read_bytes += r.len_bytes;
+                ReqKind::Read
+            }
+            WlKind::Write => {
+                v.write_bytes += r.len_bytes;
+                ReqKind::Write
+            }
+            WlKind::Flush => ReqKind::Flush,
+        };
+        let volume = v.volume;
+        let id = self.inflight.insert((vm as u32, self.now)) as u64;
+        let req = VmRequest::new(id, volume, kind, r.offset_bytes, r.len_bytes);
+        self.engine.submit(self.now, req, &mut self.out);
+    }
+
+    /// Closed loop: keep the VM's depth of requests outstanding.
+    fn fill(&mut self, vm: usize) {
+        while self.vms[vm].outstanding < self.vms[vm].depth && !self.vms[vm].exhausted {
+            match self.vms[vm].workload.next(self.now - self.t0) {
+                Some(r) => self.issue(vm, r),
+                None => self.vms[vm].exhausted = true,
+            }
+        }
+    }
+
+    /// Timed replay: schedule the VM's next arrival.
+    fn schedule_arrival(&mut self, vm: usize) {
+        match self.vms[vm].workload.next(self.now - self.t0) {
+            Some(r) => {
+                let at = self.t0 + r.at_ns.unwrap_or(0);
+                self.vms[vm].next = Some(r);
+                self.push(at.max(self.now), EV_ARRIVAL, vm as u64);
+            }
+            None => self.vms[vm].exhausted = true,
+        }
+    }
+
+    fn step(&mut self, t: u64, kind: u8, payload: u64) {
+        self.now = t;
+        match kind {
+            EV_DEV => {
+                let p = (payload & 0xFF) as usize;
+                let d = &mut self.devs[p];
+                d.outstanding -= 1;
+                if d.outstanding == 0 {
+                    d.busy_ns += t - d.busy_since;
+                }
+                let c = DeviceCompletion {
+                    id: OpId(payload >> 8),
+                    result: Ok(()),
+                    data: None,
+                };
+                self.engine.device_done(t, c, &mut self.out);
+            }
+            EV_ARRIVAL => {
+                let vm = payload as usize;
+                if let Some(r) = self.vms[vm].next.take() {
+                    self.issue(vm, r);
+                }
+                self.schedule_arrival(vm);
+            }
+            _ => {
+                if self.wake_at == Some(t) {
+                    self.wake_at = None;
+                }
+                self.engine.tick(t, &mut self.out);
+            }
+        }
+        self.pump();
+    }
+
+    fn run_until_idle(&mut self) {
+        while let Some(Reverse((t, _, kind, payload))) = self.heap.pop() {
+            if t > self.max_sim_ns || self.failure.is_some() {
+                break;
+            }
+            self.step(t, kind, payload);
+        }
+    }
+
+    /// Run the scenario to the end and report.
+    pub fn run(mut self) -> Result<SimReport, String> {
+        let wall = Instant::now();
+        self.engine.start(0, StartMode::Format, &mut self.out);
+        self.pump();
+        self.run_until_idle();
+        if let Some(f) = &self.failure {
+            return Err(format!("engine failed to start: {f}"));
+        }
+        if self.engine.state() != &EngineState::Ready {
+            return Err(format!(
+                "engine did not become ready: {:?}",
+                self.engine.state()
+            ));
+        }
+        self.t0 = self.now;
+        for vm in 0..self.vms.len() {
+            if self.vms[vm].timed {
+                self.schedule_arrival(vm);
+            } else {
+                self.fill(vm);
+            }
+        }
+        self.pump();
+        self.run_until_idle();
+        if let Some(pb) = self.progress.take() {
+            pb.finish_and_clear();
+        }
+        if let Some(f) = &self.failure {
+            return Err(format!("engine failed: {f}"));
+        }
+        Ok(self.report(wall.elapsed().as_secs_f64()))
+    }
+
+    fn report(&self, wall_s: f64) -> SimReport {
+        let t0 = self.t0;
+        let end = self
+            .vms
+            .iter()
+            .map(|v| v.last_ns)
+            .max()
+            .unwrap_or(t0)
+            .max(t0);
+        let secs = |ns: u64| ns as f64 / 1e9;
+        let mut vms = BTreeMap::new();
+        for v in &self.vms {
+            let exec = secs(v.last_ns.saturating_sub(t0));
+            vms.insert(
+                v.name.clone(),
+                VmReport::new(
+                    v.ios,
+                    v.read_bytes,
+                    v.write_bytes,
+                    v.errors,
+                    exec,
+                    &v.latency,
+                    &self.scenario.volumes[v.volume.0 as usize].name,
+                ),
+            );
+        }
+        let mut volumes = BTreeMap::new();
+        for (i, spec) in self.scenario.volumes.iter().enumerate() {
+            let Some(st) = self.engine.volume_stats(VolumeId(i as u32)) else {
+                continue;
+            };
+            let last = self
+                .vms
+                .iter()
+                .filter(|v| v.volume.0 as usize == i)
+                .map(|v| v.last_ns)
+                .max()
+                .unwrap_or(t0);
+            let exec = secs(last.saturating_sub(t0));
+            let ios = st.read.requests
+                + st.write.requests
+                + st.flush.requests
+                + st.trim.requests
+                + st.write_zeroes.requests;
+            volumes.insert(
+                spec.name.clone(),
+                VolumeReport {
+                    ios,
+                    reads: st.read.requests,
+                    writes: st.write.requests,
+                    flushes: st.flush.requests,
+                    errors: st.read.errors + st.write.errors + st.flush.errors,
+                    read_bytes: st.read.bytes,
+                    write_bytes: st.write.bytes,
+                    iops: if exec > 0.0 { ios as f64 / exec } else { 0.0 },
+                    mb_per_s: if exec > 0.0 {
+                        (st.read.bytes + st.write.bytes) as f64 / exec / 1e6
+                    } else {
+                        0.0
+                    },
+                    exec_time_s: exec,
+                    lat_us: LatReport::from(&st.all),
+                },
+            );
+        }
+        let mut devices = BTreeMap::new();
+        for (p, spec) in self.scenario.pools.iter().enumerate() {
+            let c = self.models[p].counters();
+            let d = self.devs[p];
+            let busy = d.busy_ns
+                + if d.outstanding > 0 {
+                    end.saturating_sub(d.busy_since)
+                } else {
+                    0
+                };
+            devices.insert(
+                spec.name.clone(),
+                DeviceReport {
+                    model: spec.preset.name().to_string(),
+                    ops: d.ops,
+                    busy_s: secs(busy),
+                    utilisation: if end > t0 {
+                        busy as f64 / (end - t0) as f64
+                    } else {
+                        0.0
+                    },
+                    host_read_bytes: c.host_read_bytes,
+                    host_write_bytes: c.host_write_bytes,
+                    media_write_bytes: c.media_write_bytes,
+                    erases: c.erases,
+                    gc_page_copies: c.gc_page_copies,
+                    waf: c.waf(),
+                    cache_hits: c.cache_hits,
+                    map_cache_misses: c.map_cache_misses,
+                },
+            );
+        }
+        let ios = self.vms.iter().map(|v| v.ios).sum();
+        SimReport {
+            scenario: self.scenario.source.clone(),
+            seed: self.seed,
+            sim_time_s: secs(end - t0),
+            wall_time_s: wall_s,
+            ios,
+            vms,
+            volumes,
+            devices,
+        }
+    }
+
+    /// Requests the run will issue, if known in advance.
+    pub fn total_expected(&self) -> Option<u64> {
+        self.total_expected
+    }
+}

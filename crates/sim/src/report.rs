@@ -1,0 +1,187 @@
+//! What a simulation run reports, as JSON (deterministic key order) or a table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use tiervisor_engine::stats::Latency;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LatReport {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl From<&Latency> for LatReport {
+    fn from(l: &Latency) -> Self {
+        let s = l.summary();
+        LatReport {
+            mean: s.mean_us,
+            p50: s.p50_us,
+            p99: s.p99_us,
+            p999: s.p999_us,
+            max: s.max_us,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VmReport {
+    pub volume: String,
+    pub ios: u64,
+    pub errors: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub iops: f64,
+    pub mb_per_s: f64,
+    /// From the start of the run to the VM's last completion.
+    pub exec_time_s: f64,
+    pub lat_us: LatReport,
+}
+
+impl VmReport {
+    pub fn new(
+        ios: u64,
+        read_bytes: u64,
+        write_bytes: u64,
+        errors: u64,
+        exec_time_s: f64,
+        lat: &Latency,
+        volume: &str,
+    ) -> VmReport {
+        let per = |x: f64| {
+            if exec_time_s > 0.0 {
+                x / exec_time_s
+            } else {
+                0.0
+            }
+        };
+        VmReport {
+            volume: volume.to_string(),
+            ios,
+            errors,
+            read_bytes,
+            write_bytes,
+            iops: per(ios as f64),
+            mb_per_s: per((read_bytes + write_bytes) as f64) / 1e6,
+            exec_time_s,
+            lat_us: lat.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VolumeReport {
+    pub ios: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub errors: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub iops: f64,
+    pub mb_per_s: f64,
+    pub exec_time_s: f64,
+    pub lat_us: LatReport,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DeviceReport {
+    pub model: String,
+    pub ops: u64,
+    pub busy_s: f64,
+    pub utilisation: f64,
+    pub host_read_bytes: u64,
+    pub host_write_bytes: u64,
+    pub media_write_bytes: u64,
+    pub erases: u64,
+    pub gc_page_copies: u64,
+    pub waf: f64,
+    pub cache_hits: u64,
+    pub map_cache_misses: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SimReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub sim_time_s: f64,
+    /// The only field that differs between identical runs.
+    pub wall_time_s: f64,
+    pub ios: u64,
+    pub vms: BTreeMap<String, VmReport>,
+    pub volumes: BTreeMap<String, VolumeReport>,
+    pub devices: BTreeMap<String, DeviceReport>,
+}
+
+impl SimReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Simulated I/Os per wall-clock second.
+    pub fn ios_per_wall_s(&self) -> f64 {
+        if self.wall_time_s > 0.0 {
+            self.ios as f64 / self.wall_time_s
+        } else {
+            0.0
+        }
+    }
+
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "scenario {}  seed {}  simulated {:.3} s  wall {:.3} s  {} I/Os ({:.0} simulated I/Os per wall second)",
+            self.scenario,
+            self.seed,
+            self.sim_time_s,
+            self.wall_time_s,
+            self.ios,
+            self.ios_per_wall_s()
+        );
+        let _ = writeln!(
+            s,
+            "\n{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "volume", "ios", "iops", "MB/s", "exec s", "mean us", "p50 us", "p99 us", "max us"
+        );
+        for (n, v) in &self.volumes {
+            let _ = writeln!(
+                s,
+                "{:<16} {:>10} {:>10.1} {:>10.2} {:>10.3} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                n,
+                v.ios,
+                v.iops,
+                v.mb_per_s,
+                v.exec_time_s,
+                v.lat_us.mean,
+                v.lat_us.p50,
+                v.lat_us.p99,
+                v.lat_us.max
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n{:<16} {:<20} {:>10} {:>8} {:>14} {:>14} {:>8} {:>6}",
+            "device", "model", "busy s", "util", "host write B", "media write B", "erases", "WAF"
+        );
+        for (n, d) in &self.devices {
+            let _ = writeln!(
+                s,
+                "{:<16} {:<20} {:>10.3} {:>7.1}% {:>14} {:>14} {:>8} {:>6.2}",
+                n,
+                d.model,
+                d.busy_s,
+                d.utilisation * 100.0,
+                d.host_write_bytes,
+                d.media_write_bytes,
+                d.erases,
+                d.waf
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,576 @@
+//! Scenario files: pools (device presets), volumes and per-VM workloads, in TOML.
+//!
+//! ```toml
+//! seed = 1
+//! [[pool]]
+//! name = "hdd"
+//! model = "hitachi-7k1000c"
+//! capacity = "200g"        # default: the preset's capacity
+//! queue_depth = 1          # default: 1 for HDDs, 32 for SSDs
+//! [[volume]]
+//! name = "vm1"
+//! pool = "hdd"
+//! size = "20g"
+//! provisioning = "thick"   # or "thin"
+//! [[vm]]
+//! volume = "vm1"
+//! trace = "../../shared/traces/wsrch-small.trace.xz"   # relative to this file
+//! devices = [0]            # trace devices/ASUs this VM replays (default: all)
+//! mode = "closed"          # or "timed"
+//! depth = 1                # closed: requests outstanding
+//! speed = 1.0              # timed: time compression
+//! repeat = 1
+//! # or instead of a trace:
+//! [vm.fio]
+//! rw = "randread"
+//! bs = "4k"
+//! iodepth = 1
+//! size = "1g"
+//! ios = 10000
+//! ```
+//! Every error names the file and line and says what was expected.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tiervisor_engine::{Medium, SchedulerKind};
+use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
+use tiervisor_workload::{FioJob, FioRw, ReplayMode, Trace, TraceFormat, WorkloadError};
+use toml::Spanned;
+
+use crate::size::parse_size;
+
+/// An error in a scenario: `file:line: message`.
+pub type ScenarioError = WorkloadError;
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum SizeVal {
+    Int(u64),
+    Str(String),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    seed: Option<u64>,
+    chunk: Option<Spanned<SizeVal>>,
+    journal: Option<Spanned<SizeVal>>,
+    commit_interval_ms: Option<u64>,
+    #[serde(default, rename = "pool")]
+    pools: Vec<RawPool>,
+    #[serde(default, rename = "volume")]
+    volumes: Vec<RawVolume>,
+    #[serde(default, rename = "vm")]
+    vms: Vec<Spanned<RawVm>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    name: Spanned<String>,
+    model: Spanned<String>,
+    capacity: Option<Spanned<SizeVal>>,
+    queue_depth: Option<Spanned<u32>>,
+    scheduler: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawVolume {
+    name: Spanned<String>,
+    pool: Spanned<String>,
+    size: Spanned<SizeVal>,
+    provisioning: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawVm {
+    name: Option<String>,
+    volume: Spanned<String>,
+    trace: Option<Spanned<String>>,
+    format: Option<Spanned<String>>,
+    devices: Option<Vec<u32>>,
+    mode: Option<Spanned<String>>,
+    depth: Option<u32>,
+    speed: Option<Spanned<f64>>,
+    repeat: Option<u32>,
+    fio: Option<RawFio>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawFio {
+    rw: Spanned<String>,
+    bs: Spanned<SizeVal>,
+    iodepth: Option<u32>,
+    size: Option<Spanned<SizeVal>>,
+    offset: Option<Spanned<SizeVal>>,
+    rwmixread: Option<Spanned<u32>>,
+    fsync: Option<u32>,
+    ios: Option<u64>,
+    runtime_s: Option<Spanned<f64>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    pub name: String,
+    pub preset: Preset,
+    pub capacity_bytes: u64,
+    pub queue_depth: u32,
+    pub scheduler: SchedulerKind,
+}
+
+impl PoolSpec {
+    pub fn medium(&self) -> Medium {
+        match self.preset.kind() {
+            DeviceKind::Hdd => Medium::Hdd,
+            DeviceKind::Ssd => Medium::Ssd,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct VolumeSpec {
+    pub name: String,
+    pub pool: usize,
+    pub size_bytes: u64,
+    pub provisioning: tiervisor_engine::Provisioning,
+}
+
+#[derive(Clone, Debug)]
+pub enum WorkloadSpec {
+    Trace {
+        trace: Arc<Trace>,
+        devices: Vec<u32>,
+        mode: ReplayMode,
+        repeat: u32,
+    },
+    Fio(FioJob),
+}
+
+#[derive(Clone, Debug)]
+pub struct VmSpec {
+    pub name: String,
+    pub volume: usize,
+    pub workload: WorkloadSpec,
+}
+
+/// A validated scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub source: String,
+    pub seed: u64,
+    pub chunk_bytes: u64,
+    pub journal_bytes: u64,
+    pub commit_interval_ns: u64,
+    pub pools: Vec<PoolSpec>,
+    pub volumes: Vec<VolumeSpec>,
+    pub vms: Vec<VmSpec>,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn line_of(&self, offset: usize) -> u64 {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count() as u64
+            + 1
+    }
+    fn err<T>(
+        &self,
+        span: std::ops::Range<usize>,
+        msg: impl Into<String>,
+    ) -> Result<T, ScenarioError> {
+        Err(WorkloadError::at(self.file, self.line_of(span.start), msg))
+    }
+    fn size(&self, v: &Spanned<SizeVal>, what: &str) -> Result<u64, ScenarioError> {
+        match v.get_ref() {
+            SizeVal::Int(n) => Ok(*n),
+            SizeVal::Str(s) => {
+                parse_size(s).or_else(|e| self.err(v.span(), format!("{what}: {e}")))
+            }
+        }
+    }
+}
+
+impl Scenario {
+    /// Read and validate a scenario file. Trace paths are relative to the file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| WorkloadError::file(&file, format!("cannot read scenario: {e}")))?;
+        Self::parse(&file, &text, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    pub fn parse(file: &str, text: &str, base: &Path) -> Result<Scenario, ScenarioError> {
+        let cx = Ctx { file, text };
+        let raw: RawScenario = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |s| cx.line_of(s.start));
+            WorkloadError::at(file, line, e.message().replace('\n', " "))
+        })?;
+        let chunk_bytes = match &raw.chunk {
+            Some(c) => cx.size(c, "chunk")?,
+            None => tiervisor_engine::config::DEFAULT_CHUNK_BYTES,
+        };
+        if let Some(c) = &raw.chunk
+            && (!chunk_bytes.is_power_of_two() || chunk_bytes < 64 << 10)
+        {
+            return cx.err(c.span(), "chunk: expected a power of two of at least 64k");
+        }
+        let journal_bytes = match &raw.journal {
+            Some(j) => cx.size(j, "journal")?,
+            None => tiervisor_engine::config::DEFAULT_JOURNAL_BYTES,
+        };
+        let mut pools = Vec::new();
+        for p in &raw.pools {
+            let Some(pr) = preset(p.model.get_ref()) else {
+                return cx.err(
+                    p.model.span(),
+                    format!(
+                        "unknown model {:?}; expected one of: {}",
+                        p.model.get_ref(),
+                        preset_names().join(", ")
+                    ),
+                );
+            };
+            if pools.iter().any(|q: &PoolSpec| q.name == *p.name.get_ref()) {
+                return cx.err(
+                    p.name.span(),
+                    format!("pool {:?} is defined twice", p.name.get_ref()),
+                );
+            }
+            let capacity_bytes = match &p.capacity {
+                Some(c) => cx.size(c, "capacity")?,
+                None => pr.capacity_bytes(),
+            };
+            let min = (2 << 20) + 8 * chunk_bytes;
+            if capacity_bytes < min {
+                return cx.err(
+                    p.capacity.as_ref().map_or(p.name.span(), |c| c.span()),
+                    format!("capacity: expected at least {min} bytes"),
+                );
+            }
+            let queue_depth = match &p.queue_depth {
+                Some(q) if *q.get_ref() == 0 || *q.get_ref() > 4096 => {
+                    return cx.err(q.span(), "queue_depth: expected 1 to 4096");
+                }
+                Some(q) => *q.get_ref(),
+                None if pr.kind() == DeviceKind::Hdd => 1,
+                None => 32,
+            };
+            let scheduler = match &p.scheduler {
+                Some(s) => SchedulerKind::parse(s.get_ref()).map_or_else(
+                    || {
+                        cx.err(
+                            s.span(),
+                            format!(
+                                "unknown scheduler {:?}; expected one of: {}",
+                                s.get_ref(),
+                                SchedulerKind::names().join(", ")
+                            ),
+                        )
+                    },
+                    Ok,
+                )?,
+                None => SchedulerKind::Fifo,
+            };
+            pools.push(PoolSpec {
+                name: p.name.get_ref().clone(),
+                preset: pr,
+                capacity_bytes,
+                queue_depth,
+                scheduler,
+            });
+        }
+        if pools.is_empty() {
+            return Err(WorkloadError::at(file, 1, "expected at least one [[pool]]"));
+        }
+        let mut volumes = Vec::new();
+        for v in &raw.volumes {
+            let Some(pool) = pools.iter().position(|p| p.name == *v.pool.get_ref()) else {
+                return cx.err(
+                    v.pool.span(),
+                    format!(
+                        "unknown pool {:?}; defined pools: {}",
+                        v.pool.get_ref(),
+                        names(&pools)
+                    ),
+                );
+            };
+            if volumes
+                .iter()
+                .any(|w: &VolumeSpec| w.name == *v.name.get_ref())
+            {
+                return cx.err(
+                    v.name.span(),
+                    format!("volume {:?} is defined twice", v.name.get_ref()),
+                );
+            }
+            let size_bytes = cx.size(&v.size, "size")?;
+            if size_bytes == 0 || size_bytes % 512 != 0 {
+                return cx.err(
+                    v.size.span(),
+                    "size: expected a positive multiple of 512 bytes",
+                );
+            }
+            let provisioning = match v.provisioning.as_ref().map(|s| s.get_ref().as_str()) {
+                None | Some("thick") => tiervisor_engine::Provisioning::Thick,
+                Some("thin") => tiervisor_engine::Provisioning::Thin,
+                Some(o) => {
+                    return cx.err(
+                        v.provisioning.as_ref().map_or(0..0, |s| s.span()),
+                        format!("provisioning {o:?}: expected \"thick\" or \"thin\""),
+                    );
+                }
+            };
+            volumes.push(VolumeSpec {
+                name: v.name.get_ref().clone(),
+                pool,
+                size_bytes,
+                provisioning,
+            });
+        }
+        let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
+        let mut vms = Vec::new();
+        for (i, svm) in raw.vms.iter().enumerate() {
+            let vm = svm.get_ref();
+            let Some(volume) = volumes.iter().position(|v| v.name == *vm.volume.get_ref()) else {
+                return cx.err(
+                    vm.volume.span(),
+                    format!(
+                        "unknown volume {:?}; defined volumes: {}",
+                        vm.volume.get_ref(),
+                        volumes
+                            .iter()
+                            .map(|v| v.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            };
+            let workload = match (&vm.trace, &vm.fio) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return cx.err(
+                        svm.span(),
+                        "a [[vm]] needs exactly one of `trace = ...` or a [vm.fio] table",
+                    );
+                }
+                (Some(t), None) => {
+                    let path = base.join(t.get_ref());
+                    let format = match &vm.format {
+                        Some(f) => Some(TraceFormat::parse_name(f.get_ref()).map_or_else(
+                            || {
+                                cx.err(
+                                    f.span(),
+                                    format!(
+                                        "unknown trace format {:?}; expected one of: {}",
+                                        f.get_ref(),
+                                        TraceFormat::all()
+                                            .iter()
+                                            .map(|f| f.name())
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    ),
+                                )
+                            },
+                            Ok,
+                        )?),
+                        None => None,
+                    };
+                    if !path.exists() {
+                        return cx
+                            .err(t.span(), format!("trace {} does not exist", path.display()));
+                    }
+                    let trace = match traces.get(&path) {
+                        Some(tr) => tr.clone(),
+                        None => {
+                            let tr = Arc::new(Trace::load(&path, format)?);
+                            traces.insert(path.clone(), tr.clone());
+                            tr
+                        }
+                    };
+                    let mode = match vm.mode.as_ref().map(|m| m.get_ref().as_str()) {
+                        None | Some("closed") => ReplayMode::Closed {
+                            depth: vm.depth.unwrap_or(1).max(1),
+                        },
+                        Some("timed") => {
+                            let speed = vm.speed.as_ref().map_or(1.0, |s| *s.get_ref());
+                            if !(speed.is_finite() && speed > 0.0) {
+                                return cx.err(
+                                    vm.speed.as_ref().map_or(0..0, |s| s.span()),
+                                    "speed: expected a positive number",
+                                );
+                            }
+                            ReplayMode::Timed { speed }
+                        }
+                        Some(o) => {
+                            return cx.err(
+                                vm.mode.as_ref().map_or(0..0, |m| m.span()),
+                                format!("mode {o:?}: expected \"closed\" or \"timed\""),
+                            );
+                        }
+                    };
+                    WorkloadSpec::Trace {
+                        trace,
+                        devices: vm.devices.clone().unwrap_or_default(),
+                        mode,
+                        repeat: vm.repeat.unwrap_or(1).max(1),
+                    }
+                }
+                (None, Some(f)) => {
+                    let rw = FioRw::parse(f.rw.get_ref()).map_or_else(
+                        || {
+                            cx.err(
+                                f.rw.span(),
+                                format!(
+                                    "rw {:?}: expected one of {}",
+                                    f.rw.get_ref(),
+                                    FioRw::names()
+                                ),
+                            )
+                        },
+                        Ok,
+                    )?;
+                    let bs = cx.size(&f.bs, "bs")?;
+                    if bs == 0 || bs % 512 != 0 {
+                        return cx.err(f.bs.span(), "bs: expected a positive multiple of 512");
+                    }
+                    let vol_size = volumes[volume].size_bytes;
+                    let offset_bytes = match &f.offset {
+                        Some(o) => cx.size(o, "offset")?,
+                        None => 0,
+                    };
+                    let size_bytes = match &f.size {
+                        Some(s) => cx.size(s, "size")?,
+                        None => vol_size.saturating_sub(offset_bytes),
+                    };
+                    if offset_bytes + size_bytes > vol_size || size_bytes < bs {
+                        return cx.err(f.size.as_ref().map_or(f.bs.span(), |s| s.span()), format!("offset + size must lie inside the volume ({vol_size} bytes) and hold at least one block"));
+                    }
+                    let rwmixread = match &f.rwmixread {
+                        Some(m) if *m.get_ref() > 100 => {
+                            return cx.err(m.span(), "rwmixread: expected 0 to 100");
+                        }
+                        Some(m) => *m.get_ref(),
+                        None => 50,
+                    };
+                    let runtime_ns = match &f.runtime_s {
+                        Some(r) if !(r.get_ref().is_finite() && *r.get_ref() > 0.0) => {
+                            return cx.err(r.span(), "runtime_s: expected a positive number");
+                        }
+                        Some(r) => Some((r.get_ref() * 1e9) as u64),
+                        None => None,
+                    };
+                    WorkloadSpec::Fio(FioJob {
+                        rw,
+                        bs,
+                        iodepth: f.iodepth.unwrap_or(1).max(1),
+                        offset_bytes,
+                        size_bytes,
+                        rwmixread,
+                        fsync_every: f.fsync.unwrap_or(0),
+                        ios: f.ios,
+                        runtime_ns,
+                        seed: 0,
+                    })
+                }
+            };
+            vms.push(VmSpec {
+                name: vm
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                volume,
+                workload,
+            });
+        }
+        Ok(Scenario {
+            source: file.to_string(),
+            seed: raw.seed.unwrap_or(1),
+            chunk_bytes,
+            journal_bytes,
+            commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
+            pools,
+            volumes,
+            vms,
+        })
+    }
+}
+
+fn names(pools: &[PoolSpec]) -> String {
+    pools
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse("s.toml", text, Path::new("."))
+    }
+
+    const GOOD: &str = r#"
+seed = 7
+[[pool]]
+name = "hdd"
+model = "hitachi-7k1000c"
+capacity = "10g"
+[[volume]]
+name = "v"
+pool = "hdd"
+size = "1g"
+[[vm]]
+volume = "v"
+[vm.fio]
+rw = "randread"
+bs = "4k"
+ios = 100
+"#;
+
+    #[test]
+    fn good_scenario_parses() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.pools[0].capacity_bytes, 10 << 30);
+        assert_eq!(s.pools[0].queue_depth, 1);
+        assert!(
+            matches!(&s.vms[0].workload, WorkloadSpec::Fio(j) if j.bs == 4096 && j.size_bytes == 1 << 30)
+        );
+    }
+
+    #[test]
+    fn errors_point_at_the_line() {
+        let e = parse(&GOOD.replace("hitachi-7k1000c", "nope")).unwrap_err();
+        assert_eq!(e.line, Some(5));
+        assert!(
+            e.message.contains("unknown model") && e.message.contains("intel-320-160g"),
+            "{e}"
+        );
+        let e = parse(&GOOD.replace("size = \"1g\"", "size = \"1q\"")).unwrap_err();
+        assert_eq!(e.line, Some(10));
+        let e = parse(&GOOD.replace("ios = 100", "ios = 100\nbogus = 1")).unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+        assert_eq!(e.line, Some(17));
+        let e = parse(&GOOD.replace("pool = \"hdd\"", "pool = \"ssd\"")).unwrap_err();
+        assert_eq!(
+            (e.line, e.message.contains("unknown pool")),
+            (Some(9), true)
+        );
+        let e = parse("seed = [").unwrap_err();
+        assert_eq!(e.file, "s.toml");
+        assert!(e.to_string().starts_with("s.toml:1:"), "{e}");
+    }
+}

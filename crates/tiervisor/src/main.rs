@@ -1,0 +1,81 @@
+//! The `tiervisor` command.
+
+mod cmd_model;
+mod cmd_sim;
+mod cmd_trace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for bad input (configuration, scenario, trace): the user must fix it.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit status for a failure while running.
+pub const EXIT_FAILURE: u8 = 1;
+
+#[derive(Parser)]
+#[command(
+    name = "tiervisor",
+    version,
+    about = "A storage hypervisor for VM disks on mixed SSD and HDD pools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a simulation scenario (TOML) with device models.
+    Sim(cmd_sim::SimArgs),
+    /// Inspect block traces.
+    Trace {
+        #[command(subcommand)]
+        cmd: cmd_trace::TraceCmd,
+    },
+    /// Device models.
+    Model {
+        #[command(subcommand)]
+        cmd: cmd_model::ModelCmd,
+    },
+    /// Run the presets through the papers' micro-benchmarks: model vs published.
+    Calibrate(cmd_model::CalibrateArgs),
+}
+
+/// An error with the exit status it deserves.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn input(message: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_BAD_INPUT,
+            message: message.into(),
+        }
+    }
+    pub fn run(message: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_FAILURE,
+            message: message.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Trace { cmd } => cmd_trace::run(cmd),
+        Cmd::Model { cmd } => cmd_model::run(cmd),
+        Cmd::Calibrate(a) => cmd_model::calibrate(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("tiervisor: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

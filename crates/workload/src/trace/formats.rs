@@ -1,0 +1,409 @@
+//! Line parsers for the supported block-trace formats.
+
+use serde::Serialize;
+
+use super::{TraceOp, TraceRecord};
+
+/// Trace formats tiervisor reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceFormat {
+    /// `ArrivalTime Device StartLBA SizeInSectors Type` (whitespace). MQSim writes the
+    /// time in integer nanoseconds, DiskSim in (fractional) milliseconds; Type 1 = read.
+    Disksim,
+    /// UMass/SPC: `ASU,LBA,Size,Opcode,Timestamp` (LBA in sectors, Size in bytes,
+    /// Opcode r/w, Timestamp in seconds).
+    Spc,
+    /// MSR Cambridge: `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`
+    /// (Windows FILETIME ticks, Read/Write, bytes).
+    Msr,
+    /// `blkparse` default text output; `Q` (queued) events are used.
+    Blkparse,
+    /// fio iolog version 2 (no times) or 3 (leading time in ms).
+    FioIolog,
+    /// Tencent CBS: `Timestamp,Offset,Size,IOType,VolumeID` (seconds, sectors, sectors,
+    /// 0 = read 1 = write).
+    TencentCbs,
+    /// SYSTOR'17: `Timestamp,Response,IOType,LUN,Offset,Size` (seconds, R/W, bytes).
+    Systor17,
+}
+
+impl TraceFormat {
+    pub fn all() -> &'static [TraceFormat] {
+        &[
+            TraceFormat::Disksim,
+            TraceFormat::Spc,
+            TraceFormat::Msr,
+            TraceFormat::Blkparse,
+            TraceFormat::FioIolog,
+            TraceFormat::TencentCbs,
+            TraceFormat::Systor17,
+        ]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Disksim => "disksim",
+            TraceFormat::Spc => "spc",
+            TraceFormat::Msr => "msr",
+            TraceFormat::Blkparse => "blkparse",
+            TraceFormat::FioIolog => "fio-iolog",
+            TraceFormat::TencentCbs => "tencent-cbs",
+            TraceFormat::Systor17 => "systor17",
+        }
+    }
+
+    pub fn parse_name(s: &str) -> Option<TraceFormat> {
+        Self::all().iter().copied().find(|f| f.name() == s)
+    }
+
+    /// What a line should look like, for error messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            TraceFormat::Disksim => {
+                "`ArrivalTime Device StartLBA SizeInSectors Type` (5 numbers, Type 1=read 0=write)"
+            }
+            TraceFormat::Spc => "`ASU,LBA,Size,Opcode,Timestamp` (Opcode r or w)",
+            TraceFormat::Msr => {
+                "`Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime` (Type Read or Write)"
+            }
+            TraceFormat::Blkparse => {
+                "blkparse text: `maj,min cpu seq time pid action rwbs sector + count`"
+            }
+            TraceFormat::FioIolog => "fio iolog: `[time] filename action [offset length]`",
+            TraceFormat::TencentCbs => {
+                "`Timestamp,Offset,Size,IOType,VolumeID` (IOType 0=read 1=write)"
+            }
+            TraceFormat::Systor17 => "`Timestamp,Response,IOType,LUN,Offset,Size` (IOType R or W)",
+        }
+    }
+
+    /// Guess the format from the first meaningful line.
+    pub fn detect(line: &str) -> Option<TraceFormat> {
+        let t = line.trim();
+        if t.starts_with("fio version") {
+            return Some(TraceFormat::FioIolog);
+        }
+        if t.to_ascii_lowercase()
+            .starts_with("timestamp,response,iotype")
+        {
+            return Some(TraceFormat::Systor17);
+        }
+        let comma: Vec<&str> = t.split(',').map(str::trim).collect();
+        let num = |s: &str| s.parse::<f64>().is_ok();
+        match comma.len() {
+            7 if matches!(comma[3].to_ascii_lowercase().as_str(), "read" | "write") => {
+                return Some(TraceFormat::Msr);
+            }
+            6 if matches!(comma[2], "R" | "W" | "r" | "w") => return Some(TraceFormat::Systor17),
+            n if n >= 5
+                && matches!(comma[3], "r" | "w" | "R" | "W")
+                && num(comma[0])
+                && num(comma[1]) =>
+            {
+                return Some(TraceFormat::Spc);
+            }
+            5 if comma.iter().all(|f| num(f)) && matches!(comma[3], "0" | "1") => {
+                return Some(TraceFormat::TencentCbs);
+            }
+            _ => {}
+        }
+        let ws: Vec<&str> = t.split_whitespace().collect();
+        if ws.len() == 5 && ws.iter().all(|f| num(f)) {
+            return Some(TraceFormat::Disksim);
+        }
+        if ws.len() >= 10 && ws[0].contains(',') && ws[8] == "+" {
+            return Some(TraceFormat::Blkparse);
+        }
+        None
+    }
+}
+
+fn int(s: &str, what: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{what} {s:?} is not a whole number"))
+}
+
+fn float(s: &str, what: &str) -> Result<f64, String> {
+    let v = s
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{what} {s:?} is not a number"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{what} {s:?} must be a finite, non-negative number"
+        ))
+    }
+}
+
+fn fields(line: &str, sep: Option<char>, n: usize, fmt: TraceFormat) -> Result<Vec<&str>, String> {
+    let f: Vec<&str> = match sep {
+        Some(c) => line.split(c).map(str::trim).collect(),
+        None => line.split_whitespace().collect(),
+    };
+    if f.len() < n {
+        return Err(format!(
+            "expected {}, got {} field(s)",
+            fmt.expected(),
+            f.len()
+        ));
+    }
+    Ok(f)
+}
+
+fn secs_to_ns(s: f64) -> u64 {
+    (s * 1e9).round() as u64
+}
+
+/// Parse one line. `Ok(None)` for lines that carry no request (headers, other events).
+pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    match fmt {
+        TraceFormat::Disksim => {
+            let f = fields(line, None, 5, fmt)?;
+            let arrival_ns = if f[0].contains('.') || f[0].contains('e') {
+                (float(f[0], "ArrivalTime")? * 1e6).round() as u64
+            } else {
+                int(f[0], "ArrivalTime")?
+            };
+            let device = int(f[1], "Device")? as u32;
+            let lba = int(f[2], "StartLBA")?;
+            let sectors = int(f[3], "SizeInSectors")?;
+            let op = match int(f[4], "Type")? & 1 {
+                1 => TraceOp::Read,
+                _ => TraceOp::Write,
+            };
+            Ok(Some(TraceRecord {
+                arrival_ns,
+                device,
+                offset_bytes: lba * 512,
+                len_bytes: (sectors * 512) as u32,
+                op,
+            }))
+        }
+        TraceFormat::Spc => {
+            let f = fields(line, Some(','), 5, fmt)?;
+            let op = match f[3] {
+                "r" | "R" => TraceOp::Read,
+                "w" | "W" => TraceOp::Write,
+                o => return Err(format!("Opcode {o:?} is not r or w")),
+            };
+            Ok(Some(TraceRecord {
+                arrival_ns: secs_to_ns(float(f[4], "Timestamp")?),
+                device: int(f[0], "ASU")? as u32,
+                offset_bytes: int(f[1], "LBA")? * 512,
+                len_bytes: int(f[2], "Size")? as u32,
+                op,
+            }))
+        }
+        TraceFormat::Msr => {
+            let f = fields(line, Some(','), 7, fmt)?;
+            let op = match f[3].to_ascii_lowercase().as_str() {
+                "read" => TraceOp::Read,
+                "write" => TraceOp::Write,
+                o => return Err(format!("Type {o:?} is not Read or Write")),
+            };
+            Ok(Some(TraceRecord {
+                // FILETIME ticks are 100 ns; the caller rebases to the first record.
+                arrival_ns: int(f[0], "Timestamp")?.saturating_mul(100),
+                device: int(f[2], "DiskNumber")? as u32,
+                offset_bytes: int(f[4], "Offset")?,
+                len_bytes: int(f[5], "Size")? as u32,
+                op,
+            }))
+        }
+        TraceFormat::Blkparse => {
+            let f = fields(line, None, 10, fmt)?;
+            if f[5] != "Q" || f.get(8) != Some(&"+") {
+                return Ok(None);
+            }
+            let op = if f[6].contains('W') {
+                TraceOp::Write
+            } else if f[6].contains('R') {
+                TraceOp::Read
+            } else {
+                return Ok(None);
+            };
+            let (maj, min) = f[0]
+                .split_once(',')
+                .ok_or_else(|| format!("device {:?} is not maj,min", f[0]))?;
+            Ok(Some(TraceRecord {
+                arrival_ns: secs_to_ns(float(f[3], "time")?),
+                device: ((int(maj, "major")? << 8) | int(min, "minor")?) as u32,
+                offset_bytes: int(f[7], "sector")? * 512,
+                len_bytes: (int(f[9], "count")? * 512) as u32,
+                op,
+            }))
+        }
+        TraceFormat::FioIolog => {
+            if line.starts_with("fio version") {
+                return Ok(None);
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // v3 lines start with a time in ms.
+            let (t, rest) = match f.first().map(|s| s.parse::<u64>()) {
+                Some(Ok(ms)) if f.len() >= 3 => (ms * 1_000_000, &f[1..]),
+                _ => (0, &f[..]),
+            };
+            match rest.get(1).copied() {
+                Some("read") | Some("write") if rest.len() >= 4 => Ok(Some(TraceRecord {
+                    arrival_ns: t,
+                    device: 0,
+                    offset_bytes: int(rest[2], "offset")?,
+                    len_bytes: int(rest[3], "length")? as u32,
+                    op: if rest[1] == "read" {
+                        TraceOp::Read
+                    } else {
+                        TraceOp::Write
+                    },
+                })),
+                Some("read") | Some("write") => {
+                    Err(format!("expected {}, got {:?}", fmt.expected(), line))
+                }
+                Some(_) => Ok(None),
+                None => Err(format!("expected {}, got {:?}", fmt.expected(), line)),
+            }
+        }
+        TraceFormat::TencentCbs => {
+            let f = fields(line, Some(','), 5, fmt)?;
+            let op = match f[3] {
+                "0" => TraceOp::Read,
+                "1" => TraceOp::Write,
+                o => return Err(format!("IOType {o:?} is not 0 or 1")),
+            };
+            Ok(Some(TraceRecord {
+                arrival_ns: int(f[0], "Timestamp")?.saturating_mul(1_000_000_000),
+                device: int(f[4], "VolumeID")? as u32,
+                offset_bytes: int(f[1], "Offset")? * 512,
+                len_bytes: (int(f[2], "Size")? * 512) as u32,
+                op,
+            }))
+        }
+        TraceFormat::Systor17 => {
+            if line.to_ascii_lowercase().starts_with("timestamp") {
+                return Ok(None);
+            }
+            let f = fields(line, Some(','), 6, fmt)?;
+            let op = match f[2] {
+                "R" | "r" => TraceOp::Read,
+                "W" | "w" => TraceOp::Write,
+                o => return Err(format!("IOType {o:?} is not R or W")),
+            };
+            Ok(Some(TraceRecord {
+                arrival_ns: secs_to_ns(float(f[0], "Timestamp")?),
+                device: int(f[3], "LUN")? as u32,
+                offset_bytes: int(f[4], "Offset")?,
+                len_bytes: int(f[5], "Size")? as u32,
+                op,
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_each_format_from_a_sample_line() {
+        let cases = [
+            ("11413000 0 657728 16 1", TraceFormat::Disksim),
+            ("0.125 1 2048 8 0", TraceFormat::Disksim),
+            ("0,20941264,8192,W,0.551706", TraceFormat::Spc),
+            ("1,8,4096,r,1.5,extra", TraceFormat::Spc),
+            (
+                "128166385295514663,hm,0,Write,9056014336,2048,2833",
+                TraceFormat::Msr,
+            ),
+            (
+                "  8,0    3        1     0.000000000  697  Q   W 223490 + 8 [kjournald]",
+                TraceFormat::Blkparse,
+            ),
+            ("fio version 2 iolog", TraceFormat::FioIolog),
+            ("1538323200,23567,8,1,1063", TraceFormat::TencentCbs),
+            (
+                "Timestamp,Response,IOType,LUN,Offset,Size",
+                TraceFormat::Systor17,
+            ),
+            ("1487894400.055,0.0012,R,3,4096,8192", TraceFormat::Systor17),
+        ];
+        for (line, f) in cases {
+            assert_eq!(TraceFormat::detect(line), Some(f), "{line}");
+            parse_line(f, line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        assert_eq!(TraceFormat::detect("hello world"), None);
+    }
+
+    #[test]
+    fn fields_are_converted_to_bytes_and_nanoseconds() {
+        let r = parse_line(TraceFormat::Disksim, "11413000 0 657728 16 1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r,
+            TraceRecord {
+                arrival_ns: 11_413_000,
+                device: 0,
+                offset_bytes: 657728 * 512,
+                len_bytes: 8192,
+                op: TraceOp::Read
+            }
+        );
+        let r = parse_line(TraceFormat::Spc, "2,100,4096,w,1.5")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r,
+            TraceRecord {
+                arrival_ns: 1_500_000_000,
+                device: 2,
+                offset_bytes: 51200,
+                len_bytes: 4096,
+                op: TraceOp::Write
+            }
+        );
+        let r = parse_line(TraceFormat::Blkparse, "8,16 0 5 1.25 99 Q R 100 + 8 [x]")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (r.device, r.offset_bytes, r.len_bytes, r.op),
+            ((8 << 8) | 16, 51200, 4096, TraceOp::Read)
+        );
+        assert_eq!(
+            parse_line(TraceFormat::Blkparse, "8,16 0 5 1.25 99 C R 100 + 8 [0]").unwrap(),
+            None
+        );
+        let r = parse_line(TraceFormat::FioIolog, "17 /dev/x write 4096 512")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (r.arrival_ns, r.offset_bytes, r.op),
+            (17_000_000, 4096, TraceOp::Write)
+        );
+        assert_eq!(
+            parse_line(TraceFormat::FioIolog, "/dev/x open").unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_lines_say_what_was_expected() {
+        let e = parse_line(TraceFormat::Disksim, "1 2 3").unwrap_err();
+        assert!(
+            e.contains("ArrivalTime Device StartLBA") && e.contains("got 3"),
+            "{e}"
+        );
+        let e = parse_line(TraceFormat::Spc, "0,1,2,x,3").unwrap_err();
+        assert!(e.contains("Opcode"), "{e}");
+        let e = parse_line(TraceFormat::Disksim, "1 2 -3 4 1").unwrap_err();
+        assert!(e.contains("StartLBA"), "{e}");
+        let e = parse_line(TraceFormat::Spc, "0,1,2,r,nan").unwrap_err();
+        assert!(e.contains("Timestamp"), "{e}");
+    }
+}
