@@ -1,1 +1,12 @@
+//! The tiervisor runtime: serves engine volumes to NBD clients from file or block-device
+//! pools, with the real clock.
 
+pub mod admin;
+pub mod config;
+pub mod io;
+pub mod nbd;
+pub mod pools;
+pub mod server;
+
+pub use config::{DEFAULT_CONFIG, ServerConfig};
+pub use server::Server;

@@ -5,7 +5,6 @@
 pub mod driver;
 pub mod report;
 pub mod scenario;
-pub mod size;
 
 pub use driver::{RunOptions, Simulation};
 pub use report::SimReport;

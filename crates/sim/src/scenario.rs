@@ -35,22 +35,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
+use tiervisor_conf::{SizeVal, Source, Spanned};
 use tiervisor_engine::{Medium, SchedulerKind};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{FioJob, FioRw, ReplayMode, Trace, TraceFormat, WorkloadError};
-use toml::Spanned;
-
-use crate::size::parse_size;
 
 /// An error in a scenario: `file:line: message`.
 pub type ScenarioError = WorkloadError;
-
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum SizeVal {
-    Int(u64),
-    Str(String),
-}
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -172,36 +163,6 @@ pub struct Scenario {
     pub vms: Vec<VmSpec>,
 }
 
-struct Ctx<'a> {
-    file: &'a str,
-    text: &'a str,
-}
-
-impl Ctx<'_> {
-    fn line_of(&self, offset: usize) -> u64 {
-        self.text[..offset.min(self.text.len())]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count() as u64
-            + 1
-    }
-    fn err<T>(
-        &self,
-        span: std::ops::Range<usize>,
-        msg: impl Into<String>,
-    ) -> Result<T, ScenarioError> {
-        Err(WorkloadError::at(self.file, self.line_of(span.start), msg))
-    }
-    fn size(&self, v: &Spanned<SizeVal>, what: &str) -> Result<u64, ScenarioError> {
-        match v.get_ref() {
-            SizeVal::Int(n) => Ok(*n),
-            SizeVal::Str(s) => {
-                parse_size(s).or_else(|e| self.err(v.span(), format!("{what}: {e}")))
-            }
-        }
-    }
-}
-
 impl Scenario {
     /// Read and validate a scenario file. Trace paths are relative to the file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
@@ -212,11 +173,8 @@ impl Scenario {
     }
 
     pub fn parse(file: &str, text: &str, base: &Path) -> Result<Scenario, ScenarioError> {
-        let cx = Ctx { file, text };
-        let raw: RawScenario = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(1, |s| cx.line_of(s.start));
-            WorkloadError::at(file, line, e.message().replace('\n', " "))
-        })?;
+        let cx = Source::new(file, text);
+        let raw: RawScenario = cx.parse()?;
         let chunk_bytes = match &raw.chunk {
             Some(c) => cx.size(c, "chunk")?,
             None => tiervisor_engine::config::DEFAULT_CHUNK_BYTES,

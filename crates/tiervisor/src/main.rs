@@ -1,6 +1,7 @@
 //! The `tiervisor` command.
 
 mod cmd_model;
+mod cmd_serve;
 mod cmd_sim;
 mod cmd_trace;
 
@@ -26,6 +27,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Serve volumes to VMs over NBD (embedded default configuration without --config).
+    Serve(cmd_serve::ServeArgs),
+    /// Talk to a running server through its admin socket.
+    Ctl {
+        #[command(subcommand)]
+        cmd: cmd_serve::CtlCmd,
+    },
     /// Run a simulation scenario (TOML) with device models.
     Sim(cmd_sim::SimArgs),
     /// Inspect block traces.
@@ -65,7 +73,13 @@ impl Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("TIERVISOR_LOG"))
+        .init();
     let r = match cli.cmd {
+        Cmd::Serve(a) => cmd_serve::serve(a),
+        Cmd::Ctl { cmd } => cmd_serve::ctl(cmd),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Trace { cmd } => cmd_trace::run(cmd),
         Cmd::Model { cmd } => cmd_model::run(cmd),

@@ -1,0 +1,345 @@
+//! The admin socket (`tiervisor ctl`) and the Prometheus metrics endpoint.
+//!
+//! Admin protocol: the client sends one line (`stat` or `shutdown`, or the JSON
+//! `{"cmd": "stat"}`), the server answers with one JSON document and closes.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use mio::net::{TcpStream, UnixStream};
+use serde_json::json;
+use tiervisor_engine::Engine;
+
+use crate::server::ServerStats;
+
+pub enum ClientStream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    Admin,
+    Metrics,
+}
+
+/// A short-lived admin or metrics client.
+pub struct Client {
+    stream: ClientStream,
+    pub kind: ClientKind,
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    answered: bool,
+    closed: bool,
+    pub shutdown_requested: bool,
+}
+
+pub struct Reply {
+    pub body: Vec<u8>,
+    pub shutdown: bool,
+}
+
+const MAX_REQUEST_BYTES: usize = 16 << 10;
+
+impl Client {
+    pub fn new(stream: ClientStream, kind: ClientKind) -> Client {
+        Client {
+            stream,
+            kind,
+            inbuf: Vec::new(),
+            outbuf: Vec::new(),
+            answered: false,
+            closed: false,
+            shutdown_requested: false,
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match &mut self.stream {
+            ClientStream::Unix(s) => s,
+            ClientStream::Tcp(s) => s,
+        }
+    }
+
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match &mut self.stream {
+            ClientStream::Unix(s) => s,
+            ClientStream::Tcp(s) => s,
+        }
+    }
+
+    /// The complete request, once it has arrived.
+    pub fn read_request(&mut self) -> Option<String> {
+        if self.answered || self.closed {
+            return None;
+        }
+        let mut b = [0u8; 4096];
+        loop {
+            match self.io().read(&mut b) {
+                Ok(0) => {
+                    self.closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&b[..n]);
+                    if self.inbuf.len() > MAX_REQUEST_BYTES {
+                        self.closed = true;
+                        return None;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let end: &[u8] = if self.kind == ClientKind::Metrics {
+            b"\r\n\r\n"
+        } else {
+            b"\n"
+        };
+        let complete = self.inbuf.windows(end.len()).any(|w| w == end)
+            || (self.closed && !self.inbuf.is_empty());
+        complete.then(|| String::from_utf8_lossy(&self.inbuf).into_owned())
+    }
+
+    pub fn respond(&mut self, body: Vec<u8>) {
+        self.outbuf = body;
+        self.answered = true;
+    }
+
+    pub fn write_some(&mut self) {
+        while !self.outbuf.is_empty() {
+            let buf = std::mem::take(&mut self.outbuf);
+            match self.io().write(&buf) {
+                Ok(n) => self.outbuf = buf[n..].to_vec(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.outbuf = buf;
+                    return;
+                }
+                Err(_) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        (self.answered && self.outbuf.is_empty()) || (self.closed && !self.answered)
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// Everything `ctl stat` shows, as JSON.
+pub fn stat_json(engine: &Engine, server: &ServerStats) -> serde_json::Value {
+    json!({ "engine": engine.report(), "server": server })
+}
+
+pub fn admin_reply(req: &str, engine: &Engine, server: &ServerStats) -> Reply {
+    let line = req.trim();
+    let cmd = serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("cmd").and_then(|c| c.as_str()).map(str::to_string))
+        .unwrap_or_else(|| line.to_string());
+    let (v, shutdown) = match cmd.as_str() {
+        "stat" => (stat_json(engine, server), false),
+        "shutdown" => (json!({"ok": true, "message": "shutting down"}), true),
+        other => (
+            json!({"error": format!("unknown command {other:?}; expected stat or shutdown")}),
+            false,
+        ),
+    };
+    let mut body = serde_json::to_vec(&v).unwrap_or_default();
+    body.push(b'\n');
+    Reply { body, shutdown }
+}
+
+/// Prometheus text exposition of the same counters.
+pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
+    use std::fmt::Write as _;
+    let r = engine.report();
+    let mut s = String::new();
+    let mut family = |name: &str, help: &str, kind: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in rows {
+            let _ = writeln!(s, "{name}{{{labels}}} {v}");
+        }
+    };
+    let vol = |f: &dyn Fn(&tiervisor_engine::VolumeReport) -> Vec<(String, f64)>| {
+        r.volumes.iter().flat_map(f).collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_volume_requests_total",
+        "Requests completed per volume and kind.",
+        "counter",
+        vol(&|v| {
+            [
+                ("read", &v.read),
+                ("write", &v.write),
+                ("flush", &v.flush),
+                ("trim", &v.trim),
+                ("write_zeroes", &v.write_zeroes),
+            ]
+            .iter()
+            .map(|(k, s)| {
+                (
+                    format!("volume=\"{}\",kind=\"{k}\"", v.name),
+                    s.requests as f64,
+                )
+            })
+            .collect()
+        }),
+    );
+    family(
+        "tiervisor_volume_bytes_total",
+        "Bytes read and written per volume.",
+        "counter",
+        vol(&|v| {
+            vec![
+                (
+                    format!("volume=\"{}\",kind=\"read\"", v.name),
+                    v.read.bytes as f64,
+                ),
+                (
+                    format!("volume=\"{}\",kind=\"write\"", v.name),
+                    v.write.bytes as f64,
+                ),
+            ]
+        }),
+    );
+    family(
+        "tiervisor_volume_errors_total",
+        "Requests that failed, per volume.",
+        "counter",
+        vol(&|v| {
+            vec![(
+                format!("volume=\"{}\"", v.name),
+                (v.read.errors
+                    + v.write.errors
+                    + v.flush.errors
+                    + v.trim.errors
+                    + v.write_zeroes.errors) as f64,
+            )]
+        }),
+    );
+    family(
+        "tiervisor_volume_latency_seconds",
+        "Request latency quantiles per volume.",
+        "gauge",
+        vol(&|v| {
+            [
+                ("0.5", v.latency.p50_us),
+                ("0.99", v.latency.p99_us),
+                ("0.999", v.latency.p999_us),
+            ]
+            .iter()
+            .map(|(q, us)| (format!("volume=\"{}\",quantile=\"{q}\"", v.name), us / 1e6))
+            .collect()
+        }),
+    );
+    family(
+        "tiervisor_volume_chunks",
+        "Mapped chunks of each volume per pool.",
+        "gauge",
+        vol(&|v| {
+            v.chunks_by_pool
+                .iter()
+                .map(|(p, n)| (format!("volume=\"{}\",pool=\"{p}\"", v.name), *n as f64))
+                .collect()
+        }),
+    );
+    family(
+        "tiervisor_pool_used_bytes",
+        "Bytes allocated in each pool.",
+        "gauge",
+        r.pools
+            .iter()
+            .map(|p| (format!("pool=\"{}\"", p.name), p.used_bytes as f64))
+            .collect(),
+    );
+    family(
+        "tiervisor_pool_capacity_bytes",
+        "Capacity of each pool.",
+        "gauge",
+        r.pools
+            .iter()
+            .map(|p| (format!("pool=\"{}\"", p.name), p.capacity_bytes as f64))
+            .collect(),
+    );
+    family(
+        "tiervisor_pool_io_bytes_total",
+        "Device bytes per pool, direction and class.",
+        "counter",
+        r.pools
+            .iter()
+            .flat_map(|p| {
+                [
+                    ("foreground", p.io.foreground),
+                    ("metadata", p.io.metadata),
+                    ("migration", p.io.migration),
+                    ("cleaner", p.io.cleaner),
+                ]
+                .into_iter()
+                .flat_map(|(c, k)| {
+                    [
+                        (
+                            format!("pool=\"{}\",dir=\"read\",class=\"{c}\"", p.name),
+                            k.read_bytes as f64,
+                        ),
+                        (
+                            format!("pool=\"{}\",dir=\"write\",class=\"{c}\"", p.name),
+                            k.write_bytes as f64,
+                        ),
+                    ]
+                })
+                .collect::<Vec<_>>()
+            })
+            .collect(),
+    );
+    family(
+        "tiervisor_connections",
+        "Open NBD connections per export.",
+        "gauge",
+        server
+            .connections_per_export
+            .iter()
+            .map(|(e, n)| (format!("export=\"{e}\""), *n as f64))
+            .collect(),
+    );
+    family(
+        "tiervisor_protocol_errors_total",
+        "Connections closed for protocol violations.",
+        "counter",
+        vec![(String::new(), server.protocol_errors as f64)],
+    );
+    s.replace("{}", "")
+}
+
+pub fn metrics_reply(engine: &Engine, server: &ServerStats) -> Reply {
+    let body = metrics_text(engine, server);
+    let mut out = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    Reply {
+        body: out,
+        shutdown: false,
+    }
+}
+
+/// The `ctl` side: send one command to the admin socket and return the answer.
+pub fn request(socket: &Path, cmd: &str) -> Result<String, String> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot connect to {} ({e}); is `tiervisor serve` running with this data directory?",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("{cmd}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(out)
+}

@@ -1,0 +1,772 @@
+//! One NBD connection as a state machine over bytes: feed it what the socket delivered,
+//! it appends replies to its output queue and reports the requests to run. No sockets
+//! here, so every protocol path is testable with plain byte strings.
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tiervisor_engine::{Errno, ReqKind, VolumeId};
+
+use super::proto::*;
+
+/// An export the server offers: a volume under a name.
+#[derive(Clone, Debug)]
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub volume: VolumeId,
+    pub size_bytes: u64,
+    pub rotational: bool,
+}
+
+/// A request decoded from the wire, ready for the engine.
+#[derive(Debug)]
+pub struct WireRequest {
+    pub handle: u64,
+    pub cmd: u16,
+    pub volume: VolumeId,
+    pub kind: ReqKind,
+    pub offset: u64,
+    pub length: u64,
+    pub fua: bool,
+    pub no_hole: bool,
+    pub payload: Option<Bytes>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    ClientFlags,
+    Options,
+    Transmission,
+}
+
+/// Why a connection is closing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Closing {
+    /// Send what is queued and the replies still due, then close (DISC, ABORT).
+    Graceful(String),
+    /// Close now: the peer broke the protocol.
+    Abort(String),
+}
+
+pub struct Conn {
+    phase: Phase,
+    pub no_zeroes: bool,
+    pub structured: bool,
+    export: Option<usize>,
+    /// Bytes received and not yet consumed.
+    pub inbuf: BytesMut,
+    /// Payload bytes of an oversized write still to throw away.
+    skip: u64,
+    pub out: VecDeque<Bytes>,
+    pub out_bytes: usize,
+    pub in_flight: u32,
+    pub closing: Option<Closing>,
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Conn {
+    /// A new connection; the greeting is already queued.
+    pub fn new() -> Conn {
+        let mut c = Conn {
+            phase: Phase::ClientFlags,
+            no_zeroes: false,
+            structured: false,
+            export: None,
+            inbuf: BytesMut::with_capacity(64 << 10),
+            skip: 0,
+            out: VecDeque::new(),
+            out_bytes: 0,
+            in_flight: 0,
+            closing: None,
+        };
+        c.send(greeting());
+        c
+    }
+
+    pub fn export(&self) -> Option<usize> {
+        self.export
+    }
+
+    pub fn in_transmission(&self) -> bool {
+        self.phase == Phase::Transmission
+    }
+
+    fn send(&mut self, b: Bytes) {
+        self.out_bytes += b.len();
+        self.out.push_back(b);
+    }
+
+    /// Bytes the socket should try to receive next, so a write's payload lands in place.
+    pub fn want_bytes(&self) -> usize {
+        64 << 10
+    }
+
+    /// Parse everything complete in `inbuf`; requests for the engine go to `reqs`.
+    pub fn process(&mut self, exports: &[Export], reqs: &mut Vec<WireRequest>) {
+        while self.closing.is_none() {
+            let progressed = match self.phase {
+                Phase::ClientFlags => self.client_flags(),
+                Phase::Options => self.option(exports),
+                Phase::Transmission => self.request(exports, reqs),
+            };
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn abort(&mut self, why: impl Into<String>) -> bool {
+        self.closing = Some(Closing::Abort(why.into()));
+        false
+    }
+
+    fn client_flags(&mut self) -> bool {
+        if self.inbuf.len() < 4 {
+            return false;
+        }
+        let flags = self.inbuf.get_u32();
+        if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+            return self.abort(format!("unknown client flags {flags:#x}"));
+        }
+        self.no_zeroes = flags & FLAG_C_NO_ZEROES != 0;
+        self.phase = Phase::Options;
+        true
+    }
+
+    fn tflags(&self, e: &Export) -> u16 {
+        let mut f = TFLAG_HAS_FLAGS
+            | TFLAG_SEND_FLUSH
+            | TFLAG_SEND_FUA
+            | TFLAG_SEND_TRIM
+            | TFLAG_SEND_WRITE_ZEROES
+            | TFLAG_CAN_MULTI_CONN;
+        if e.rotational {
+            f |= TFLAG_ROTATIONAL;
+        }
+        if self.structured {
+            f |= TFLAG_SEND_DF;
+        }
+        f
+    }
+
+    fn find(exports: &[Export], name: &[u8]) -> Option<usize> {
+        // The empty name selects the first (default) export.
+        if name.is_empty() {
+            return (!exports.is_empty()).then_some(0);
+        }
+        exports.iter().position(|e| e.name.as_bytes() == name)
+    }
+
+    fn option(&mut self, exports: &[Export]) -> bool {
+        if self.inbuf.len() < 16 {
+            return false;
+        }
+        let magic = u64::from_be_bytes(self.inbuf[0..8].try_into().unwrap_or_default());
+        let opt = u32::from_be_bytes(self.inbuf[8..12].try_into().unwrap_or_default());
+        let len = u32::from_be_bytes(self.inbuf[12..16].try_into().unwrap_or_default());
+        if magic != IHAVEOPT {
+            return self.abort(format!("bad option magic {magic:#x}"));
+        }
+        if len > MAX_OPTION_BYTES {
+            return self.abort(format!(
+                "option {opt} carries {len} bytes, more than {MAX_OPTION_BYTES}"
+            ));
+        }
+        if self.inbuf.len() < 16 + len as usize {
+            return false;
+        }
+        self.inbuf.advance(16);
+        let data = self.inbuf.split_to(len as usize).freeze();
+        match opt {
+            OPT_EXPORT_NAME => match Self::find(exports, &data) {
+                Some(i) => {
+                    let e = &exports[i];
+                    let mut b = BytesMut::with_capacity(134);
+                    b.put_u64(e.size_bytes);
+                    b.put_u16(self.tflags(e));
+                    if !self.no_zeroes {
+                        b.put_bytes(0, 124);
+                    }
+                    self.send(b.freeze());
+                    self.export = Some(i);
+                    self.phase = Phase::Transmission;
+                }
+                None => {
+                    // This option cannot fail politely: the protocol says close.
+                    return self.abort(format!(
+                        "unknown export {:?}",
+                        String::from_utf8_lossy(&data)
+                    ));
+                }
+            },
+            OPT_ABORT => {
+                self.send(option_reply(opt, REP_ACK, &[]));
+                self.closing = Some(Closing::Graceful("client aborted the handshake".into()));
+                return false;
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    self.send(option_error(
+                        opt,
+                        REP_ERR_INVALID,
+                        "NBD_OPT_LIST takes no data",
+                    ));
+                } else {
+                    for e in exports {
+                        let mut d = BytesMut::with_capacity(4 + e.name.len() + e.description.len());
+                        d.put_u32(e.name.len() as u32);
+                        d.put_slice(e.name.as_bytes());
+                        d.put_slice(e.description.as_bytes());
+                        self.send(option_reply(opt, REP_SERVER, &d));
+                    }
+                    self.send(option_reply(opt, REP_ACK, &[]));
+                }
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    self.send(option_error(
+                        opt,
+                        REP_ERR_INVALID,
+                        "NBD_OPT_STRUCTURED_REPLY takes no data",
+                    ));
+                } else {
+                    self.structured = true;
+                    self.send(option_reply(opt, REP_ACK, &[]));
+                }
+            }
+            OPT_INFO | OPT_GO => return self.info_or_go(opt, &data, exports),
+            OPT_STARTTLS => self.send(option_error(
+                opt,
+                REP_ERR_UNSUP,
+                "TLS is not supported by this server",
+            )),
+            _ => self.send(option_error(opt, REP_ERR_UNSUP, "option not supported")),
+        }
+        true
+    }
+
+    fn info_or_go(&mut self, opt: u32, data: &[u8], exports: &[Export]) -> bool {
+        let bad = |c: &mut Conn| {
+            c.send(option_error(
+                opt,
+                REP_ERR_INVALID,
+                "malformed NBD_OPT_INFO/GO payload",
+            ));
+            true
+        };
+        if data.len() < 6 {
+            return bad(self);
+        }
+        let nlen = u32::from_be_bytes(data[0..4].try_into().unwrap_or_default()) as usize;
+        if data.len() < 4 + nlen + 2 {
+            return bad(self);
+        }
+        let name = &data[4..4 + nlen];
+        let nreq = u16::from_be_bytes([data[4 + nlen], data[5 + nlen]]) as usize;
+        let reqs = &data[6 + nlen..];
+        if reqs.len() != 2 * nreq {
+            return bad(self);
+        }
+        let Some(i) = Self::find(exports, name) else {
+            let msg = format!("no export named {:?}", String::from_utf8_lossy(name));
+            self.send(option_error(opt, REP_ERR_UNKNOWN, &msg));
+            return true;
+        };
+        let e = exports[i].clone();
+        let mut info = BytesMut::new();
+        info.put_u16(INFO_EXPORT);
+        info.put_u64(e.size_bytes);
+        info.put_u16(self.tflags(&e));
+        self.send(option_reply(opt, REP_INFO, &info));
+        for r in reqs.chunks(2) {
+            match u16::from_be_bytes([r[0], r[1]]) {
+                INFO_NAME => {
+                    let mut d = BytesMut::new();
+                    d.put_u16(INFO_NAME);
+                    d.put_slice(e.name.as_bytes());
+                    self.send(option_reply(opt, REP_INFO, &d));
+                }
+                INFO_DESCRIPTION => {
+                    let mut d = BytesMut::new();
+                    d.put_u16(INFO_DESCRIPTION);
+                    d.put_slice(e.description.as_bytes());
+                    self.send(option_reply(opt, REP_INFO, &d));
+                }
+                INFO_BLOCK_SIZE => {
+                    let mut d = BytesMut::new();
+                    d.put_u16(INFO_BLOCK_SIZE);
+                    d.put_u32(1);
+                    d.put_u32(4096);
+                    d.put_u32(MAX_PAYLOAD_BYTES);
+                    self.send(option_reply(opt, REP_INFO, &d));
+                }
+                _ => {}
+            }
+        }
+        self.send(option_reply(opt, REP_ACK, &[]));
+        if opt == OPT_GO {
+            self.export = Some(i);
+            self.phase = Phase::Transmission;
+        }
+        true
+    }
+
+    /// Reply to a request whose handling never reached the engine.
+    pub fn error_reply(&mut self, handle: u64, cmd: u16, errno: u32, msg: &str) {
+        if self.structured && cmd == CMD_READ {
+            self.send(structured_error(handle, errno, msg));
+        } else {
+            self.send(simple_reply_header(errno, handle));
+        }
+    }
+
+    fn request(&mut self, exports: &[Export], reqs: &mut Vec<WireRequest>) -> bool {
+        if self.skip > 0 {
+            let n = (self.skip as usize).min(self.inbuf.len());
+            self.inbuf.advance(n);
+            self.skip -= n as u64;
+            if self.skip > 0 {
+                return false;
+            }
+        }
+        if self.inbuf.len() < REQUEST_HEADER_BYTES {
+            return false;
+        }
+        let mut hb = [0u8; REQUEST_HEADER_BYTES];
+        hb.copy_from_slice(&self.inbuf[..REQUEST_HEADER_BYTES]);
+        let h = match parse_request(&hb) {
+            Ok(h) => h,
+            Err(m) => return self.abort(format!("bad request magic {m:#x}")),
+        };
+        let is_write = h.cmd == CMD_WRITE;
+        let oversize = h.length > MAX_PAYLOAD_BYTES;
+        if is_write && !oversize && self.inbuf.len() < REQUEST_HEADER_BYTES + h.length as usize {
+            // Make room so the payload arrives in one buffer.
+            self.inbuf
+                .reserve(REQUEST_HEADER_BYTES + h.length as usize - self.inbuf.len());
+            return false;
+        }
+        self.inbuf.advance(REQUEST_HEADER_BYTES);
+        let payload = if is_write && !oversize {
+            Some(self.inbuf.split_to(h.length as usize).freeze())
+        } else {
+            None
+        };
+        if is_write && oversize {
+            self.skip = h.length as u64;
+        }
+        let Some(e) = self.export.and_then(|i| exports.get(i)) else {
+            return self.abort("request before an export was chosen");
+        };
+        let volume = e.volume;
+        let allowed = match h.cmd {
+            CMD_READ if self.structured => CMD_FLAG_DF,
+            CMD_WRITE | CMD_TRIM => CMD_FLAG_FUA,
+            CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+            _ => 0,
+        };
+        let kind = match h.cmd {
+            CMD_READ => ReqKind::Read,
+            CMD_WRITE => ReqKind::Write,
+            CMD_FLUSH => ReqKind::Flush,
+            CMD_TRIM => ReqKind::Trim,
+            CMD_WRITE_ZEROES => ReqKind::WriteZeroes,
+            CMD_DISC => {
+                self.closing = Some(Closing::Graceful("client disconnected".into()));
+                return false;
+            }
+            other => {
+                self.error_reply(h.handle, other, EINVAL, "unknown command");
+                return true;
+            }
+        };
+        if h.flags & !allowed != 0 {
+            self.error_reply(
+                h.handle,
+                h.cmd,
+                EINVAL,
+                "command flag not valid for this command",
+            );
+            return true;
+        }
+        if oversize && matches!(h.cmd, CMD_READ | CMD_WRITE) {
+            self.error_reply(
+                h.handle,
+                h.cmd,
+                if h.cmd == CMD_READ { EOVERFLOW } else { EINVAL },
+                "request larger than 32 MiB",
+            );
+            return true;
+        }
+        self.in_flight += 1;
+        reqs.push(WireRequest {
+            handle: h.handle,
+            cmd: h.cmd,
+            volume,
+            kind,
+            offset: h.offset,
+            length: h.length as u64,
+            fua: h.flags & CMD_FLAG_FUA != 0,
+            no_hole: h.flags & CMD_FLAG_NO_HOLE != 0,
+            payload,
+        });
+        true
+    }
+
+    /// Queue the reply to a request the engine finished.
+    pub fn reply(
+        &mut self,
+        handle: u64,
+        cmd: u16,
+        offset: u64,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match result {
+            Ok(()) if cmd == CMD_READ => {
+                let data = data.unwrap_or_default();
+                if self.structured {
+                    if data.is_empty() {
+                        self.send(structured_done(handle));
+                    } else {
+                        self.send(structured_data_header(handle, offset, data.len()));
+                        self.send(data);
+                    }
+                } else {
+                    self.send(simple_reply_header(0, handle));
+                    if !data.is_empty() {
+                        self.send(data);
+                    }
+                }
+            }
+            Ok(()) => self.send(simple_reply_header(0, handle)),
+            Err(e) => self.error_reply(handle, cmd, e.code(), errno_message(e)),
+        }
+    }
+
+    /// After writing `n` bytes of the output queue.
+    pub fn consumed(&mut self, mut n: usize) {
+        self.out_bytes -= n;
+        while n > 0 {
+            let Some(front) = self.out.front_mut() else {
+                break;
+            };
+            if front.len() <= n {
+                n -= front.len();
+                self.out.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// Whether the connection can be closed now.
+    pub fn finished(&self) -> bool {
+        match &self.closing {
+            Some(Closing::Abort(_)) => true,
+            Some(Closing::Graceful(_)) => self.in_flight == 0 && self.out.is_empty(),
+            None => false,
+        }
+    }
+}
+
+fn errno_message(e: Errno) -> &'static str {
+    match e {
+        Errno::Io => "input/output error on a pool device",
+        Errno::Inval => "invalid request (offset, length or arguments)",
+        Errno::NoSpc => "beyond the end of the export, or no space left in the pools",
+        Errno::Perm => "operation not permitted",
+        Errno::Shutdown => "server is shutting down",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exports() -> Vec<Export> {
+        vec![
+            Export {
+                name: "vm1".into(),
+                description: "first".into(),
+                volume: VolumeId(0),
+                size_bytes: 1 << 30,
+                rotational: false,
+            },
+            Export {
+                name: "vm2".into(),
+                description: "second".into(),
+                volume: VolumeId(1),
+                size_bytes: 2 << 30,
+                rotational: true,
+            },
+        ]
+    }
+
+    fn out(c: &mut Conn) -> Vec<u8> {
+        let v: Vec<u8> = c.out.iter().flat_map(|b| b.iter().copied()).collect();
+        let n = c.out_bytes;
+        c.consumed(n);
+        v
+    }
+
+    fn opt(o: u32, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        b.extend_from_slice(&o.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn go_data(name: &str, infos: &[u16]) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            d.extend_from_slice(&i.to_be_bytes());
+        }
+        d
+    }
+
+    fn req(flags: u16, cmd: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
+        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&flags.to_be_bytes());
+        b.extend_from_slice(&cmd.to_be_bytes());
+        b.extend_from_slice(&handle.to_be_bytes());
+        b.extend_from_slice(&off.to_be_bytes());
+        b.extend_from_slice(&len.to_be_bytes());
+        b
+    }
+
+    /// Replies parsed as (option, type, data).
+    fn replies(mut b: &[u8]) -> Vec<(u32, u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        while b.len() >= 20 {
+            assert_eq!(
+                u64::from_be_bytes(b[0..8].try_into().unwrap()),
+                OPT_REPLY_MAGIC
+            );
+            let o = u32::from_be_bytes(b[8..12].try_into().unwrap());
+            let t = u32::from_be_bytes(b[12..16].try_into().unwrap());
+            let n = u32::from_be_bytes(b[16..20].try_into().unwrap()) as usize;
+            v.push((o, t, b[20..20 + n].to_vec()));
+            b = &b[20 + n..];
+        }
+        v
+    }
+
+    fn handshake(c: &mut Conn, structured: bool) {
+        let ex = exports();
+        let mut reqs = Vec::new();
+        assert_eq!(out(c).len(), 18);
+        c.inbuf.extend_from_slice(&3u32.to_be_bytes());
+        if structured {
+            c.inbuf.extend_from_slice(&opt(OPT_STRUCTURED_REPLY, &[]));
+        }
+        c.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm1", &[INFO_BLOCK_SIZE])));
+        c.process(&ex, &mut reqs);
+        let r = replies(&out(c));
+        assert_eq!(r.last().unwrap().1, REP_ACK);
+        assert!(c.in_transmission());
+    }
+
+    #[test]
+    fn list_info_and_unknown_options() {
+        let ex = exports();
+        let mut c = Conn::new();
+        let mut reqs = Vec::new();
+        out(&mut c);
+        c.inbuf.extend_from_slice(&1u32.to_be_bytes());
+        c.inbuf.extend_from_slice(&opt(OPT_LIST, &[]));
+        c.inbuf.extend_from_slice(&opt(
+            OPT_INFO,
+            &go_data("vm2", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE]),
+        ));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_INFO, &go_data("nope", &[])));
+        c.inbuf.extend_from_slice(&opt(11, &[])); // extended headers: not supported
+        c.inbuf.extend_from_slice(&opt(OPT_STARTTLS, &[]));
+        c.process(&ex, &mut reqs);
+        let r = replies(&out(&mut c));
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        assert_eq!(
+            types,
+            vec![
+                REP_SERVER,
+                REP_SERVER,
+                REP_ACK,
+                REP_INFO,
+                REP_INFO,
+                REP_INFO,
+                REP_INFO,
+                REP_ACK,
+                REP_ERR_UNKNOWN,
+                REP_ERR_UNSUP,
+                REP_ERR_UNSUP
+            ]
+        );
+        assert_eq!(&r[0].2[4..7], b"vm1");
+        // NBD_INFO_EXPORT: size and flags; vm2 is rotational.
+        let info = &r[3].2;
+        assert_eq!(u16::from_be_bytes([info[0], info[1]]), INFO_EXPORT);
+        assert_eq!(u64::from_be_bytes(info[2..10].try_into().unwrap()), 2 << 30);
+        let tf = u16::from_be_bytes([info[10], info[11]]);
+        assert!(
+            tf & TFLAG_CAN_MULTI_CONN != 0
+                && tf & TFLAG_ROTATIONAL != 0
+                && tf & TFLAG_SEND_FLUSH != 0
+        );
+        assert!(!c.in_transmission() && c.closing.is_none());
+    }
+
+    #[test]
+    fn export_name_enters_transmission_and_unknown_name_closes() {
+        let ex = exports();
+        let mut c = Conn::new();
+        out(&mut c);
+        c.inbuf.extend_from_slice(&0u32.to_be_bytes());
+        c.inbuf.extend_from_slice(&opt(OPT_EXPORT_NAME, b"vm2"));
+        c.process(&ex, &mut Vec::new());
+        let o = out(&mut c);
+        assert_eq!(o.len(), 8 + 2 + 124);
+        assert_eq!(u64::from_be_bytes(o[0..8].try_into().unwrap()), 2 << 30);
+        assert!(c.in_transmission());
+        let mut d = Conn::new();
+        d.inbuf.extend_from_slice(&2u32.to_be_bytes());
+        d.inbuf.extend_from_slice(&opt(OPT_EXPORT_NAME, b"zzz"));
+        d.process(&ex, &mut Vec::new());
+        assert!(matches!(d.closing, Some(Closing::Abort(_))));
+    }
+
+    #[test]
+    fn requests_are_decoded_and_bad_ones_answered() {
+        let ex = exports();
+        let mut c = Conn::new();
+        handshake(&mut c, false);
+        let mut reqs = Vec::new();
+        let mut w = req(CMD_FLAG_FUA, CMD_WRITE, 7, 4096, 5);
+        w.extend_from_slice(b"hello");
+        // Deliver the write in two pieces: it waits for its payload.
+        c.inbuf.extend_from_slice(&w[..30]);
+        c.process(&ex, &mut reqs);
+        assert!(reqs.is_empty());
+        c.inbuf.extend_from_slice(&w[30..]);
+        c.inbuf.extend_from_slice(&req(0, CMD_READ, 8, 0, 512));
+        c.inbuf.extend_from_slice(&req(0, 99, 9, 0, 0)); // unknown command
+        c.inbuf
+            .extend_from_slice(&req(CMD_FLAG_NO_HOLE, CMD_WRITE, 10, 0, 0)); // bad flag for WRITE
+        c.inbuf
+            .extend_from_slice(&req(0, CMD_READ, 11, 0, 64 << 20)); // oversize read
+        c.inbuf.extend_from_slice(&req(
+            CMD_FLAG_NO_HOLE | CMD_FLAG_FUA,
+            CMD_WRITE_ZEROES,
+            12,
+            0,
+            4096,
+        ));
+        c.process(&ex, &mut reqs);
+        assert_eq!(reqs.len(), 3);
+        assert_eq!(
+            (
+                reqs[0].handle,
+                reqs[0].kind,
+                reqs[0].fua,
+                reqs[0].payload.as_deref()
+            ),
+            (7, ReqKind::Write, true, Some(&b"hello"[..]))
+        );
+        assert_eq!((reqs[1].kind, reqs[1].length), (ReqKind::Read, 512));
+        assert!(reqs[2].no_hole && reqs[2].fua);
+        let o = out(&mut c);
+        // Three simple error replies: EINVAL, EINVAL, EOVERFLOW.
+        assert_eq!(o.len(), 48);
+        let errs: Vec<(u32, u64)> = o
+            .chunks(16)
+            .map(|r| {
+                (
+                    u32::from_be_bytes(r[4..8].try_into().unwrap()),
+                    u64::from_be_bytes(r[8..16].try_into().unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(errs, vec![(EINVAL, 9), (EINVAL, 10), (EOVERFLOW, 11)]);
+        assert!(c.closing.is_none());
+    }
+
+    #[test]
+    fn oversize_write_payload_is_skipped_and_the_stream_stays_in_sync() {
+        let ex = exports();
+        let mut c = Conn::new();
+        handshake(&mut c, false);
+        let mut reqs = Vec::new();
+        let n = (33u32 << 20) as usize;
+        c.inbuf
+            .extend_from_slice(&req(0, CMD_WRITE, 1, 0, n as u32));
+        c.inbuf.extend_from_slice(&vec![0xAB; n]);
+        c.inbuf.extend_from_slice(&req(0, CMD_FLUSH, 2, 0, 0));
+        c.process(&ex, &mut reqs);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!((reqs[0].handle, reqs[0].kind), (2, ReqKind::Flush));
+        let o = out(&mut c);
+        assert_eq!(u32::from_be_bytes(o[4..8].try_into().unwrap()), EINVAL);
+    }
+
+    #[test]
+    fn bad_magic_aborts_and_disc_closes_gracefully() {
+        let ex = exports();
+        let mut c = Conn::new();
+        handshake(&mut c, false);
+        let mut bad = req(0, CMD_READ, 1, 0, 512);
+        bad[0] = 0;
+        c.inbuf.extend_from_slice(&bad);
+        c.process(&ex, &mut Vec::new());
+        assert!(matches!(c.closing, Some(Closing::Abort(_))) && c.finished());
+        let mut d = Conn::new();
+        handshake(&mut d, false);
+        let mut reqs = Vec::new();
+        d.inbuf.extend_from_slice(&req(0, CMD_READ, 1, 0, 512));
+        d.inbuf.extend_from_slice(&req(0, CMD_DISC, 2, 0, 0));
+        d.process(&ex, &mut reqs);
+        assert_eq!(reqs.len(), 1);
+        assert!(!d.finished(), "a reply is still due");
+        d.reply(1, CMD_READ, 0, Ok(()), Some(Bytes::from(vec![0; 512])));
+        out(&mut d);
+        assert!(d.finished());
+    }
+
+    #[test]
+    fn structured_read_replies() {
+        let ex = exports();
+        let mut c = Conn::new();
+        handshake(&mut c, true);
+        c.reply(5, CMD_READ, 4096, Ok(()), Some(Bytes::from_static(b"abcd")));
+        let o = out(&mut c);
+        assert_eq!(
+            u32::from_be_bytes(o[0..4].try_into().unwrap()),
+            STRUCTURED_REPLY_MAGIC
+        );
+        assert_eq!(u16::from_be_bytes([o[4], o[5]]), REPLY_FLAG_DONE);
+        assert_eq!(u16::from_be_bytes([o[6], o[7]]), REPLY_TYPE_OFFSET_DATA);
+        assert_eq!(u32::from_be_bytes(o[16..20].try_into().unwrap()), 12);
+        assert_eq!(u64::from_be_bytes(o[20..28].try_into().unwrap()), 4096);
+        assert_eq!(&o[28..], b"abcd");
+        c.reply(6, CMD_READ, 0, Err(Errno::Inval), None);
+        let o = out(&mut c);
+        assert_eq!(u16::from_be_bytes([o[6], o[7]]), REPLY_TYPE_ERROR);
+        assert_eq!(u32::from_be_bytes(o[20..24].try_into().unwrap()), 22);
+        // Non-read commands may use simple replies.
+        c.reply(7, CMD_FLUSH, 0, Ok(()), None);
+        assert_eq!(out(&mut c).len(), 16);
+        let _ = ex;
+    }
+}

@@ -1,0 +1,4 @@
+//! The NBD protocol: wire format and the per-connection state machine.
+
+pub mod conn;
+pub mod proto;

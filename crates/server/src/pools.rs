@@ -1,0 +1,93 @@
+//! Pool files and block devices: create sparse files on first use, check sizes, lock.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+use crate::config::PoolDef;
+
+pub struct PoolFile {
+    pub name: String,
+    pub file: File,
+    pub size_bytes: u64,
+    pub created: bool,
+    pub block_device: bool,
+}
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+/// Open (or create) a pool; errors are for the operator.
+pub fn open_pool(def: &PoolDef) -> Result<PoolFile, String> {
+    let p = &def.path;
+    let exists = p.exists();
+    if !exists && let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("pool {}: cannot create {}: {e}", def.name, dir.display()))?;
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!exists)
+        .mode(0o600)
+        .open(p)
+        .map_err(|e| format!("pool {}: cannot open {}: {e}", def.name, p.display()))?;
+    // One server per pool: a second one would corrupt it.
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "pool {}: {} is locked by another process (is another tiervisor running?)",
+            def.name,
+            p.display()
+        ));
+    }
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("pool {}: {e}", def.name))?;
+    let block_device = meta.file_type().is_block_device();
+    let size_bytes = if block_device {
+        let mut size = 0u64;
+        // SAFETY: BLKGETSIZE64 writes a u64 through the pointer.
+        if unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size) } != 0 {
+            return Err(format!(
+                "pool {}: cannot read the size of {}",
+                def.name,
+                p.display()
+            ));
+        }
+        if let Some(want) = def.size_bytes {
+            if want > size {
+                return Err(format!(
+                    "pool {}: device {} has {size} bytes, configured {want}",
+                    def.name,
+                    p.display()
+                ));
+            }
+            want
+        } else {
+            size
+        }
+    } else {
+        let want = def
+            .size_bytes
+            .ok_or_else(|| format!("pool {}: a size is required for a file pool", def.name))?;
+        if !exists {
+            file.set_len(want)
+                .map_err(|e| format!("pool {}: cannot size {}: {e}", def.name, p.display()))?;
+        } else if meta.len() != want {
+            return Err(format!(
+                "pool {}: {} is {} bytes but the configuration says {want}; resizing is not supported",
+                def.name,
+                p.display(),
+                meta.len()
+            ));
+        }
+        want
+    };
+    Ok(PoolFile {
+        name: def.name.clone(),
+        file,
+        size_bytes,
+        created: !exists,
+        block_device,
+    })
+}

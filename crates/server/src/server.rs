@@ -1,0 +1,770 @@
+//! The real-clock driver: one thread, one event loop (mio), the engine inline, pool I/O
+//! through io_uring (or a thread pool). NBD clients connect over TCP or a Unix socket;
+//! `tiervisor ctl` talks to the admin socket; Prometheus scrapes the metrics endpoint.
+
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use tiervisor_engine::{
+    DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, Medium, Outputs, PoolConfig,
+    PoolId, StartMode, VmRequest, VolumeConfig,
+};
+
+use crate::admin;
+use crate::config::ServerConfig;
+use crate::io::{self, Backend};
+use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
+use crate::pools::{PoolFile, open_pool};
+
+const TOK_TCP: Token = Token(0);
+const TOK_UNIX: Token = Token(1);
+const TOK_ADMIN: Token = Token(2);
+const TOK_METRICS: Token = Token(3);
+const TOK_IO: Token = Token(4);
+const TOK_SIGNAL: Token = Token(5);
+const CONN_BASE: usize = 16;
+const CLIENT_BASE: usize = 1 << 30;
+/// Requests a connection may have in flight before we stop reading from it.
+const MAX_IN_FLIGHT: u32 = 1024;
+/// Output a connection may have queued before we stop reading from it.
+const MAX_QUEUED_OUT: usize = 256 << 20;
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+    fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(b),
+            Stream::Unix(s) => s.write_vectored(b),
+        }
+    }
+}
+
+struct ConnSlot {
+    stream: Stream,
+    conn: Conn,
+    generation: u64,
+    peer: String,
+    read_paused: bool,
+    counted_export: Option<usize>,
+}
+
+/// A reply route: which connection and request a VM completion belongs to.
+struct Route {
+    conn: usize,
+    generation: u64,
+    handle: u64,
+    cmd: u16,
+    offset: u64,
+}
+
+/// Counters the server keeps beside the engine's.
+#[derive(Default, Clone, serde::Serialize)]
+pub struct ServerStats {
+    pub connections_open: u64,
+    pub connections_total: u64,
+    pub connections_per_export: Vec<(String, u64)>,
+    pub protocol_errors: u64,
+    pub requests: u64,
+    pub io_backend: String,
+    pub uptime_s: f64,
+}
+
+pub struct Server {
+    cfg: ServerConfig,
+    engine: Engine,
+    backend: Box<dyn Backend>,
+    poll: Poll,
+    _pools: Vec<PoolFile>,
+    tcp: Option<TcpListener>,
+    unix: Option<UnixListener>,
+    admin: Option<UnixListener>,
+    metrics: Option<TcpListener>,
+    conns: Slab<ConnSlot>,
+    clients: Slab<admin::Client>,
+    routes: Slab<Route>,
+    exports: Vec<Export>,
+    out: Outputs,
+    comps: Vec<DeviceCompletion>,
+    wire: Vec<WireRequest>,
+    dirty: Vec<usize>,
+    t0: Instant,
+    next_wake: Option<u64>,
+    generation: u64,
+    signal_rx: mio::net::UnixStream,
+    _signal_ids: Vec<signal_hook::SigId>,
+    signals: u32,
+    stopping: bool,
+    stats: ServerStats,
+    per_export: Vec<u64>,
+    log: Box<dyn FnMut(&str)>,
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut u);
+    }
+    // A fallback that still differs between runs, should /dev/urandom be missing.
+    if u == [0; 16] {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(1);
+        u = (n ^ (std::process::id() as u128) << 64).to_le_bytes();
+    }
+    u
+}
+
+fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
+    EngineConfig {
+        system_uuid: random_uuid(),
+        chunk_bytes: cfg.chunk_bytes,
+        track_data: true,
+        pools: cfg
+            .pools
+            .iter()
+            .zip(pools)
+            .map(|(d, f)| PoolConfig {
+                name: d.name.clone(),
+                medium: d.medium,
+                capacity_bytes: f.size_bytes,
+                queue_depth: d.queue_depth,
+                scheduler: d.scheduler,
+            })
+            .collect(),
+        volumes: cfg
+            .volumes
+            .iter()
+            .map(|v| VolumeConfig {
+                name: v.name.clone(),
+                size_bytes: v.size_bytes,
+                home_pool: PoolId(v.pool as u16),
+                provisioning: v.provisioning,
+                placement: v.placement.clone(),
+            })
+            .collect(),
+        meta_pool: PoolId(cfg.metadata_pool as u16),
+        journal_bytes: cfg.journal_bytes,
+        commit_interval_ns: cfg.commit_interval_ms * 1_000_000,
+        discard_freed: true,
+        ..EngineConfig::default()
+    }
+}
+
+fn bind_unix(path: &std::path::Path, what: &str) -> Result<UnixListener, String> {
+    if path.as_os_str().len() >= 108 {
+        return Err(format!(
+            "{what} path {} is too long for a Unix socket (max 107 bytes)",
+            path.display()
+        ));
+    }
+    if path.exists() {
+        // A stale socket from an earlier run; the pool locks already ensure we are alone.
+        let _ = std::fs::remove_file(path);
+    }
+    UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+}
+
+impl Server {
+    /// Open the pools and bring the engine up (format or recover). `log` receives the
+    /// lines an operator should see.
+    pub fn start(cfg: ServerConfig, mut log: Box<dyn FnMut(&str)>) -> Result<Server, String> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            format!(
+                "cannot create data directory {}: {e}",
+                cfg.data_dir.display()
+            )
+        })?;
+        let pools: Vec<PoolFile> = cfg.pools.iter().map(open_pool).collect::<Result<_, _>>()?;
+        for p in &pools {
+            if p.created {
+                log(&format!(
+                    "created pool {} ({} bytes, sparse)",
+                    p.name, p.size_bytes
+                ));
+            }
+        }
+        let fds = pools.iter().map(|p| p.file.as_raw_fd()).collect();
+        let backend = io::open(cfg.io, fds).map_err(|e| format!("cannot set up I/O: {e}"))?;
+        let engine =
+            Engine::new(engine_config(&cfg, &pools)).map_err(|e| format!("configuration: {e}"))?;
+        let poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
+        let (sig_tx, sig_rx) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("signal pipe: {e}"))?;
+        sig_rx
+            .set_nonblocking(true)
+            .map_err(|e| format!("signal pipe: {e}"))?;
+        let mut ids = Vec::new();
+        for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let tx = sig_tx
+                .try_clone()
+                .map_err(|e| format!("signal pipe: {e}"))?;
+            ids.push(
+                signal_hook::low_level::pipe::register(s, tx)
+                    .map_err(|e| format!("signal handler: {e}"))?,
+            );
+        }
+        let mut signal_rx = mio::net::UnixStream::from_std(sig_rx);
+        poll.registry()
+            .register(&mut signal_rx, TOK_SIGNAL, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        let io_fd = backend.wake_fd();
+        poll.registry()
+            .register(&mut SourceFd(&io_fd), TOK_IO, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        let stats = ServerStats {
+            io_backend: backend.name().to_string(),
+            ..Default::default()
+        };
+        let mut s = Server {
+            cfg,
+            engine,
+            backend,
+            poll,
+            _pools: pools,
+            tcp: None,
+            unix: None,
+            admin: None,
+            metrics: None,
+            conns: Slab::new(),
+            clients: Slab::new(),
+            routes: Slab::with_capacity(4096),
+            exports: Vec::new(),
+            out: Outputs::default(),
+            comps: Vec::new(),
+            wire: Vec::new(),
+            dirty: Vec::new(),
+            t0: Instant::now(),
+            next_wake: None,
+            generation: 0,
+            signal_rx,
+            _signal_ids: ids,
+            signals: 0,
+            stopping: false,
+            stats,
+            per_export: Vec::new(),
+            log: Box::new(|_| {}),
+        };
+        s.engine.start(s.now(), StartMode::Auto, &mut s.out);
+        let mut events = Events::with_capacity(64);
+        loop {
+            s.drive();
+            for line in s.take_event_lines() {
+                log(&line);
+            }
+            match s.engine.state().clone() {
+                EngineState::Ready => break,
+                EngineState::Failed(r) => return Err(r),
+                _ => {}
+            }
+            match s.poll.poll(&mut events, Some(Duration::from_millis(100))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("poll: {e}")),
+            }
+            s.backend.clear_wake();
+        }
+        s.exports = s
+            .engine
+            .volumes()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, size))| {
+                let def = s.cfg.volumes.iter().find(|v| v.name == name);
+                let rotational = def.is_some_and(|d| s.cfg.pools[d.pool].medium == Medium::Hdd);
+                Export {
+                    description: def
+                        .map(|d| d.description.clone())
+                        .filter(|d| !d.is_empty())
+                        .unwrap_or_else(|| format!("tiervisor volume {name}")),
+                    name,
+                    volume: tiervisor_engine::VolumeId(i as u32),
+                    size_bytes: size,
+                    rotational,
+                }
+            })
+            .collect();
+        s.per_export = vec![0; s.exports.len()];
+        s.listen()?;
+        s.log = log;
+        Ok(s)
+    }
+
+    fn listen(&mut self) -> Result<(), String> {
+        let reg = self.poll.registry();
+        if let Some(addr) = &self.cfg.listen {
+            let a: std::net::SocketAddr = addr.parse().map_err(|_| {
+                format!("listen address {addr:?}: expected HOST:PORT, e.g. 127.0.0.1:10809")
+            })?;
+            let mut l = TcpListener::bind(a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
+            reg.register(&mut l, TOK_TCP, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            self.tcp = Some(l);
+        }
+        if let Some(p) = &self.cfg.unix_socket {
+            let mut l = bind_unix(p, "NBD socket")?;
+            reg.register(&mut l, TOK_UNIX, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            self.unix = Some(l);
+        }
+        let mut a = bind_unix(&self.cfg.admin_socket, "admin socket")?;
+        std::fs::set_permissions(
+            &self.cfg.admin_socket,
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .map_err(|e| format!("admin socket permissions: {e}"))?;
+        reg.register(&mut a, TOK_ADMIN, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        self.admin = Some(a);
+        if let Some(addr) = &self.cfg.metrics {
+            let sa: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| format!("metrics address {addr:?}: expected HOST:PORT"))?;
+            let mut l = TcpListener::bind(sa)
+                .map_err(|e| format!("cannot listen on {sa} for metrics: {e}"))?;
+            reg.register(&mut l, TOK_METRICS, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            self.metrics = Some(l);
+        }
+        Ok(())
+    }
+
+    /// Local address of the TCP listener (tests bind to port 0).
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn exports(&self) -> &[Export] {
+        &self.exports
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    fn take_event_lines(&mut self) -> Vec<String> {
+        self.out
+            .events
+            .drain(..)
+            .map(|e| match e {
+                EngineEvent::Formatted { pools, volumes } => format!("formatted {pools} pool(s) with {volumes} volume(s)"),
+                EngineEvent::Recovered { volume, records_replayed, checkpoint_seq, mapped_chunks } => format!(
+                    "recovered volume {volume}: checkpoint at record {checkpoint_seq}, replayed {records_replayed} journal record(s), {mapped_chunks} chunk(s) mapped"
+                ),
+                EngineEvent::VolumeCreated { volume } => format!("created volume {volume}"),
+                EngineEvent::Ready => "ready".into(),
+                EngineEvent::Stopped => "stopped: all data flushed and checkpoints written".into(),
+                EngineEvent::Failed { reason } => format!("engine failed: {reason}"),
+                EngineEvent::Warning { message } => format!("warning: {message}"),
+            })
+            .collect()
+    }
+
+    /// Carry out the engine's outputs and feed back completions until nothing moves.
+    fn drive(&mut self) {
+        loop {
+            for op in self.out.ops.drain(..) {
+                self.backend.submit(op);
+            }
+            let now = self.now();
+            for t in self.out.wakeups.drain(..) {
+                if self.next_wake.is_none_or(|w| t < w) {
+                    self.next_wake = Some(t);
+                }
+            }
+            let comps = std::mem::take(&mut self.out.completions);
+            for c in comps {
+                self.route_completion(c);
+            }
+            self.backend.commit();
+            self.backend.reap(&mut self.comps);
+            if self.comps.is_empty() {
+                break;
+            }
+            for c in std::mem::take(&mut self.comps) {
+                self.engine.device_done(now, c, &mut self.out);
+            }
+        }
+    }
+
+    fn route_completion(&mut self, c: tiervisor_engine::VmCompletion) {
+        let Some(r) = self.routes.try_remove(c.id as usize) else {
+            return;
+        };
+        let Some(slot) = self.conns.get_mut(r.conn) else {
+            return;
+        };
+        if slot.generation != r.generation {
+            return; // the connection closed; nobody to answer
+        }
+        slot.conn.reply(r.handle, r.cmd, r.offset, c.result, c.data);
+        self.dirty.push(r.conn);
+    }
+
+    fn accept(&mut self, tok: Token) {
+        loop {
+            let (stream, peer) = match tok {
+                TOK_TCP => match self.tcp.as_ref().map(|l| l.accept()) {
+                    Some(Ok((s, a))) => {
+                        let _ = s.set_nodelay(true);
+                        (Stream::Tcp(s), a.to_string())
+                    }
+                    _ => return,
+                },
+                _ => match self.unix.as_ref().map(|l| l.accept()) {
+                    Some(Ok((s, _))) => (Stream::Unix(s), "unix".to_string()),
+                    _ => return,
+                },
+            };
+            self.generation += 1;
+            let entry = self.conns.vacant_entry();
+            let key = entry.key();
+            let mut slot = ConnSlot {
+                stream,
+                conn: Conn::new(),
+                generation: self.generation,
+                peer,
+                read_paused: false,
+                counted_export: None,
+            };
+            if self
+                .poll
+                .registry()
+                .register(
+                    slot.stream.source(),
+                    Token(CONN_BASE + key),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            entry.insert(slot);
+            self.stats.connections_total += 1;
+            self.stats.connections_open += 1;
+            self.dirty.push(key);
+        }
+    }
+
+    /// Read what the socket has, parse it, hand requests to the engine.
+    fn read_conn(&mut self, key: usize) {
+        loop {
+            let Some(slot) = self.conns.get_mut(key) else {
+                return;
+            };
+            if slot.conn.closing.is_some() {
+                return;
+            }
+            if slot.conn.in_flight >= MAX_IN_FLIGHT || slot.conn.out_bytes >= MAX_QUEUED_OUT {
+                slot.read_paused = true;
+                return;
+            }
+            slot.read_paused = false;
+            let want = slot.conn.want_bytes();
+            let buf = &mut slot.conn.inbuf;
+            buf.reserve(want);
+            let spare = buf.capacity() - buf.len();
+            let fd = slot.stream.fd();
+            // SAFETY: reading into the buffer's spare capacity, then extending its length by
+            // exactly the number of bytes the kernel wrote.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().add(buf.len()).cast(), spare) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock => return,
+                    std::io::ErrorKind::Interrupted => continue,
+                    _ => {
+                        slot.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
+                        self.dirty.push(key);
+                        return;
+                    }
+                }
+            }
+            if n == 0 {
+                slot.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
+                self.dirty.push(key);
+                return;
+            }
+            // SAFETY: see above.
+            unsafe { buf.set_len(buf.len() + n as usize) };
+            let mut wire = std::mem::take(&mut self.wire);
+            slot.conn.process(&self.exports, &mut wire);
+            if slot.counted_export.is_none()
+                && let Some(e) = slot.conn.export().filter(|_| slot.conn.in_transmission())
+            {
+                slot.counted_export = Some(e);
+                self.per_export[e] += 1;
+            }
+            if matches!(slot.conn.closing, Some(Closing::Abort(_))) {
+                self.stats.protocol_errors += 1;
+            }
+            let generation = slot.generation;
+            let now = self.now();
+            for w in wire.drain(..) {
+                self.stats.requests += 1;
+                let id = self.routes.insert(Route {
+                    conn: key,
+                    generation,
+                    handle: w.handle,
+                    cmd: w.cmd,
+                    offset: w.offset,
+                }) as u64;
+                let mut r = VmRequest::new(id, w.volume, w.kind, w.offset, w.length);
+                r.fua = w.fua;
+                r.no_hole = w.no_hole;
+                r.payload = w.payload;
+                self.engine.submit(now, r, &mut self.out);
+            }
+            self.wire = wire;
+            self.dirty.push(key);
+        }
+    }
+
+    /// Write queued output; close the connection if it is done.
+    fn flush_conn(&mut self, key: usize) {
+        let Some(slot) = self.conns.get_mut(key) else {
+            return;
+        };
+        while !slot.conn.out.is_empty() {
+            let slices: Vec<IoSlice<'_>> = slot
+                .conn
+                .out
+                .iter()
+                .take(64)
+                .map(|b| IoSlice::new(b))
+                .collect();
+            match slot.stream.write_vectored(&slices) {
+                Ok(0) => break,
+                Ok(n) => slot.conn.consumed(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    slot.conn.closing = Some(Closing::Abort(format!("write error: {e}")));
+                    break;
+                }
+            }
+        }
+        if slot.conn.finished() {
+            self.close_conn(key);
+        } else if slot.read_paused
+            && slot.conn.in_flight < MAX_IN_FLIGHT / 2
+            && slot.conn.out_bytes < MAX_QUEUED_OUT / 2
+        {
+            self.read_conn(key);
+        }
+    }
+
+    fn close_conn(&mut self, key: usize) {
+        let mut slot = self.conns.remove(key);
+        let _ = self.poll.registry().deregister(slot.stream.source());
+        self.stats.connections_open -= 1;
+        if let Some(e) = slot.counted_export {
+            self.per_export[e] -= 1;
+        }
+        if let Some(Closing::Abort(why)) = &slot.conn.closing
+            && !why.starts_with("peer closed")
+        {
+            (self.log)(&format!("closed connection from {}: {why}", slot.peer));
+        }
+    }
+
+    pub fn server_stats(&self) -> ServerStats {
+        let mut s = self.stats.clone();
+        s.uptime_s = self.t0.elapsed().as_secs_f64();
+        s.connections_per_export = self
+            .exports
+            .iter()
+            .map(|e| e.name.clone())
+            .zip(self.per_export.iter().copied())
+            .collect();
+        s
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn begin_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        (self.log)("shutting down: finishing in-flight requests, flushing, writing checkpoints");
+        // Stop taking new NBD connections; admin and metrics stay up.
+        if let Some(mut l) = self.tcp.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        if let Some(mut l) = self.unix.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let now = self.now();
+        self.engine.begin_shutdown(now, &mut self.out);
+    }
+
+    /// Serve until a signal (or an admin `shutdown`) and a clean stop.
+    pub fn run(&mut self) -> Result<(), String> {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = self
+                .next_wake
+                .map(|w| Duration::from_nanos(w.saturating_sub(self.now())));
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("poll: {e}")),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TOK_TCP | TOK_UNIX => self.accept(ev.token()),
+                    TOK_ADMIN | TOK_METRICS => self.accept_client(ev.token()),
+                    TOK_IO => self.backend.clear_wake(),
+                    TOK_SIGNAL => {
+                        let mut b = [0u8; 64];
+                        while matches!(self.signal_rx.read(&mut b), Ok(n) if n > 0) {
+                            self.signals += 1;
+                        }
+                        if self.signals > 1 && self.stopping {
+                            return Err("second signal: stopping without a clean shutdown".into());
+                        }
+                        self.begin_stop();
+                    }
+                    Token(t) if t >= CLIENT_BASE => self.client_event(t - CLIENT_BASE),
+                    Token(t) => {
+                        let key = t - CONN_BASE;
+                        if ev.is_readable() || ev.is_read_closed() {
+                            self.read_conn(key);
+                        }
+                        if ev.is_writable() {
+                            self.dirty.push(key);
+                        }
+                    }
+                }
+            }
+            let now = self.now();
+            if self.next_wake.is_some_and(|w| w <= now) {
+                self.next_wake = None;
+                self.engine.tick(now, &mut self.out);
+            }
+            self.drive();
+            let lines = self.take_event_lines();
+            for l in lines {
+                (self.log)(&l);
+            }
+            let mut dirty = std::mem::take(&mut self.dirty);
+            dirty.sort_unstable();
+            dirty.dedup();
+            for key in dirty.drain(..) {
+                self.flush_conn(key);
+            }
+            self.dirty = dirty;
+            if self.stopping
+                && self.engine.state() == &EngineState::Stopped
+                && self.conns.iter().all(|(_, c)| c.conn.out.is_empty())
+            {
+                break;
+            }
+            if let EngineState::Failed(r) = self.engine.state() {
+                return Err(format!("engine failed: {r}"));
+            }
+        }
+        let _ = std::fs::remove_file(&self.cfg.admin_socket);
+        if let Some(p) = &self.cfg.unix_socket {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    }
+
+    fn accept_client(&mut self, tok: Token) {
+        loop {
+            let stream = match tok {
+                TOK_ADMIN => match self.admin.as_ref().map(|l| l.accept()) {
+                    Some(Ok((s, _))) => admin::ClientStream::Unix(s),
+                    _ => return,
+                },
+                _ => match self.metrics.as_ref().map(|l| l.accept()) {
+                    Some(Ok((s, _))) => admin::ClientStream::Tcp(s),
+                    _ => return,
+                },
+            };
+            let kind = if tok == TOK_ADMIN {
+                admin::ClientKind::Admin
+            } else {
+                admin::ClientKind::Metrics
+            };
+            let entry = self.clients.vacant_entry();
+            let key = entry.key();
+            let mut c = admin::Client::new(stream, kind);
+            if self
+                .poll
+                .registry()
+                .register(
+                    c.source(),
+                    Token(CLIENT_BASE + key),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .is_ok()
+            {
+                entry.insert(c);
+            }
+        }
+    }
+
+    fn client_event(&mut self, key: usize) {
+        let Some(c) = self.clients.get_mut(key) else {
+            return;
+        };
+        if let Some(req) = c.read_request() {
+            let reply = match c.kind {
+                admin::ClientKind::Admin => {
+                    admin::admin_reply(&req, &self.engine, &self.server_stats())
+                }
+                admin::ClientKind::Metrics => {
+                    admin::metrics_reply(&self.engine, &self.server_stats())
+                }
+            };
+            if let Some(c) = self.clients.get_mut(key) {
+                if reply.shutdown {
+                    c.shutdown_requested = true;
+                }
+                c.respond(reply.body);
+            }
+        }
+        let Some(c) = self.clients.get_mut(key) else {
+            return;
+        };
+        c.write_some();
+        if c.done() {
+            let mut c = self.clients.remove(key);
+            let _ = self.poll.registry().deregister(c.source());
+            if c.shutdown_requested {
+                self.begin_stop();
+            }
+        }
+    }
+}

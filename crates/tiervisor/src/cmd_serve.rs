@@ -1,0 +1,275 @@
+//! `tiervisor serve` and `tiervisor ctl`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tiervisor_server::config::ServerConfig;
+use tiervisor_server::io::IoKind;
+use tiervisor_server::{DEFAULT_CONFIG, Server, admin};
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Configuration file (TOML); without it the embedded default is used.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory (pool files, sockets); overrides the configuration's.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// NBD TCP address, HOST:PORT; overrides the configuration's.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Serve Prometheus metrics on HOST:PORT (off by default).
+    #[arg(long)]
+    metrics: Option<String>,
+    /// I/O backend: uring (default) or threads.
+    #[arg(long)]
+    io: Option<String>,
+    /// Print the embedded default configuration and exit.
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+fn log_line(s: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "tiervisor: {s}");
+}
+
+pub fn serve(a: ServeArgs) -> Result<(), Failure> {
+    if a.print_default_config {
+        print!("{DEFAULT_CONFIG}");
+        return Ok(());
+    }
+    let mut cfg = match &a.config {
+        Some(p) => ServerConfig::load(p).map_err(|e| Failure::input(e.to_string()))?,
+        None => ServerConfig::default_config(),
+    };
+    if let Some(d) = &a.data_dir {
+        cfg = cfg.with_data_dir(d);
+    }
+    if let Some(l) = a.listen {
+        cfg.listen = Some(l).filter(|s| !s.is_empty());
+    }
+    if let Some(m) = a.metrics {
+        cfg.metrics = Some(m).filter(|s| !s.is_empty());
+    }
+    if let Some(io) = &a.io {
+        cfg.io = IoKind::parse(io)
+            .ok_or_else(|| Failure::input(format!("--io {io:?}: expected uring or threads")))?;
+    }
+    log_line(&format!(
+        "configuration {}; data directory {}",
+        if a.config.is_some() {
+            cfg.source.as_str()
+        } else {
+            "embedded default"
+        },
+        cfg.data_dir.display()
+    ));
+    let mut server = Server::start(cfg.clone(), Box::new(log_line)).map_err(|e| {
+        // Configuration mismatches and unreadable metadata are the operator's to fix.
+        Failure::input(e)
+    })?;
+    let vols: Vec<String> = server
+        .exports()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} ({:.1} GiB)",
+                e.name,
+                e.size_bytes as f64 / (1u64 << 30) as f64
+            )
+        })
+        .collect();
+    log_line(&format!(
+        "serving {} volume(s): {} [I/O: {}]",
+        vols.len(),
+        vols.join(", "),
+        server.backend_name()
+    ));
+    let first = server
+        .exports()
+        .first()
+        .map(|e| e.name.clone())
+        .unwrap_or_default();
+    let mut banner = String::new();
+    if let Some(addr) = server.tcp_addr() {
+        banner += &format!("  NBD over TCP:   nbd://{addr}/<volume>\n");
+        banner += "attach with, for example:\n";
+        banner += &format!("  qemu-io -f raw nbd://{addr}/{first}\n");
+        banner += &format!("  nbdinfo --list nbd://{addr}\n");
+        banner += &format!(
+            "  fio --name=job --ioengine=nbd --uri=nbd://{addr}/{first} --rw=randread --bs=4k --size=1g\n"
+        );
+        banner += &format!(
+            "  qemu-system-x86_64 ... -drive file=nbd://{addr}/{first},format=raw,if=virtio\n"
+        );
+    }
+    if let Some(p) = &cfg.unix_socket {
+        banner += &format!(
+            "  NBD over Unix:  nbd+unix:///{first}?socket={}\n",
+            p.display()
+        );
+    }
+    banner += &format!(
+        "  status:         tiervisor ctl stat --data-dir {}\n",
+        cfg.data_dir.display()
+    );
+    banner += "  stop:           Ctrl-C (or SIGTERM): in-flight requests finish, data is flushed, checkpoints written";
+    for l in banner.lines() {
+        log_line(l);
+    }
+    server.run().map_err(Failure::run)?;
+    log_line("stopped cleanly");
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum CtlCmd {
+    /// Per-volume and per-pool counters, latencies and placement.
+    Stat {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Ask the server to shut down cleanly.
+    Shutdown {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Args)]
+pub struct Target {
+    /// The server's data directory (its admin socket is admin.sock inside).
+    #[arg(long, default_value = "./tiervisor-data")]
+    data_dir: PathBuf,
+    /// The admin socket, if not in the data directory.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl Target {
+    fn socket(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("admin.sock"))
+    }
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
+    match cmd {
+        CtlCmd::Shutdown { target } => {
+            let r = admin::request(&target.socket(), "shutdown").map_err(Failure::run)?;
+            print!("{r}");
+            Ok(())
+        }
+        CtlCmd::Stat { json, target } => {
+            let r = admin::request(&target.socket(), "stat").map_err(Failure::run)?;
+            if json {
+                print!("{r}");
+                return Ok(());
+            }
+            let v: serde_json::Value = serde_json::from_str(&r)
+                .map_err(|e| Failure::run(format!("bad answer from the server: {e}")))?;
+            let up = v["server"]["uptime_s"].as_f64().unwrap_or(0.0).max(1e-9);
+            let conns: std::collections::BTreeMap<String, u64> =
+                v["server"]["connections_per_export"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| Some((x[0].as_str()?.to_string(), x[1].as_u64()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            println!(
+                "state {}  uptime {:.0} s  I/O {}  connections {} open, {} total",
+                v["engine"]["state"].as_str().unwrap_or("?"),
+                up,
+                v["server"]["io_backend"].as_str().unwrap_or("?"),
+                v["server"]["connections_open"],
+                v["server"]["connections_total"]
+            );
+            println!(
+                "\n{:<10} {:>5} {:>9} {:>9} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}  chunks by pool",
+                "volume",
+                "conns",
+                "reads",
+                "writes",
+                "flushes",
+                "trims",
+                "read MiB",
+                "write MiB",
+                "p50 us",
+                "p99 us"
+            );
+            for vol in v["engine"]["volumes"].as_array().into_iter().flatten() {
+                let name = vol["name"].as_str().unwrap_or("?");
+                let n = |k: &str| vol[k]["requests"].as_u64().unwrap_or(0);
+                let chunks: Vec<String> = vol["chunks_by_pool"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{}={}", p[0].as_str().unwrap_or("?"), p[1]))
+                    .collect();
+                println!(
+                    "{:<10} {:>5} {:>9} {:>9} {:>7} {:>7} {:>10.1} {:>10.1} {:>9.1} {:>9.1}  {}",
+                    name,
+                    conns.get(name).copied().unwrap_or(0),
+                    n("read"),
+                    n("write"),
+                    n("flush"),
+                    n("trim") + n("write_zeroes"),
+                    vol["read"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                    vol["write"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                    vol["latency"]["p50_us"].as_f64().unwrap_or(0.0),
+                    vol["latency"]["p99_us"].as_f64().unwrap_or(0.0),
+                    chunks.join(" ")
+                );
+                let f = &vol["flush"]["latency"];
+                println!(
+                    "{:<10} IOPS since start {:.0}; flush p50 {:.1} us p99 {:.1} us; journal {} commits, {} checkpoints; map {} bytes RAM",
+                    "",
+                    (n("read") + n("write")) as f64 / up,
+                    f["p50_us"].as_f64().unwrap_or(0.0),
+                    f["p99_us"].as_f64().unwrap_or(0.0),
+                    vol["journal_commits"].as_u64().unwrap_or(0),
+                    vol["checkpoints"].as_u64().unwrap_or(0),
+                    vol["map_memory_bytes"].as_u64().unwrap_or(0)
+                );
+            }
+            println!(
+                "\n{:<8} {:<4} {:>9} {:>9} {:>12} {:>12} {:>8} {:>7}",
+                "pool", "kind", "GiB", "used GiB", "read MiB", "write MiB", "flushes", "errors"
+            );
+            for p in v["engine"]["pools"].as_array().into_iter().flatten() {
+                let io = &p["io"];
+                let sum = |k: &str| {
+                    ["foreground", "metadata", "migration", "cleaner"]
+                        .iter()
+                        .map(|c| io[c][k].as_u64().unwrap_or(0))
+                        .sum::<u64>()
+                };
+                println!(
+                    "{:<8} {:<4} {:>9.2} {:>9.3} {:>12.1} {:>12.1} {:>8} {:>7}",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["medium"].as_str().unwrap_or("?"),
+                    gib(p["capacity_bytes"].as_u64().unwrap_or(0)),
+                    gib(p["used_bytes"].as_u64().unwrap_or(0)),
+                    sum("read_bytes") as f64 / 1048576.0,
+                    sum("write_bytes") as f64 / 1048576.0,
+                    io["flushes"].as_u64().unwrap_or(0),
+                    io["errors"].as_u64().unwrap_or(0)
+                );
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Running `tiervisor serve` in tests, and the real clients we check it with.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tiervisor"))
+}
+
+/// Whether an external tool is installed; if not, say so (the test is skipped).
+pub fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: {tool} is not installed (the README's test command installs it)");
+    }
+    ok
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("tv-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct ServerProc {
+    pub child: Child,
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl ServerProc {
+    /// Start `tiervisor serve` on a free port in `data_dir` with extra arguments.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProc {
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tiervisor serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("nbd://").nth(1)
+                    && line.contains("NBD over TCP")
+                {
+                    let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
+                }
+                log2.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("server did not start; log:\n{}", log.lock().unwrap())
+            });
+        ServerProc {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+            log,
+        }
+    }
+
+    pub fn uri(&self, volume: &str) -> String {
+        format!("nbd://{}/{volume}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// kill -9: no shutdown, no final flush.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status code.
+    pub fn term(mut self) -> Option<i32> {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("server did not stop after SIGTERM; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SIGKILL a whole process group.
+pub fn kill_group(pgid: u32) {
+    // SAFETY: signalling a process group our test created.
+    unsafe { libc_kill(-(pgid as i32), 9) };
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Run a command; panic with its output if it fails.
+pub fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("run command");
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{cmd:?} failed ({}):\n{out}", o.status);
+    out
+}
+
+/// Run a command and return (success, output).
+pub fn try_run(cmd: &mut Command) -> (bool, String) {
+    let o = cmd.output().expect("run command");
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
