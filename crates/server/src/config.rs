@@ -405,7 +405,7 @@ mod tests {
     fn errors_name_file_and_line() {
         let bad = DEFAULT_CONFIG.replace("kind = \"hdd\"", "kind = \"tape\"");
         let e = ServerConfig::parse("c.toml", &bad).unwrap_err();
-        assert_eq!(e.line, Some(24));
+        assert_eq!(e.line, Some(23));
         assert!(e.message.contains("tape"), "{e}");
         let e =
             ServerConfig::parse("c.toml", &format!("{DEFAULT_CONFIG}\nbogus = 1\n")).unwrap_err();

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Serve the same 1 GiB of data with tiervisor, qemu-nbd and nbdkit (file plugin), one
+after the other, and drive each with the same fio NBD jobs. Prints IOPS, MB/s and p99
+completion latency per job and server (median of --reps runs) and tiervisor/peer ratios.
+
+tiervisor serves a 1 GiB thick volume on a pool file; it is filled from the same random
+1 GiB raw file the peers serve, so every read touches data (no never-written shortcut).
+
+Usage: bench/nbd_peers.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-bench] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOBS = [
+    # name, rw, bs, iodepth
+    ("randread-4k-qd1", "randread", "4k", 1),
+    ("randread-4k-qd32", "randread", "4k", 32),
+    ("randwrite-4k-qd1", "randwrite", "4k", 1),
+    ("randwrite-4k-qd32", "randwrite", "4k", 32),
+    ("read-1m-qd4", "read", "1m", 4),
+    ("write-1m-qd4", "write", "1m", 4),
+]
+SIZE = 1 << 30
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=30):
+    t = time.time() + timeout
+    while time.time() < t:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"server on port {port} did not come up")
+
+
+def tiervisor_bin():
+    b = os.path.join(ROOT, "target", "release", "tiervisor")
+    if not os.path.exists(b):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "tiervisor"], cwd=ROOT, check=True)
+    return b
+
+
+def start_tiervisor(work, raw):
+    port = free_port()
+    d = os.path.join(work, "tv")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    cfg = os.path.join(d, "bench.toml")
+    with open(cfg, "w") as f:
+        f.write(f"""data_dir = "{d}"
+listen = "127.0.0.1:{port}"
+unix_socket = ""
+admin_socket = "admin.sock"
+[[pool]]
+name = "data"
+path = "data.pool"
+size = "1100m"
+kind = "ssd"
+[[volume]]
+name = "vm1"
+size = "1g"
+pool = "data"
+provisioning = "thick"
+""")
+    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    # Same bytes as the peers serve.
+    subprocess.run(["qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", raw, f"nbd://127.0.0.1:{port}/vm1"], check=True)
+    return p, f"nbd://127.0.0.1:{port}/vm1"
+
+
+def start_qemu_nbd(work, raw):
+    port = free_port()
+    p = subprocess.Popen(["qemu-nbd", "-f", "raw", "-x", "vm1", "-t", "--shared=64", "-b", "127.0.0.1", "-p", str(port), raw],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return p, f"nbd://127.0.0.1:{port}/vm1"
+
+
+def start_nbdkit(work, raw):
+    port = free_port()
+    p = subprocess.Popen(["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(port), "file", raw],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return p, f"nbd://127.0.0.1:{port}/"
+
+
+def run_fio(uri, rw, bs, qd, runtime):
+    cmd = ["fio", "--name=j", "--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}",
+           f"--size={SIZE}", "--time_based", f"--runtime={runtime}", "--ramp_time=1", "--randrepeat=1",
+           "--output-format=json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    j = json.loads(out[out.index("{"):])["jobs"][0]
+    d = j["read"] if "read" in rw else j["write"]
+    p99 = d["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000.0
+    return {"iops": d["iops"], "mb_s": d["bw_bytes"] / 1e6, "p99_us": p99}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runtime", type=int, default=5)
+    ap.add_argument("--workdir", default="/tmp/tv-bench")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for tool in ["fio", "qemu-nbd", "qemu-img", "nbdkit"]:
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is missing (apt-get install fio qemu-utils nbdkit)")
+    os.makedirs(a.workdir, exist_ok=True)
+    raw = os.path.join(a.workdir, "disk.raw")
+    if not os.path.exists(raw) or os.path.getsize(raw) != SIZE:
+        with open(raw, "wb") as f:
+            for _ in range(SIZE >> 20):
+                f.write(os.urandom(1 << 20))
+    servers = [("tiervisor", start_tiervisor), ("qemu-nbd", start_qemu_nbd), ("nbdkit", start_nbdkit)]
+    results = {}
+    for name, start in servers:
+        proc, uri = start(a.workdir, raw)
+        try:
+            for job, rw, bs, qd in JOBS:
+                runs = [run_fio(uri, rw, bs, qd, a.runtime) for _ in range(a.reps)]
+                results.setdefault(job, {})[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                print(f"{name:10} {job:18} {results[job][name]['iops']:10.0f} IOPS", file=sys.stderr)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    print(f"\n{'job':18} {'server':10} {'IOPS':>10} {'MB/s':>9} {'p99 us':>9}   tiervisor/peer IOPS")
+    for job, _, _, _ in JOBS:
+        tv = results[job]["tiervisor"]["iops"]
+        for name, _ in servers:
+            r = results[job][name]
+            ratio = "" if name == "tiervisor" else f"{tv / r['iops']:.2f}"
+            print(f"{job:18} {name:10} {r['iops']:10.0f} {r['mb_s']:9.1f} {r['p99_us']:9.1f}   {ratio}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
