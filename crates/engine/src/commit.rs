@@ -192,6 +192,16 @@ impl Engine {
         }
         match c.phase {
             CommitPhase::DataFlush => {
+                if self.cfg.bug == Some(crate::config::InjectedBug::AckFlushBeforeJournal) {
+                    let waiters = self.vols[vi]
+                        .commit
+                        .as_mut()
+                        .map(|c| std::mem::take(&mut c.waiters))
+                        .unwrap_or_default();
+                    for w in waiters {
+                        self.finish_req(now, w, Ok(()), out);
+                    }
+                }
                 let vol = &mut self.vols[vi];
                 let Some(c) = vol.commit.as_mut() else { return };
                 c.phase = CommitPhase::Write;

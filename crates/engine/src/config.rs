@@ -51,6 +51,44 @@ pub struct VolumeConfig {
     pub placement: Placement,
 }
 
+/// Deliberate defects, for proving that deterministic simulation testing catches them.
+/// Never set outside tests; the server has no way to set one.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// Acknowledge a FLUSH once the data flush is done, before the journal is durable.
+    AckFlushBeforeJournal,
+    /// Trim (and write-zeroes) leave the old data readable.
+    TrimKeepsData,
+    /// Give freed chunks straight back to the allocator (no durability or in-flight wait),
+    /// so a crash can leave one volume's old mapping pointing at another's data.
+    ReuseFreedImmediately,
+    /// Do not zero the rest of a freshly allocated chunk.
+    NoZeroFill,
+}
+
+impl InjectedBug {
+    pub fn all() -> [InjectedBug; 4] {
+        [
+            InjectedBug::AckFlushBeforeJournal,
+            InjectedBug::TrimKeepsData,
+            InjectedBug::ReuseFreedImmediately,
+            InjectedBug::NoZeroFill,
+        ]
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            InjectedBug::AckFlushBeforeJournal => "ack-flush-before-journal",
+            InjectedBug::TrimKeepsData => "trim-keeps-data",
+            InjectedBug::ReuseFreedImmediately => "reuse-freed-immediately",
+            InjectedBug::NoZeroFill => "no-zero-fill",
+        }
+    }
+    pub fn parse(s: &str) -> Option<InjectedBug> {
+        Self::all().into_iter().find(|b| b.name() == s)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     /// Identifies the set of pools that belong together.
@@ -71,6 +109,8 @@ pub struct EngineConfig {
     pub max_request_bytes: u64,
     /// Tell devices about freed chunks (punch holes in pool files).
     pub discard_freed: bool,
+    #[doc(hidden)]
+    pub bug: Option<InjectedBug>,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -93,6 +133,7 @@ impl Default for EngineConfig {
             commit_interval_ns: 1_000_000_000,
             max_request_bytes: MAX_REQUEST_BYTES,
             discard_freed: false,
+            bug: None,
         }
     }
 }

@@ -368,7 +368,7 @@ impl Engine {
             } => self.write_done(now, req, op.volume, op.pool, chunk, start, end, result, out),
             Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
-            Owner::Startup { tag } => self.startup_io_done(now, tag, result, c.data, out),
+            Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
             Owner::Discard { free } => self.discard_done(free),
         }
         self.pump(now, pool, out);
@@ -428,6 +428,9 @@ impl Engine {
 
     /// Record that a location is free once `needs` are durable and in-flight I/O drained.
     pub(crate) fn defer_free(&mut self, what: Freed, needs: smallvec::SmallVec<[(u32, u64); 1]>) {
+        if self.cfg.bug == Some(crate::config::InjectedBug::ReuseFreedImmediately) {
+            return self.release_chunks(what);
+        }
         let epoch = self.epochs.close();
         self.frees.insert(PendingFree { what, needs, epoch });
     }

@@ -332,6 +332,8 @@ impl Engine {
         let base = chunk_offset(pc, cb);
         let before = s - cstart;
         let after = cstart + cb - e;
+        let zero_fill = self.cfg.bug != Some(crate::config::InjectedBug::NoZeroFill);
+        let (before, after) = if zero_fill { (before, after) } else { (0, 0) };
         let pending = 1 + (before > 0) as u32 + (after > 0) as u32;
         let vol = &mut self.vols[v as usize];
         vol.stats.chunks_allocated += 1;
@@ -351,7 +353,7 @@ impl Engine {
             owner,
             pool,
             kind,
-            base + before,
+            base + (s - cstart),
             e - s,
             false,
             payload,
@@ -513,6 +515,9 @@ impl Engine {
         let cb = self.cfg.chunk_bytes;
         let c = s / cb;
         if self.park_if_busy(key, v, c, s, e) {
+            return;
+        }
+        if self.cfg.bug == Some(crate::config::InjectedBug::TrimKeepsData) {
             return;
         }
         let vol = &mut self.vols[v as usize];

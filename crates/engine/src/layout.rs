@@ -37,6 +37,9 @@ pub struct Superblock {
     pub capacity_bytes: u64,
     pub chunk_bytes: u64,
     pub meta_pool: u16,
+    /// False while the format that wrote it is unfinished (the metadata pool's superblock,
+    /// written last, completes a format).
+    pub complete: bool,
 }
 
 impl Superblock {
@@ -58,7 +61,8 @@ impl Superblock {
             .u64(self.chunk_bytes)
             .u64(DATA_START_BYTES)
             .u64(self.chunks())
-            .u16(self.meta_pool);
+            .u16(self.meta_pool)
+            .u8(self.complete as u8);
         e.seal(BLOCK_BYTES as usize)
     }
 
@@ -93,6 +97,7 @@ impl Superblock {
         let _data_start = d.u64().ok_or_else(bad)?;
         let _chunks = d.u64().ok_or_else(bad)?;
         let meta_pool = d.u16().ok_or_else(bad)?;
+        let complete = d.u8().ok_or_else(bad)? == 1;
         Ok(Superblock {
             system_uuid,
             pool_index,
@@ -102,6 +107,7 @@ impl Superblock {
             capacity_bytes,
             chunk_bytes,
             meta_pool,
+            complete,
         })
     }
 }
@@ -317,6 +323,7 @@ mod tests {
             capacity_bytes: 8 << 30,
             chunk_bytes: 1 << 20,
             meta_pool: 0,
+            complete: true,
         };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);

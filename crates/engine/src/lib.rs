@@ -13,6 +13,7 @@ mod commit;
 pub mod config;
 mod engine;
 pub mod extents;
+mod invariants;
 mod io;
 pub mod journal;
 pub mod layout;
@@ -26,7 +27,8 @@ pub mod types;
 mod volume;
 
 pub use config::{
-    ConfigError, EngineConfig, Medium, Placement, PoolConfig, Provisioning, VolumeConfig,
+    ConfigError, EngineConfig, InjectedBug, Medium, Placement, PoolConfig, Provisioning,
+    VolumeConfig,
 };
 pub use engine::{Engine, EngineState, StartMode};
 pub use report::{EngineReport, KindReport, PoolReport, VolumeReport};

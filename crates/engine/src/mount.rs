@@ -35,6 +35,12 @@ const TAG_INDEX: u32 = (1 << 24) - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
     Writing,
+    /// Metadata written; flushing every pool so it is durable before we say ready.
+    Flushing,
+    /// Format: the metadata pool's superblock, written last, completes the format.
+    CommitMeta,
+    /// Format: the other pools' superblocks marked complete.
+    CommitOthers,
     Superblocks,
     VolumeTable,
     Journals,
@@ -49,7 +55,22 @@ struct ChainRead {
     chunks: Vec<(PoolId, u64)>,
 }
 
+/// A startup operation, kept so it can be retried.
+struct StartupOp {
+    pool: PoolId,
+    kind: DevKind,
+    off: u64,
+    len: u64,
+    payload: Option<Bytes>,
+    tag: u32,
+    attempts: u32,
+}
+
+/// Attempts per startup operation before the format or mount fails.
+const STARTUP_ATTEMPTS: u32 = 4;
+
 pub(crate) struct Startup {
+    retry: std::collections::BTreeMap<usize, StartupOp>,
     phase: Phase,
     outstanding: u32,
     error: Option<String>,
@@ -79,6 +100,7 @@ impl Engine {
         }
         self.state = EngineState::Starting;
         self.startup = Some(Startup {
+            retry: Default::default(),
             phase: Phase::Superblocks,
             outstanding: 0,
             error: None,
@@ -106,6 +128,51 @@ impl Engine {
         }
     }
 
+    /// Queue a startup operation, remembering enough to retry it: a transient device
+    /// error should not fail a format or a mount.
+    #[allow(clippy::too_many_arguments)]
+    fn startup_op(
+        &mut self,
+        now: u64,
+        pool: PoolId,
+        kind: DevKind,
+        off: u64,
+        len: u64,
+        payload: Option<Bytes>,
+        tag: u32,
+        out: &mut Outputs,
+    ) {
+        let fua = kind == DevKind::Write;
+        let key = self.queue_op(
+            now,
+            Owner::Startup { tag },
+            pool,
+            kind,
+            off,
+            len,
+            fua,
+            payload.clone(),
+            IoClass::Metadata,
+            u32::MAX,
+            out,
+        );
+        if let Some(s) = self.startup.as_mut() {
+            s.outstanding += 1;
+            s.retry.insert(
+                key,
+                StartupOp {
+                    pool,
+                    kind,
+                    off,
+                    len,
+                    payload,
+                    tag,
+                    attempts: 1,
+                },
+            );
+        }
+    }
+
     fn startup_read(
         &mut self,
         now: u64,
@@ -115,22 +182,7 @@ impl Engine {
         tag: u32,
         out: &mut Outputs,
     ) {
-        if let Some(s) = self.startup.as_mut() {
-            s.outstanding += 1;
-        }
-        self.queue_op(
-            now,
-            Owner::Startup { tag },
-            pool,
-            DevKind::Read,
-            off,
-            len,
-            false,
-            None,
-            IoClass::Metadata,
-            u32::MAX,
-            out,
-        );
+        self.startup_op(now, pool, DevKind::Read, off, len, None, tag, out);
     }
 
     fn startup_write(
@@ -141,26 +193,20 @@ impl Engine {
         data: Vec<u8>,
         out: &mut Outputs,
     ) {
-        if let Some(s) = self.startup.as_mut() {
-            s.outstanding += 1;
-        }
         let len = data.len() as u64;
-        self.queue_op(
+        self.startup_op(
             now,
-            Owner::Startup { tag: TAG_WRITE },
             pool,
             DevKind::Write,
             off,
             len,
-            true,
             Some(data.into()),
-            IoClass::Metadata,
-            u32::MAX,
+            TAG_WRITE,
             out,
         );
     }
 
-    fn superblock_for(&self, p: usize) -> Superblock {
+    fn superblock_for(&self, p: usize, complete: bool) -> Superblock {
         let pc = &self.cfg.pools[p];
         Superblock {
             system_uuid: self.cfg.system_uuid,
@@ -171,6 +217,7 @@ impl Engine {
             capacity_bytes: pc.capacity_bytes,
             chunk_bytes: self.cfg.chunk_bytes,
             meta_pool: self.cfg.meta_pool.0,
+            complete,
         }
     }
 
@@ -193,8 +240,11 @@ impl Engine {
             s.formatting = true;
             s.phase = Phase::Writing;
         }
+        // Crash-safe format: other pools get superblocks marked "formatting" now; the
+        // metadata pool's superblock, written once everything else is durable, commits the
+        // format; then the others are marked complete. An interrupted format is redone.
         self.superblocks = (0..self.pools.len())
-            .map(|p| self.superblock_for(p))
+            .map(|p| self.superblock_for(p, true))
             .collect();
         self.set_reserves();
         let cfgs = self.cfg.volumes.clone();
@@ -209,11 +259,13 @@ impl Engine {
             generation: 1,
             volumes: records,
         };
-        for p in 0..self.pools.len() {
-            let img = self.superblocks[p].encode();
-            self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
-        }
         let meta = self.cfg.meta_pool;
+        for p in 0..self.pools.len() {
+            if p != meta.0 as usize {
+                let img = self.superblock_for(p, false).encode();
+                self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
+            }
+        }
         let vt = self.voltab.encode();
         self.startup_write(now, meta, VOLTAB_OFFSETS[0], vt.clone(), out);
         self.startup_write(now, meta, VOLTAB_OFFSETS[1], vt, out);
@@ -227,8 +279,29 @@ impl Engine {
         self.check_phase_done(now, out);
     }
 
-    /// A new volume's journal: header slot 0 valid, slot 1 invalidated.
+    /// A new volume's journal: header slot 0 valid, slot 1 invalidated. A thick volume's
+    /// home region is zeroed: never-written sectors must read as zeros, not as whatever
+    /// the device held (timing-only simulation carries no data and skips it).
     fn write_fresh_headers(&mut self, now: u64, v: usize, out: &mut Outputs) {
+        let r = &self.vols[v].rec;
+        if r.provisioning == Provisioning::Thick && self.cfg.track_data {
+            let cb = self.cfg.chunk_bytes;
+            let (pool, off, len) = (
+                r.home_pool,
+                chunk_offset(r.home_base_chunk, cb),
+                self.vols[v].chunks * cb,
+            );
+            self.startup_op(
+                now,
+                pool,
+                DevKind::WriteZeroes,
+                off,
+                len,
+                None,
+                TAG_WRITE,
+                out,
+            );
+        }
         let j = &self.vols[v].journal;
         let (pool, off) = (j.pool, j.region_offset);
         let img = j.header.encode();
@@ -348,11 +421,46 @@ impl Engine {
     pub(crate) fn startup_io_done(
         &mut self,
         now: u64,
+        key: usize,
         tag: u32,
         result: Result<(), Errno>,
         data: Option<Bytes>,
         out: &mut Outputs,
     ) {
+        let Some(s) = self.startup.as_mut() else {
+            return;
+        };
+        let op = s.retry.remove(&key);
+        if result.is_err()
+            && let Some(op) = op.filter(|o| o.attempts < STARTUP_ATTEMPTS)
+        {
+            s.outstanding -= 1;
+            let fua = op.kind == DevKind::Write;
+            let k = self.queue_op(
+                now,
+                Owner::Startup { tag: op.tag },
+                op.pool,
+                op.kind,
+                op.off,
+                op.len,
+                fua,
+                op.payload.clone(),
+                IoClass::Metadata,
+                u32::MAX,
+                out,
+            );
+            if let Some(s) = self.startup.as_mut() {
+                s.outstanding += 1;
+                s.retry.insert(
+                    k,
+                    StartupOp {
+                        attempts: op.attempts + 1,
+                        ..op
+                    },
+                );
+            }
+            return;
+        }
         let Some(s) = self.startup.as_mut() else {
             return;
         };
@@ -396,6 +504,46 @@ impl Engine {
         }
         let step = match s.phase {
             Phase::Writing => {
+                if let Some(s) = self.startup.as_mut() {
+                    s.phase = Phase::Flushing;
+                }
+                for p in 0..self.pools.len() {
+                    self.startup_op(
+                        now,
+                        PoolId(p as u16),
+                        DevKind::Flush,
+                        0,
+                        0,
+                        None,
+                        TAG_WRITE,
+                        out,
+                    );
+                }
+                Ok(())
+            }
+            Phase::Flushing if s.formatting => {
+                let meta = self.cfg.meta_pool;
+                if let Some(s) = self.startup.as_mut() {
+                    s.phase = Phase::CommitMeta;
+                }
+                let img = self.superblock_for(meta.0 as usize, true).encode();
+                self.startup_write(now, meta, SUPERBLOCK_OFFSET, img, out);
+                Ok(())
+            }
+            Phase::CommitMeta => {
+                if let Some(s) = self.startup.as_mut() {
+                    s.phase = Phase::CommitOthers;
+                }
+                for p in 0..self.pools.len() {
+                    if p != self.cfg.meta_pool.0 as usize {
+                        let img = self.superblock_for(p, true).encode();
+                        self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
+                    }
+                }
+                self.check_phase_done(now, out);
+                Ok(())
+            }
+            Phase::Flushing | Phase::CommitOthers => {
                 self.startup = None;
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);
@@ -427,17 +575,30 @@ impl Engine {
                 .map(|(i, _)| self.cfg.pools[i].name.clone())
                 .collect()
         };
-        let blank = names(&|d| matches!(d, Err(e) if e.contains("bad magic")));
-        if blank.len() == decoded.len() {
-            self.format(now, out);
-            return Ok(());
-        }
-        if !blank.is_empty() {
-            let have = names(&|d| d.is_ok());
+        let is_blank =
+            |d: &Result<Superblock, String>| matches!(d, Err(e) if e.contains("bad magic"));
+        let meta = self.cfg.meta_pool.0 as usize;
+        // The metadata pool's superblock is written last by a format: without it the
+        // format never finished, and is redone if the other pools hold nothing else.
+        if is_blank(&decoded[meta]) {
+            let holding = names(&|d| matches!(d, Ok(sb) if sb.complete));
+            // Superblocks of an interrupted format may be torn (unreadable) as well.
+            if holding.is_empty() {
+                self.format(now, out);
+                return Ok(());
+            }
             return Err(format!(
-                "pool(s) {} have no tiervisor superblock but {} do: refusing to format over existing data",
+                "the metadata pool {} has no tiervisor superblock but pool(s) {} hold a formatted system: refusing to format over existing data",
+                self.cfg.pools[meta].name,
+                holding.join(", ")
+            ));
+        }
+        let blank = names(&is_blank);
+        if !blank.is_empty() {
+            return Err(format!(
+                "pool(s) {} have no tiervisor superblock but the metadata pool {} does: a pool is missing or was overwritten",
                 blank.join(", "),
-                have.join(", ")
+                self.cfg.pools[meta].name
             ));
         }
         let mut sbs = Vec::new();
@@ -738,6 +899,7 @@ impl Engine {
             }
         }
         self.startup = Some(Startup {
+            retry: Default::default(),
             phase: Phase::Writing,
             outstanding: 0,
             error: None,

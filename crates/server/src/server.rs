@@ -666,7 +666,7 @@ impl Server {
             for key in reread.drain(..) {
                 self.read_conn(key);
             }
-            self.reread.extend(reread.drain(..));
+            self.reread.append(&mut reread);
             for ev in events.iter() {
                 match ev.token() {
                     TOK_TCP | TOK_UNIX => self.accept(ev.token()),

@@ -3,6 +3,7 @@
 //! byte for byte.
 
 pub mod driver;
+pub mod dst;
 pub mod report;
 pub mod scenario;
 

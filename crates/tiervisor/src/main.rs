@@ -1,5 +1,6 @@
 //! The `tiervisor` command.
 
+mod cmd_dst;
 mod cmd_model;
 mod cmd_serve;
 mod cmd_sim;
@@ -36,6 +37,9 @@ enum Cmd {
     },
     /// Run a simulation scenario (TOML) with device models.
     Sim(cmd_sim::SimArgs),
+    /// Deterministic simulation testing: random workloads, crashes and device faults,
+    /// every read and recovery checked against a reference disk.
+    Dst(cmd_dst::DstArgs),
     /// Inspect block traces.
     Trace {
         #[command(subcommand)]
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => cmd_serve::serve(a),
         Cmd::Ctl { cmd } => cmd_serve::ctl(cmd),
         Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Dst(a) => cmd_dst::run(a),
         Cmd::Trace { cmd } => cmd_trace::run(cmd),
         Cmd::Model { cmd } => cmd_model::run(cmd),
         Cmd::Calibrate(a) => cmd_model::calibrate(a),

@@ -259,15 +259,13 @@ impl Backend for UringBackend {
             && op.len_bytes <= INLINE_WRITE_MAX_BYTES
             && self.ops.is_empty()
             && self.inline_ok[op.pool.0 as usize];
-        if lone_small_write {
-            if let Some(result) = self.write_inline(&op) {
-                self.finished.push(DeviceCompletion {
-                    id: op.id,
-                    result,
-                    data: None,
-                });
-                return;
-            }
+        if lone_small_write && let Some(result) = self.write_inline(&op) {
+            self.finished.push(DeviceCompletion {
+                id: op.id,
+                result,
+                data: None,
+            });
+            return;
         }
         let buf = if op.kind == DevKind::Read {
             Vec::with_capacity(op.len_bytes as usize)

@@ -1,0 +1,153 @@
+//! Whole-engine consistency checks, run by deterministic simulation testing after steps
+//! and after every recovery. Each physical chunk must have exactly one reason to be in use
+//! (a volume's map, a thick home region, a journal, a checkpoint, an allocation or commit
+//! in flight, a pending free), and the allocators must agree exactly.
+
+use std::collections::BTreeMap;
+
+use crate::chunkmap::ChunkLoc;
+use crate::config::Provisioning;
+use crate::engine::{Engine, ReqStage};
+use crate::reclaim::Freed;
+use crate::volume::{ChunkState, CommitWork};
+
+impl Engine {
+    /// Check every invariant; `Err` describes the first violation.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut owner: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); self.pools.len()];
+        let mut claim = |pool: usize, c: u64, who: String| -> Result<(), String> {
+            if pool >= owner.len() {
+                return Err(format!("{who} names pool {pool}, which does not exist"));
+            }
+            if let Some(prev) = owner[pool].insert(c, who.clone()) {
+                return Err(format!("pool {pool} chunk {c} is both {prev} and {who}"));
+            }
+            Ok(())
+        };
+        for v in &self.vols {
+            let r = &v.rec;
+            for c in 0..r.journal_chunks as u64 {
+                claim(
+                    r.journal_pool.0 as usize,
+                    r.journal_first_chunk + c,
+                    format!("journal of {}", r.name),
+                )?;
+            }
+            for &(p, c) in &v.journal.checkpoint_chunks {
+                claim(p.0 as usize, c, format!("checkpoint of {}", r.name))?;
+            }
+            if r.provisioning == Provisioning::Thick {
+                for c in 0..v.chunks {
+                    claim(
+                        r.home_pool.0 as usize,
+                        r.home_base_chunk + c,
+                        format!("home chunk {c} of {}", r.name),
+                    )?;
+                }
+            }
+            for (c, loc) in v.map.iter() {
+                if let ChunkLoc::At(p, pc) = loc {
+                    claim(p.0 as usize, pc, format!("chunk {c} of {}", r.name))?;
+                }
+            }
+            for (c, a) in &v.activity {
+                if let ChunkState::Allocating {
+                    loc: ChunkLoc::At(p, pc),
+                    ..
+                } = a.state
+                {
+                    claim(
+                        p.0 as usize,
+                        pc,
+                        format!("chunk {c} of {} being allocated", r.name),
+                    )?;
+                }
+            }
+            if let Some(cm) = &v.commit
+                && let CommitWork::Checkpoint { chunks, .. } = &cm.work
+            {
+                for &(p, c) in chunks {
+                    claim(
+                        p.0 as usize,
+                        c,
+                        format!("checkpoint of {} being written", r.name),
+                    )?;
+                }
+            }
+            // Journal sequence numbers: durable, then in flight, then pending, with no gaps.
+            let in_flight = match v.commit.as_ref().map(|c| &c.work) {
+                Some(CommitWork::Blocks { records, .. })
+                | Some(CommitWork::Checkpoint { records, .. }) => records.len() as u64,
+                _ => 0,
+            };
+            let expect = v.journal.durable_seq + in_flight + v.journal.pending.len() as u64 + 1;
+            if v.journal.next_seq != expect {
+                return Err(format!(
+                    "volume {}: next record {} but durable {} + in flight {} + pending {}",
+                    r.name,
+                    v.journal.next_seq,
+                    v.journal.durable_seq,
+                    in_flight,
+                    v.journal.pending.len()
+                ));
+            }
+            if v.journal.used_blocks() > v.journal.ring_blocks {
+                return Err(format!("volume {}: journal ring overfull", r.name));
+            }
+            if v.map.len() != v.chunks {
+                return Err(format!(
+                    "volume {}: map has {} entries for {} chunks",
+                    r.name,
+                    v.map.len(),
+                    v.chunks
+                ));
+            }
+        }
+        for (_, f) in self.frees.iter() {
+            let Freed::Chunks { pool, first, n } = f.what;
+            for c in first..first + n {
+                claim(pool.0 as usize, c, "a pending free".to_string())?;
+            }
+        }
+        for (p, pool) in self.pools.iter().enumerate() {
+            let used = pool.alloc.chunks() - pool.alloc.free_chunks();
+            if used != owner[p].len() as u64 {
+                let leaked: Vec<u64> = (0..pool.alloc.chunks())
+                    .filter(|&c| pool.alloc.is_used(c) && !owner[p].contains_key(&c))
+                    .take(5)
+                    .collect();
+                return Err(format!(
+                    "pool {}: allocator has {used} chunks in use, {} are accounted for (unaccounted: {leaked:?})",
+                    pool.cfg.name,
+                    owner[p].len()
+                ));
+            }
+            if let Some((c, who)) = owner[p].iter().find(|(c, _)| !pool.alloc.is_used(**c)) {
+                return Err(format!(
+                    "pool {}: chunk {c} is {who} but the allocator has it free",
+                    pool.cfg.name
+                ));
+            }
+        }
+        for (k, r) in self.reqs.iter() {
+            let vol = &self.vols[r.vol as usize];
+            let waiting = vol.flush_waiters.contains(&k)
+                || vol.commit.as_ref().is_some_and(|c| c.waiters.contains(&k));
+            match r.stage {
+                ReqStage::AwaitCommit if !waiting => {
+                    return Err(format!(
+                        "request {k} waits for a commit of {} but is in no round",
+                        vol.rec.name
+                    ));
+                }
+                ReqStage::Data if r.outstanding == 0 => {
+                    return Err(format!(
+                        "request {k} has no outstanding work but was not completed"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}

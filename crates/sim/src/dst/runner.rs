@@ -1,0 +1,622 @@
+//! One deterministic simulation run: a random system (pools, volumes, chunk and journal
+//! sizes) and a random multi-volume workload, chosen by the seed; the full engine with
+//! data-carrying devices under virtual time; power loss, device errors, latent sector
+//! errors and stalls per the fault level; every read and every recovery checked against
+//! the reference disks; engine invariants checked as it goes.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use bytes::{Bytes, BytesMut};
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use tiervisor_engine::{
+    DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug,
+    Medium, OpId, Outputs, Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedulerKind,
+    StartMode, VmRequest, VolumeConfig, VolumeId,
+};
+
+use super::device::{DataDevice, Faults, below};
+use super::pattern::{SECTOR, Seen, decode, sector_data};
+use super::reference::RefDisk;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct DstConfig {
+    pub seed: u64,
+    pub steps: u64,
+    pub faults: Faults,
+    pub bug: Option<InjectedBug>,
+}
+
+/// What a passing run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DstStats {
+    pub requests: u64,
+    pub reads_checked: u64,
+    pub sectors_checked: u64,
+    pub crashes: u64,
+    pub recoveries: u64,
+    pub injected_errors: u64,
+    pub checkpoints: u64,
+}
+
+/// A failed run, with everything needed to replay it.
+#[derive(Clone, Debug)]
+pub struct DstFailure {
+    pub seed: u64,
+    pub step: u64,
+    pub message: String,
+    pub replay: String,
+}
+
+impl std::fmt::Display for DstFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {} failed at step {}: {}\n  replay: {}",
+            self.seed, self.step, self.message, self.replay
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+struct ReqInfo {
+    vol: u32,
+    kind: ReqKind,
+    first: u64,
+    n: u64,
+    version: u64,
+    fua: bool,
+    submitted: u64,
+}
+
+const EV_DEV: u8 = 0;
+const EV_WAKE: u8 = 1;
+
+struct Sim {
+    cfg: DstConfig,
+    rng: Xoshiro256PlusPlus,
+    engine_cfg: EngineConfig,
+    engine: Engine,
+    devs: Vec<DataDevice>,
+    refs: Vec<RefDisk>,
+    heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
+    seq: u64,
+    now_ns: u64,
+    /// Logical time for the reference model: one tick per submission or completion.
+    clock: u64,
+    in_flight_ops: BTreeMap<u64, DeviceOp>,
+    reqs: BTreeMap<u64, ReqInfo>,
+    next_req: u64,
+    next_version: u64,
+    max_in_flight: usize,
+    recovering: bool,
+    step: u64,
+    stats: DstStats,
+    last_end: Vec<u64>,
+    hot: Vec<(u64, u64)>,
+}
+
+type Fail = String;
+
+fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug>) -> EngineConfig {
+    let chunk_bytes = [64u64 << 10, 128 << 10, 1 << 20][below(rng, 3) as usize];
+    let journal_bytes: u64 = if below(rng, 2) == 0 {
+        64 << 10
+    } else {
+        256 << 10
+    };
+    let nvols = 2 + below(rng, 2) as usize;
+    let mut volumes = Vec::new();
+    let mut thick_bytes = [0u64; 2];
+    for i in 0..nvols {
+        let size_bytes = (1 + below(rng, 6)) << 20 | (below(rng, 4) * 512 * 64);
+        let thick = below(rng, 3) == 0;
+        let home = below(rng, 2) as usize;
+        if thick {
+            thick_bytes[home] += size_bytes.div_ceil(chunk_bytes) * chunk_bytes;
+        }
+        volumes.push(VolumeConfig {
+            name: format!("v{i}"),
+            size_bytes,
+            home_pool: PoolId(home as u16),
+            provisioning: if thick {
+                Provisioning::Thick
+            } else {
+                Provisioning::Thin
+            },
+            placement: Placement::Pinned,
+        });
+    }
+    let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
+    // Sometimes the data pool is too small for every thin volume: ENOSPC paths run too.
+    let slack = [2u64 << 20, 8 << 20, 24 << 20][below(rng, 3) as usize];
+    let cap = |thick: u64, extra: u64| (1 << 20) + thick + extra + 8 * chunk_bytes;
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&seed.to_le_bytes());
+    EngineConfig {
+        system_uuid: uuid,
+        chunk_bytes,
+        track_data: true,
+        pools: vec![
+            PoolConfig {
+                name: "ssd".into(),
+                medium: Medium::Ssd,
+                capacity_bytes: cap(thick_bytes[0], journals * 4 + slack),
+                queue_depth: 1 + below(rng, 16) as u32,
+                scheduler: SchedulerKind::Fifo,
+            },
+            PoolConfig {
+                name: "hdd".into(),
+                medium: Medium::Hdd,
+                capacity_bytes: cap(thick_bytes[1], slack),
+                queue_depth: 1 + below(rng, 4) as u32,
+                scheduler: SchedulerKind::Fifo,
+            },
+        ],
+        volumes,
+        meta_pool: PoolId(0),
+        journal_bytes,
+        commit_interval_ns: (1 + below(rng, 50)) * 1_000_000,
+        discard_freed: below(rng, 2) == 0,
+        bug,
+        ..EngineConfig::default()
+    }
+}
+
+impl Sim {
+    fn new(cfg: DstConfig) -> Result<Sim, Fail> {
+        let mut rng =
+            Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
+        let engine_cfg = build_config(&mut rng, cfg.seed, cfg.bug);
+        let engine = Engine::new(engine_cfg.clone()).map_err(|e| format!("config: {e}"))?;
+        let mut devs: Vec<DataDevice> = engine_cfg
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| DataDevice::new(i as u16, p.capacity_bytes))
+            .collect();
+        if cfg.faults >= Faults::Latent {
+            // Latent errors on the data pool only: metadata reads at mount must succeed.
+            let n = 2 + below(&mut rng, 6);
+            devs[1].add_latent(&mut rng, n, 1 << 20);
+        }
+        let refs = engine_cfg
+            .volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| RefDisk::new(i as u32, v.size_bytes / SECTOR as u64))
+            .collect();
+        let nv = engine_cfg.volumes.len();
+        let hot = engine_cfg
+            .volumes
+            .iter()
+            .map(|v| {
+                let len = (256u64 << 10).min(v.size_bytes / 2);
+                let start = below(&mut rng, (v.size_bytes - len) / SECTOR as u64) * SECTOR as u64;
+                (start, len)
+            })
+            .collect();
+        let max_in_flight = 1 + below(&mut rng, 24) as usize;
+        Ok(Sim {
+            cfg,
+            rng,
+            engine_cfg,
+            engine,
+            devs,
+            refs,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            now_ns: 0,
+            clock: 1,
+            in_flight_ops: BTreeMap::new(),
+            reqs: BTreeMap::new(),
+            next_req: 1,
+            next_version: 1,
+            max_in_flight,
+            recovering: false,
+            step: 0,
+            stats: DstStats::default(),
+            last_end: vec![0; nv],
+            hot,
+        })
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn push(&mut self, t: u64, kind: u8, payload: u64) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, kind, payload)));
+    }
+
+    fn latency_ns(&mut self) -> u64 {
+        let mut l = 5_000 + below(&mut self.rng, 2_000_000);
+        if self.cfg.faults >= Faults::Crash && below(&mut self.rng, 300) == 0 {
+            l += below(&mut self.rng, 3_000_000_000); // a stalled device
+        }
+        l
+    }
+
+    /// Carry out the engine's outputs and check its completions.
+    fn pump(&mut self, out: &mut Outputs) -> Result<(), Fail> {
+        for op in out.ops.drain(..) {
+            let t = self.now_ns + self.latency_ns();
+            let id = op.id.0;
+            self.in_flight_ops.insert(id, op);
+            self.push(t, EV_DEV, id);
+        }
+        for t in out.wakeups.drain(..) {
+            self.push(t.max(self.now_ns), EV_WAKE, 0);
+        }
+        for e in out.events.drain(..) {
+            if let EngineEvent::Failed { reason } = e {
+                return Err(format!("the engine failed: {reason}"));
+            }
+            if let EngineEvent::Recovered { .. } = e {
+                self.stats.recoveries += 1;
+            }
+        }
+        let comps: Vec<_> = out.completions.drain(..).collect();
+        for c in comps {
+            self.completed(c.id, c.result, c.data)?;
+        }
+        Ok(())
+    }
+
+    fn errors_allowed(&self) -> bool {
+        self.cfg.faults >= Faults::Errors
+    }
+
+    fn completed(
+        &mut self,
+        id: u64,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+    ) -> Result<(), Fail> {
+        let Some(r) = self.reqs.remove(&id) else {
+            return Err(format!("completion for unknown request {id}"));
+        };
+        let t = self.tick();
+        let v = r.vol as usize;
+        let bad_error = |e: Errno| -> bool {
+            match e {
+                Errno::Io => !self.errors_allowed(),
+                Errno::NoSpc => !matches!(
+                    r.kind,
+                    ReqKind::Write | ReqKind::WriteZeroes | ReqKind::Flush
+                ),
+                _ => true,
+            }
+        };
+        if let Err(e) = result
+            && bad_error(e)
+        {
+            return Err(format!(
+                "{:?} of volume {} sectors {}+{} failed with {e:?}, which no injected fault explains",
+                r.kind, r.vol, r.first, r.n
+            ));
+        }
+        match r.kind {
+            ReqKind::Read => {
+                if result.is_ok() {
+                    let d = data.ok_or("a successful read returned no data")?;
+                    if d.len() as u64 != r.n * SECTOR as u64 {
+                        return Err(format!(
+                            "read returned {} bytes, asked {}",
+                            d.len(),
+                            r.n * SECTOR as u64
+                        ));
+                    }
+                    let seen: Vec<Seen> = d.chunks(SECTOR).map(decode).collect();
+                    self.refs[v].check_read(r.first, &seen, r.submitted, t)?;
+                    self.stats.reads_checked += 1;
+                    self.stats.sectors_checked += r.n;
+                }
+            }
+            ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes => {
+                self.refs[v].complete_write(r.first, r.n, r.version, result.is_ok(), r.fua, t);
+            }
+            ReqKind::Flush => {
+                if result.is_ok() {
+                    let oldest = self
+                        .reqs
+                        .values()
+                        .filter(|q| q.vol == r.vol && q.kind == ReqKind::Read)
+                        .map(|q| q.submitted)
+                        .min()
+                        .unwrap_or(u64::MAX);
+                    self.refs[v].flush_ok(r.submitted, oldest);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(
+        &mut self,
+        vol: u32,
+        kind: ReqKind,
+        first: u64,
+        n: u64,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), Fail> {
+        let id = self.next_req;
+        self.next_req += 1;
+        let t = self.tick();
+        let version = self.next_version;
+        self.next_version += 1;
+        let mut req = VmRequest::new(
+            id,
+            VolumeId(vol),
+            kind,
+            first * SECTOR as u64,
+            n * SECTOR as u64,
+        );
+        req.fua = fua;
+        req.no_hole = no_hole;
+        match kind {
+            ReqKind::Write => {
+                let mut b = BytesMut::zeroed((n * SECTOR as u64) as usize);
+                for (i, s) in b.chunks_mut(SECTOR).enumerate() {
+                    sector_data(vol, version, first + i as u64, s);
+                }
+                req.payload = Some(b.freeze());
+                self.refs[vol as usize].submit_write(first, n, version, false, t);
+            }
+            ReqKind::Trim | ReqKind::WriteZeroes => {
+                self.refs[vol as usize].submit_write(first, n, version, true, t)
+            }
+            ReqKind::Read | ReqKind::Flush => {}
+        }
+        self.reqs.insert(
+            id,
+            ReqInfo {
+                vol,
+                kind,
+                first,
+                n,
+                version,
+                fua,
+                submitted: t,
+            },
+        );
+        self.stats.requests += 1;
+        let mut out = Outputs::default();
+        self.engine.submit(self.now_ns, req, &mut out);
+        self.pump(&mut out)
+    }
+
+    /// A random request: mixes of kinds, sizes from one sector to 1 MiB, hot spots and
+    /// sequential runs, overlapping whatever is in flight.
+    fn random_request(&mut self) -> Result<(), Fail> {
+        let nv = self.refs.len() as u64;
+        let vol = below(&mut self.rng, nv) as u32;
+        let sectors = self.refs[vol as usize].sectors();
+        let n = match below(&mut self.rng, 10) {
+            0..=2 => 1,
+            3..=5 => 1 + below(&mut self.rng, 8),
+            6..=8 => 8 + below(&mut self.rng, 120),
+            _ => 128 + below(&mut self.rng, 1921),
+        }
+        .min(sectors);
+        let first = match below(&mut self.rng, 10) {
+            0..=3 => {
+                let (hs, hl) = self.hot[vol as usize];
+                (hs / SECTOR as u64 + below(&mut self.rng, hl / SECTOR as u64)).min(sectors - n)
+            }
+            4..=5 => self.last_end[vol as usize].min(sectors - n),
+            _ => below(&mut self.rng, sectors - n + 1),
+        };
+        self.last_end[vol as usize] = (first + n) % sectors;
+        let (kind, fua, no_hole) = match below(&mut self.rng, 100) {
+            0..=34 => (ReqKind::Read, false, false),
+            35..=66 => (ReqKind::Write, false, false),
+            67..=76 => (ReqKind::Write, true, false),
+            77..=84 => (ReqKind::Flush, false, false),
+            85..=91 => (ReqKind::Trim, below(&mut self.rng, 4) == 0, false),
+            _ => (ReqKind::WriteZeroes, false, below(&mut self.rng, 2) == 0),
+        };
+        let (first, n) = if kind == ReqKind::Flush {
+            (0, 0)
+        } else {
+            (first, n)
+        };
+        self.submit(vol, kind, first, n, fua, no_hole)
+    }
+
+    /// Process the next event; false if there is none.
+    fn next_event(&mut self) -> Result<bool, Fail> {
+        let Some(Reverse((t, _, kind, payload))) = self.heap.pop() else {
+            return Ok(false);
+        };
+        self.now_ns = self.now_ns.max(t);
+        let mut out = Outputs::default();
+        if kind == EV_DEV {
+            let Some(op) = self.in_flight_ops.remove(&payload) else {
+                return Ok(true);
+            };
+            let meta = op.pool.0 == self.engine_cfg.meta_pool.0;
+            let fail = self.errors_allowed()
+                && !(self.recovering && meta)
+                && below(&mut self.rng, 250) == 0;
+            let (result, data) = self.devs[op.pool.0 as usize].complete(&op, fail, &mut self.rng);
+            self.engine.device_done(
+                self.now_ns,
+                DeviceCompletion {
+                    id: OpId(payload),
+                    result,
+                    data,
+                },
+                &mut out,
+            );
+        } else {
+            self.engine.tick(self.now_ns, &mut out);
+        }
+        self.pump(&mut out)?;
+        Ok(true)
+    }
+
+    /// Power loss now: devices keep what the fault model says; a new engine recovers.
+    fn crash(&mut self) -> Result<(), Fail> {
+        self.stats.crashes += 1;
+        self.stats.checkpoints += self
+            .engine
+            .report()
+            .volumes
+            .iter()
+            .map(|v| v.checkpoints)
+            .sum::<u64>();
+        for p in 0..self.devs.len() {
+            let ops: Vec<&DeviceOp> = self
+                .in_flight_ops
+                .values()
+                .filter(|o| o.pool.0 as usize == p)
+                .collect();
+            self.devs[p].power_loss(&ops, &mut self.rng);
+        }
+        for r in &mut self.refs {
+            r.crash();
+        }
+        self.heap.clear();
+        self.in_flight_ops.clear();
+        self.reqs.clear();
+        self.engine = Engine::new(self.engine_cfg.clone()).map_err(|e| e.to_string())?;
+        self.recover()
+    }
+
+    fn recover(&mut self) -> Result<(), Fail> {
+        self.recovering = true;
+        let mut out = Outputs::default();
+        self.engine.start(self.now_ns, StartMode::Auto, &mut out);
+        self.pump(&mut out)?;
+        // Sometimes the power fails again during recovery.
+        let crash_at = (self.cfg.faults >= Faults::Crash && below(&mut self.rng, 5) == 0)
+            .then(|| 1 + below(&mut self.rng, 20));
+        let mut events = 0;
+        while self.engine.state() == &EngineState::Starting {
+            if crash_at == Some(events) {
+                return self.crash();
+            }
+            if !self.next_event()? {
+                return Err("recovery stalled with nothing in flight".into());
+            }
+            events += 1;
+        }
+        self.recovering = false;
+        if let EngineState::Failed(r) = self.engine.state() {
+            return Err(format!("recovery failed on a state a crash can leave: {r}"));
+        }
+        self.engine
+            .check_invariants()
+            .map_err(|e| format!("after recovery: {e}"))?;
+        self.verify_all()
+    }
+
+    /// Read every volume end to end and check it.
+    fn verify_all(&mut self) -> Result<(), Fail> {
+        for v in 0..self.refs.len() {
+            let sectors = self.refs[v].sectors();
+            let mut s = 0;
+            while s < sectors {
+                let n = 2048.min(sectors - s);
+                self.submit(v as u32, ReqKind::Read, s, n, false, false)?;
+                s += n;
+                while !self.reqs.is_empty() {
+                    if !self.next_event()? {
+                        return Err("verification read never completed".into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<(), Fail> {
+        let mut guard = 0u64;
+        while !self.reqs.is_empty() || !self.in_flight_ops.is_empty() {
+            if !self.next_event()? {
+                return Err(format!("{} request(s) never completed", self.reqs.len()));
+            }
+            guard += 1;
+            if guard > 10_000_000 {
+                return Err("the engine does not settle".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(), Fail> {
+        self.recover()?;
+        let crash_one_in = 600;
+        while self.step < self.cfg.steps {
+            self.step += 1;
+            let roll = below(&mut self.rng, 1000);
+            if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 {
+                self.crash()?;
+            } else if self.reqs.len() < self.max_in_flight && (roll < 450 || self.heap.is_empty()) {
+                self.random_request()?;
+            } else {
+                self.next_event()?;
+            }
+            if self.step.is_multiple_of(64) {
+                self.engine.check_invariants()?;
+            }
+        }
+        // Settle, flush everything, check everything; then lose power once more.
+        self.drain()?;
+        for v in 0..self.refs.len() as u32 {
+            self.submit(v, ReqKind::Flush, 0, 0, false, false)?;
+        }
+        self.drain()?;
+        self.verify_all()?;
+        self.engine.check_invariants()?;
+        if self.cfg.faults >= Faults::Crash {
+            self.crash()?;
+        }
+        self.stats.injected_errors = self.devs.iter().map(|d| d.injected_errors).sum();
+        Ok(())
+    }
+}
+
+/// Run one seed.
+pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
+    let replay = format!(
+        "tiervisor dst --seeds {}..{} --steps {} --faults {}{}",
+        cfg.seed,
+        cfg.seed + 1,
+        cfg.steps,
+        cfg.faults as u8,
+        cfg.bug
+            .map_or(String::new(), |b| format!(" --bug {}", b.name()))
+    );
+    let fail = |step: u64, message: String| DstFailure {
+        seed: cfg.seed,
+        step,
+        message,
+        // The run is deterministic: stopping at the failing step reproduces it.
+        replay: replay.replace(
+            &format!("--steps {}", cfg.steps),
+            &format!("--steps {}", step.max(1)),
+        ),
+    };
+    let mut sim = Sim::new(cfg.clone()).map_err(|m| fail(0, m))?;
+    match sim.run() {
+        Ok(()) => {
+            let mut s = sim.stats.clone();
+            s.checkpoints += sim
+                .engine
+                .report()
+                .volumes
+                .iter()
+                .map(|v| v.checkpoints)
+                .sum::<u64>();
+            Ok(s)
+        }
+        Err(m) => Err(fail(sim.step, m)),
+    }
+}

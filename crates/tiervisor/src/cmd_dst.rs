@@ -1,0 +1,95 @@
+//! `tiervisor dst`: deterministic simulation testing.
+
+use std::time::Instant;
+
+use clap::Args;
+use tiervisor_engine::InjectedBug;
+use tiervisor_sim::dst::{Faults, run_range, shrink};
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct DstArgs {
+    /// Seed range, A..B (B excluded) or a single seed.
+    #[arg(long, default_value = "0..200")]
+    seeds: String,
+    /// Steps (requests, completions, crashes) per seed.
+    #[arg(long, default_value_t = 3000)]
+    steps: u64,
+    /// 0 none; 1 power loss and stalls; 2 and transient I/O errors; 3 and latent sector errors.
+    #[arg(long, default_value_t = 3)]
+    faults: u8,
+    /// Threads (default: available cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Run a deliberately broken engine (to see the checker catch it).
+    #[arg(long, hide = true)]
+    bug: Option<String>,
+}
+
+fn parse_seeds(s: &str) -> Option<(u64, u64)> {
+    match s.split_once("..") {
+        Some((a, b)) => {
+            let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+            (a < b).then_some((a, b))
+        }
+        None => s.trim().parse::<u64>().ok().map(|a| (a, a + 1)),
+    }
+}
+
+pub fn run(a: DstArgs) -> Result<(), Failure> {
+    let (from, to) = parse_seeds(&a.seeds).ok_or_else(|| {
+        Failure::input(format!(
+            "--seeds {:?}: expected A..B with A < B, or one seed",
+            a.seeds
+        ))
+    })?;
+    if a.faults > 3 {
+        return Err(Failure::input("--faults: expected 0 to 3"));
+    }
+    let bug = match &a.bug {
+        Some(b) => Some(InjectedBug::parse(b).ok_or_else(|| {
+            Failure::input(format!(
+                "--bug {b:?}: expected one of {}",
+                InjectedBug::all()
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let t = Instant::now();
+    match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
+        Ok(s) => {
+            println!(
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints",
+                a.steps,
+                a.faults,
+                t.elapsed().as_secs_f64(),
+                s.requests,
+                s.reads_checked,
+                s.sectors_checked,
+                s.crashes,
+                s.recoveries,
+                s.injected_errors,
+                s.checkpoints
+            );
+            Ok(())
+        }
+        Err(f) => {
+            let first = f.step;
+            let short = shrink(f, a.steps, Faults::from_level(a.faults), bug);
+            let note = if short.step < first {
+                format!(" (shrunk from {first} steps)")
+            } else {
+                String::new()
+            };
+            Err(Failure::run(format!("dst: {short}{note}")))
+        }
+    }
+}
