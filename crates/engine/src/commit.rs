@@ -287,7 +287,9 @@ impl Engine {
                 vol.journal.durable_seq = c.last_seq;
                 vol.checkpoint_wanted = false;
                 vol.stats.checkpoints += 1;
-                let old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
+                let mut old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
+                // The slot just written no longer names chains of earlier failed attempts.
+                old.append(&mut vol.journal.orphan_chunks);
                 for (pool, ch) in old {
                     self.defer_free(
                         Freed::Chunks {
@@ -312,19 +314,28 @@ impl Engine {
             let vol = &mut self.vols[vi];
             // Retry later: the records go back in front, the data pools count as dirty.
             vol.dirty_pools |= c.flushed_pools;
-            let (records, fresh) = match c.work {
-                CommitWork::FlushOnly => (Vec::new(), Vec::new()),
-                CommitWork::Blocks { records, .. } => (records, Vec::new()),
+            let (records, fresh, header_tried) = match c.work {
+                CommitWork::FlushOnly => (Vec::new(), Vec::new(), false),
+                CommitWork::Blocks { records, .. } => (records, Vec::new(), false),
                 CommitWork::Checkpoint {
-                    records, chunks, ..
-                } => (records, chunks),
+                    records,
+                    chunks,
+                    header,
+                    ..
+                } => (records, chunks, header.is_some()),
             };
             let mut rs = records;
             rs.append(&mut vol.journal.pending);
             vol.journal.pending = rs;
-            for (pool, ch) in fresh {
-                // Never referenced by a durable header; no read targets it.
-                self.pools[pool.0 as usize].alloc.release(ch);
+            if header_tried {
+                // A failed write may still have landed: the header slot may now point at
+                // this chain. Keep it until a later header write to that slot succeeds.
+                vol.journal.orphan_chunks.extend(fresh);
+            } else {
+                for (pool, ch) in fresh {
+                    // No header was written for it; no read targets it.
+                    self.pools[pool.0 as usize].alloc.release(ch);
+                }
             }
         }
         for w in c.waiters {

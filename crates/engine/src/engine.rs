@@ -266,6 +266,10 @@ impl Engine {
             queued,
         });
         self.ops[key].queued.key = key;
+        // The epoch is taken when the operation is created, not when the scheduler lets
+        // it reach the device: an operation waiting in the queue already targets its
+        // location, and that location must not be reused before it is done.
+        self.ops[key].epoch = self.epochs.enter();
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(key, out);
@@ -299,9 +303,7 @@ impl Engine {
     }
 
     fn emit(&mut self, key: usize, out: &mut Outputs) {
-        let epoch = self.epochs.enter();
         let op = &mut self.ops[key];
-        op.epoch = epoch;
         let p = &mut self.pools[op.pool as usize];
         p.in_flight += 1;
         match op.kind {

@@ -12,6 +12,40 @@ use crate::reclaim::Freed;
 use crate::volume::{ChunkState, CommitWork};
 
 impl Engine {
+    /// Who holds the chunks of each pool, summarised (for debugging and reports).
+    pub fn chunk_owners(&self) -> Vec<BTreeMap<String, u64>> {
+        let mut out = vec![BTreeMap::new(); self.pools.len()];
+        let mut add =
+            |p: usize, what: &str, n: u64| *out[p].entry(what.to_string()).or_insert(0) += n;
+        for v in &self.vols {
+            let r = &v.rec;
+            add(
+                r.journal_pool.0 as usize,
+                "journal",
+                r.journal_chunks as u64,
+            );
+            for &(p, _) in &v.journal.checkpoint_chunks {
+                add(p.0 as usize, "checkpoint", 1);
+            }
+            for &(p, _) in &v.journal.orphan_chunks {
+                add(p.0 as usize, "orphan checkpoint", 1);
+            }
+            if r.provisioning == Provisioning::Thick {
+                add(r.home_pool.0 as usize, "thick home", v.chunks);
+            }
+            for (_, loc) in v.map.iter() {
+                if let ChunkLoc::At(p, _) = loc {
+                    add(p.0 as usize, "mapped", 1);
+                }
+            }
+        }
+        for (_, f) in self.frees.iter() {
+            let Freed::Chunks { pool, n, .. } = f.what;
+            add(pool.0 as usize, "pending free", n);
+        }
+        out
+    }
+
     /// Check every invariant; `Err` describes the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut owner: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); self.pools.len()];
@@ -35,6 +69,13 @@ impl Engine {
             }
             for &(p, c) in &v.journal.checkpoint_chunks {
                 claim(p.0 as usize, c, format!("checkpoint of {}", r.name))?;
+            }
+            for &(p, c) in &v.journal.orphan_chunks {
+                claim(
+                    p.0 as usize,
+                    c,
+                    format!("checkpoint of {} whose header write failed", r.name),
+                )?;
             }
             if r.provisioning == Provisioning::Thick {
                 for c in 0..v.chunks {

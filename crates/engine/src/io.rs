@@ -257,7 +257,7 @@ impl Engine {
             return;
         }
         let r = &self.reqs[key];
-        let zero = r.kind == ReqKind::WriteZeroes;
+        let zero = matches!(r.kind, ReqKind::WriteZeroes | ReqKind::Trim);
         let payload = if zero {
             None
         } else {
@@ -523,18 +523,15 @@ impl Engine {
         let vol = &mut self.vols[v as usize];
         let whole = s == c * cb && (e == (c + 1) * cb || e == vol.rec.size_bytes);
         let thin = vol.rec.provisioning == Provisioning::Thin;
-        match (whole && thin, vol.map.get(c)) {
-            (true, ChunkLoc::At(pool, pc)) => {
+        match vol.map.get(c) {
+            // A whole chunk of a thin volume: unmap it (metadata only).
+            ChunkLoc::At(pool, pc) if whole && thin => {
                 vol.map.set(c, ChunkLoc::Unmapped);
                 let seq = vol.journal.append(Record::Map {
                     chunk: c,
                     entry: ChunkLoc::Unmapped.encode(),
                 });
-                if vol.overlay.any_overlap(s, e) {
-                    vol.overlay.remove(s, e);
-                    vol.journal
-                        .append(Record::OverlayClear { start: s, end: e });
-                }
+                self.clear_overlay(v, s, e);
                 let needs = smallvec::smallvec![(v, seq)];
                 self.defer_free(
                     Freed::Chunks {
@@ -545,21 +542,13 @@ impl Engine {
                     needs,
                 );
             }
-            (true, ChunkLoc::Unmapped) => {
-                if vol.overlay.any_overlap(s, e) {
-                    vol.overlay.remove(s, e);
-                    vol.journal
-                        .append(Record::OverlayClear { start: s, end: e });
-                }
+            // Never written: it already reads as zeros.
+            ChunkLoc::Unmapped => {
+                self.clear_overlay(v, s, e);
             }
-            _ => {
-                vol.overlay.insert(s, e, Overlay::Zero);
-                vol.journal.append(Record::Overlay {
-                    start: s,
-                    end: e,
-                    value: Overlay::Zero,
-                });
-            }
+            // Part of a chunk, or a thick volume's home: zero it on the device. (Keeping
+            // zero ranges in the map instead would let checkpoints grow without bound.)
+            _ => return self.write_piece(now, key, v, s, e, out),
         }
         self.arm_commit_timer(now, out);
     }

@@ -15,6 +15,9 @@ use crate::types::PoolId;
 
 pub const BLOCK_BYTES: u64 = 4096;
 pub const SUPERBLOCK_OFFSET: u64 = 0;
+/// A second copy, written when a pool is formatted and never again: it stands in if the
+/// primary is torn while a format marks it complete.
+pub const SUPERBLOCK_BACKUP_OFFSET: u64 = BLOCK_BYTES;
 pub const VOLTAB_SLOT_BYTES: u64 = 64 * 1024;
 pub const VOLTAB_OFFSETS: [u64; 2] = [64 * 1024, 128 * 1024];
 pub const DATA_START_BYTES: u64 = 1 << 20;
@@ -109,6 +112,18 @@ impl Superblock {
             meta_pool,
             complete,
         })
+    }
+}
+
+/// Decode the primary superblock, falling back to the backup copy in the next block.
+pub fn decode_superblock_pair(buf: &[u8]) -> Result<Superblock, String> {
+    let primary = Superblock::decode(buf);
+    if primary.is_ok() {
+        return primary;
+    }
+    match buf.get(BLOCK_BYTES as usize..).map(Superblock::decode) {
+        Some(Ok(sb)) => Ok(sb),
+        _ => primary,
     }
 }
 

@@ -17,8 +17,9 @@ use crate::extents::ExtentMap;
 use crate::journal::checkpoint::{CkptChunkHeader, decode_state};
 use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
 use crate::layout::{
-    BLOCK_BYTES, JournalHeader, SUPERBLOCK_OFFSET, Superblock, VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES,
-    VolumeRecord, VolumeTable, chunk_offset,
+    BLOCK_BYTES, JournalHeader, SUPERBLOCK_BACKUP_OFFSET, SUPERBLOCK_OFFSET, Superblock,
+    VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES, VolumeRecord, VolumeTable, chunk_offset,
+    decode_superblock_pair,
 };
 use crate::overlay::Overlay;
 use crate::stats::VolumeStats;
@@ -119,7 +120,7 @@ impl Engine {
                         now,
                         PoolId(p as u16),
                         SUPERBLOCK_OFFSET,
-                        BLOCK_BYTES,
+                        2 * BLOCK_BYTES,
                         TAG_SB | p as u32,
                         out,
                     );
@@ -221,18 +222,31 @@ impl Engine {
         }
     }
 
-    /// Metadata reserve on the metadata pool: room for two checkpoints of every volume.
-    fn set_reserves(&mut self) {
+    /// Reserve room on the metadata pool for checkpoints that data may never take: for
+    /// every volume its current chain, the next one, and one whose header write failed.
+    /// A pool too small for journals plus that reserve is refused up front, because
+    /// running out of checkpoint room later would stall every flush.
+    fn set_reserves(&mut self) -> Result<(), String> {
         let cb = self.cfg.chunk_bytes;
-        let mut reserve = 8;
+        let mut reserve = 4;
+        let mut journals = 0;
         for v in &self.cfg.volumes {
             let chunks = v.size_bytes.div_ceil(cb);
-            reserve +=
-                2 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + (256 << 10), cb);
+            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8, cb);
+            journals += self.cfg.journal_bytes.div_ceil(cb);
         }
         let meta = self.cfg.meta_pool.0 as usize;
         let total = self.pools[meta].alloc.chunks();
-        self.pools[meta].alloc.set_reserve(reserve.min(total / 4));
+        if journals + reserve > total {
+            return Err(format!(
+                "the metadata pool {} is too small: its journals and checkpoint reserve need {} bytes, it has {}",
+                self.cfg.pools[meta].name,
+                crate::layout::DATA_START_BYTES + (journals + reserve) * cb,
+                self.cfg.pools[meta].capacity_bytes
+            ));
+        }
+        self.pools[meta].alloc.set_reserve(reserve);
+        Ok(())
     }
 
     fn format(&mut self, now: u64, out: &mut Outputs) {
@@ -246,7 +260,9 @@ impl Engine {
         self.superblocks = (0..self.pools.len())
             .map(|p| self.superblock_for(p, true))
             .collect();
-        self.set_reserves();
+        if let Err(e) = self.set_reserves() {
+            return self.fail(e, out);
+        }
         let cfgs = self.cfg.volumes.clone();
         let mut records = Vec::new();
         for (i, vc) in cfgs.iter().enumerate() {
@@ -263,6 +279,13 @@ impl Engine {
         for p in 0..self.pools.len() {
             if p != meta.0 as usize {
                 let img = self.superblock_for(p, false).encode();
+                self.startup_write(
+                    now,
+                    PoolId(p as u16),
+                    SUPERBLOCK_BACKUP_OFFSET,
+                    img.clone(),
+                    out,
+                );
                 self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
             }
         }
@@ -565,7 +588,7 @@ impl Engine {
         let bufs = std::mem::take(&mut s.superblocks);
         let decoded: Vec<Result<Superblock, String>> = bufs
             .iter()
-            .map(|b| Superblock::decode(b.as_deref().unwrap_or(&[])))
+            .map(|b| decode_superblock_pair(b.as_deref().unwrap_or(&[])))
             .collect();
         let names = |pred: &dyn Fn(&Result<Superblock, String>) -> bool| -> Vec<String> {
             decoded
@@ -578,17 +601,21 @@ impl Engine {
         let is_blank =
             |d: &Result<Superblock, String>| matches!(d, Err(e) if e.contains("bad magic"));
         let meta = self.cfg.meta_pool.0 as usize;
-        // The metadata pool's superblock is written last by a format: without it the
-        // format never finished, and is redone if the other pools hold nothing else.
-        if is_blank(&decoded[meta]) {
+        // The metadata pool's superblock is written last by a format and never again:
+        // if it is missing or torn, the format never finished, and is redone unless some
+        // other pool holds a completed system.
+        if !matches!(&decoded[meta], Ok(sb) if sb.complete) {
             let holding = names(&|d| matches!(d, Ok(sb) if sb.complete));
-            // Superblocks of an interrupted format may be torn (unreadable) as well.
             if holding.is_empty() {
                 self.format(now, out);
                 return Ok(());
             }
+            let why = match &decoded[meta] {
+                Err(e) => e.clone(),
+                Ok(_) => "superblock of an unfinished format".into(),
+            };
             return Err(format!(
-                "the metadata pool {} has no tiervisor superblock but pool(s) {} hold a formatted system: refusing to format over existing data",
+                "the metadata pool {} has no usable superblock ({why}) but pool(s) {} hold a formatted system: refusing to format over existing data",
                 self.cfg.pools[meta].name,
                 holding.join(", ")
             ));
@@ -642,7 +669,7 @@ impl Engine {
         }
         self.cfg.system_uuid = sbs[0].system_uuid;
         self.superblocks = sbs;
-        self.set_reserves();
+        self.set_reserves()?;
         let s = self.startup.as_mut().ok_or("no startup")?;
         s.phase = Phase::VolumeTable;
         self.startup_read(

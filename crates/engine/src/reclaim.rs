@@ -3,8 +3,9 @@
 //! A freed location may be reused only when (1) the journal records that stopped
 //! referencing it are durable, so no crash can bring the old reference back, and (2) every
 //! device operation that was in flight when it was freed has finished, so no read still
-//! under way can return the next owner's data. (2) is tracked with epochs: operations
-//! count against the epoch current when they were issued; freeing closes the epoch.
+//! under way can return the next owner's data, and no queued write can land on it. (2) is
+//! tracked with epochs: operations count against the epoch current when they were
+//! created (queued, not dispatched); freeing closes the epoch.
 
 use std::collections::VecDeque;
 

@@ -83,7 +83,12 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
         }
         Err(f) => {
             let first = f.step;
-            let short = shrink(f, a.steps, Faults::from_level(a.faults), bug);
+            // A traced run prints everything: do not repeat it while shrinking.
+            let short = if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
+                f
+            } else {
+                shrink(f, a.steps, Faults::from_level(a.faults), bug)
+            };
             let note = if short.step < first {
                 format!(" (shrunk from {first} steps)")
             } else {

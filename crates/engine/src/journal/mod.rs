@@ -37,6 +37,8 @@ pub struct Journal {
     pub last_crc: u32,
     /// Chunks of the durable checkpoint chain.
     pub checkpoint_chunks: Vec<(PoolId, u64)>,
+    /// Chains whose header write failed: the header slot may still name them.
+    pub orphan_chunks: Vec<(PoolId, u64)>,
     /// Records replayed at mount (for reports).
     pub replayed: u64,
 }
@@ -61,6 +63,7 @@ impl Journal {
             header,
             pending: Vec::new(),
             checkpoint_chunks: Vec::new(),
+            orphan_chunks: Vec::new(),
             replayed: 0,
         }
     }

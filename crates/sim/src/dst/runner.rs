@@ -75,6 +75,8 @@ const EV_DEV: u8 = 0;
 const EV_WAKE: u8 = 1;
 
 struct Sim {
+    /// Print every request, device operation and crash (TIERVISOR_DST_TRACE=1).
+    trace: bool,
     cfg: DstConfig,
     rng: Xoshiro256PlusPlus,
     engine_cfg: EngineConfig,
@@ -130,6 +132,15 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         });
     }
     let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
+    // The checkpoint reserve the engine insists on: 3 chains of each volume's map.
+    let reserve: u64 = volumes
+        .iter()
+        .map(|v| {
+            3 * (64 + v.size_bytes.div_ceil(chunk_bytes) * 8).div_ceil(chunk_bytes - 64)
+                * chunk_bytes
+        })
+        .sum::<u64>()
+        + 4 * chunk_bytes;
     // Sometimes the data pool is too small for every thin volume: ENOSPC paths run too.
     let slack = [2u64 << 20, 8 << 20, 24 << 20][below(rng, 3) as usize];
     let cap = |thick: u64, extra: u64| (1 << 20) + thick + extra + 8 * chunk_bytes;
@@ -143,7 +154,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
             PoolConfig {
                 name: "ssd".into(),
                 medium: Medium::Ssd,
-                capacity_bytes: cap(thick_bytes[0], journals * 4 + slack),
+                capacity_bytes: cap(thick_bytes[0], journals + reserve + slack),
                 queue_depth: 1 + below(rng, 16) as u32,
                 scheduler: SchedulerKind::Fifo,
             },
@@ -170,6 +181,9 @@ impl Sim {
         let mut rng =
             Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
         let engine_cfg = build_config(&mut rng, cfg.seed, cfg.bug);
+        if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
+            eprintln!("config: {engine_cfg:?}");
+        }
         let engine = Engine::new(engine_cfg.clone()).map_err(|e| format!("config: {e}"))?;
         let mut devs: Vec<DataDevice> = engine_cfg
             .pools
@@ -200,6 +214,7 @@ impl Sim {
             .collect();
         let max_in_flight = 1 + below(&mut rng, 24) as usize;
         Ok(Sim {
+            trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
             rng,
             engine_cfg,
@@ -245,6 +260,20 @@ impl Sim {
     fn pump(&mut self, out: &mut Outputs) -> Result<(), Fail> {
         for op in out.ops.drain(..) {
             let t = self.now_ns + self.latency_ns();
+            if self.trace {
+                eprintln!(
+                    "[{}] op {} {:?} pool {} off {} len {} fua {} vol {:?} class {:?}",
+                    self.step,
+                    op.id.0,
+                    op.kind,
+                    op.pool.0,
+                    op.offset_bytes,
+                    op.len_bytes,
+                    op.fua,
+                    op.volume,
+                    op.class
+                );
+            }
             let id = op.id.0;
             self.in_flight_ops.insert(id, op);
             self.push(t, EV_DEV, id);
@@ -255,6 +284,9 @@ impl Sim {
         for e in out.events.drain(..) {
             if let EngineEvent::Failed { reason } = e {
                 return Err(format!("the engine failed: {reason}"));
+            }
+            if self.trace {
+                eprintln!("[{}] event {e:?}", self.step);
             }
             if let EngineEvent::Recovered { .. } = e {
                 self.stats.recoveries += 1;
@@ -280,6 +312,12 @@ impl Sim {
         let Some(r) = self.reqs.remove(&id) else {
             return Err(format!("completion for unknown request {id}"));
         };
+        if self.trace {
+            eprintln!(
+                "[{}] done req {id} {:?} vol {} {}+{} v{} -> {:?}",
+                self.step, r.kind, r.vol, r.first, r.n, r.version, result
+            );
+        }
         let t = self.tick();
         let v = r.vol as usize;
         let bad_error = |e: Errno| -> bool {
@@ -373,6 +411,12 @@ impl Sim {
             }
             ReqKind::Read | ReqKind::Flush => {}
         }
+        if self.trace {
+            eprintln!(
+                "[{}] submit req {id} {kind:?} vol {vol} {first}+{n} v{version} fua {fua} no_hole {no_hole}",
+                self.step
+            );
+        }
         self.reqs.insert(
             id,
             ReqInfo {
@@ -445,6 +489,9 @@ impl Sim {
                 && !(self.recovering && meta)
                 && below(&mut self.rng, 250) == 0;
             let (result, data) = self.devs[op.pool.0 as usize].complete(&op, fail, &mut self.rng);
+            if self.trace {
+                eprintln!("[{}] op {} done {:?}", self.step, payload, result);
+            }
             self.engine.device_done(
                 self.now_ns,
                 DeviceCompletion {
@@ -463,6 +510,13 @@ impl Sim {
 
     /// Power loss now: devices keep what the fault model says; a new engine recovers.
     fn crash(&mut self) -> Result<(), Fail> {
+        if self.trace {
+            eprintln!(
+                "[{}] POWER LOSS ({} ops in flight)",
+                self.step,
+                self.in_flight_ops.len()
+            );
+        }
         self.stats.crashes += 1;
         self.stats.checkpoints += self
             .engine
@@ -617,6 +671,21 @@ pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
                 .sum::<u64>();
             Ok(s)
         }
-        Err(m) => Err(fail(sim.step, m)),
+        Err(m) => {
+            if sim.trace {
+                for p in sim.engine.report().pools {
+                    eprintln!(
+                        "pool {}: {} chunks, {} free",
+                        p.name, p.chunks, p.free_chunks
+                    );
+                }
+                eprintln!(
+                    "{}",
+                    sim.engine.check_invariants().err().unwrap_or_default()
+                );
+                eprintln!("owners: {:?}", sim.engine.chunk_owners());
+            }
+            Err(fail(sim.step, m))
+        }
     }
 }
