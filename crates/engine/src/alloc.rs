@@ -32,6 +32,11 @@ impl ChunkAllocator {
         self.free
     }
 
+    /// Chunks data may still take (free minus the metadata reserve).
+    pub fn available_chunks(&self) -> u64 {
+        self.free.saturating_sub(self.reserve)
+    }
+
     #[inline]
     pub fn is_used(&self, c: u64) -> bool {
         self.used[(c / 64) as usize] >> (c % 64) & 1 == 1

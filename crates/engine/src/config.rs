@@ -34,12 +34,63 @@ pub enum Provisioning {
     Thin,
 }
 
-/// Where a volume's chunks go.
+/// Where a volume's chunks go (seed 000's placement policies).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "policy")]
 pub enum Placement {
-    /// Every chunk on the home pool.
+    /// Every chunk on the home pool ("HDD only" or "SSD only").
     Pinned,
+    /// A fixed share of chunks, chosen by a hash of the chunk number, on the fast pool
+    /// (the paper's "50% HDD and 50% SSD").
+    Split { fast_percent: u8 },
+    /// Monitor-driven: hot, random chunks are promoted to the fast pool; cold or
+    /// sequential ones are demoted when a hotter one needs the room. At most
+    /// `fast_budget_bytes` on the fast pool (0: as much as the pool has); when volumes
+    /// contend for the fast pool, higher `priority` wins.
+    Hot {
+        fast_budget_bytes: u64,
+        priority: u8,
+    },
+}
+
+impl Placement {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Placement::Pinned => "pinned",
+            Placement::Split { .. } => "split",
+            Placement::Hot { .. } => "hot",
+        }
+    }
+}
+
+/// Background tier migration and the monitor's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TieringConfig {
+    /// How often placement is reconsidered.
+    pub interval_ns: u64,
+    /// Chunk moves in flight at once, engine-wide.
+    pub max_moves: u32,
+    /// Migration bandwidth cap, so foreground I/O keeps priority.
+    pub bytes_per_s: u64,
+    /// Access counts halve every this long (recency).
+    pub decay_ns: u64,
+    /// A chunk needs at least this heat to be promoted.
+    pub promote_min_heat: u32,
+    /// A chunk displaces a fast-pool chunk only if this many percent hotter.
+    pub hysteresis_pct: u32,
+}
+
+impl Default for TieringConfig {
+    fn default() -> Self {
+        TieringConfig {
+            interval_ns: 100_000_000,
+            max_moves: 4,
+            bytes_per_s: 64 << 20,
+            decay_ns: 10_000_000_000,
+            promote_min_heat: 2,
+            hysteresis_pct: 50,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +98,8 @@ pub struct VolumeConfig {
     pub name: String,
     pub size_bytes: u64,
     pub home_pool: PoolId,
+    /// The pool `split` and `hot` placement move chunks to.
+    pub fast_pool: Option<PoolId>,
     pub provisioning: Provisioning,
     pub placement: Placement,
 }
@@ -109,6 +162,7 @@ pub struct EngineConfig {
     pub max_request_bytes: u64,
     /// Tell devices about freed chunks (punch holes in pool files).
     pub discard_freed: bool,
+    pub tiering: TieringConfig,
     #[doc(hidden)]
     pub bug: Option<InjectedBug>,
 }
@@ -133,6 +187,7 @@ impl Default for EngineConfig {
             commit_interval_ns: 1_000_000_000,
             max_request_bytes: MAX_REQUEST_BYTES,
             discard_freed: false,
+            tiering: TieringConfig::default(),
             bug: None,
         }
     }
@@ -212,6 +267,29 @@ impl EngineConfig {
             }
             if v.home_pool.0 as usize >= self.pools.len() {
                 return err(format!("volume {}: home pool does not exist", v.name));
+            }
+            match (&v.placement, v.fast_pool) {
+                (Placement::Pinned, _) => {}
+                (_, None) => {
+                    return err(format!(
+                        "volume {}: {} placement needs a fast pool",
+                        v.name,
+                        v.placement.name()
+                    ));
+                }
+                (_, Some(f)) if f.0 as usize >= self.pools.len() || f == v.home_pool => {
+                    return err(format!(
+                        "volume {}: the fast pool must exist and differ from the home pool",
+                        v.name
+                    ));
+                }
+                (Placement::Split { fast_percent }, _) if *fast_percent > 100 => {
+                    return err(format!(
+                        "volume {}: split fast_percent must be 0..=100",
+                        v.name
+                    ));
+                }
+                _ => {}
             }
         }
         Ok(())

@@ -48,7 +48,13 @@ pub(crate) struct Pool {
     pub in_flight: u32,
     pub stats: PoolStats,
     pub wait_until: Option<u64>,
+    /// Background work (tier migration, cleaning): dispatched only when the scheduler has
+    /// no foreground work, or once it has waited `BACKGROUND_MAX_WAIT_NS`.
+    pub background: std::collections::VecDeque<QueuedOp>,
 }
+
+/// Background operations never wait longer than this for an idle device.
+const BACKGROUND_MAX_WAIT_NS: u64 = 100_000_000;
 
 /// Who is waiting for a device operation.
 #[derive(Clone, Copy, Debug)]
@@ -79,6 +85,11 @@ pub(crate) enum Owner {
     },
     Discard {
         free: usize,
+    },
+    /// A read or write of a tier migration.
+    Move {
+        vol: u32,
+        chunk: u64,
     },
 }
 
@@ -137,6 +148,11 @@ pub struct Engine {
     pub(crate) startup: Option<crate::mount::Startup>,
     pub(crate) commit_timer_at: Option<u64>,
     pub(crate) last_now_ns: u64,
+    pub(crate) tier_timer_at: Option<u64>,
+    pub(crate) tier_last_ns: u64,
+    pub(crate) tier_tokens: u64,
+    pub(crate) tier_rr: usize,
+    pub(crate) moves_in_flight: u32,
 }
 
 impl Engine {
@@ -155,6 +171,7 @@ impl Engine {
                 in_flight: 0,
                 stats: PoolStats::default(),
                 wait_until: None,
+                background: Default::default(),
             })
             .collect();
         Ok(Engine {
@@ -172,6 +189,11 @@ impl Engine {
             startup: None,
             commit_timer_at: None,
             last_now_ns: 0,
+            tier_timer_at: None,
+            tier_last_ns: 0,
+            tier_tokens: 0,
+            tier_rr: 0,
+            moves_in_flight: 0,
         })
     }
 
@@ -273,6 +295,10 @@ impl Engine {
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(key, out);
+        } else if matches!(class, IoClass::Migration | IoClass::Cleaner) {
+            let q = self.ops[key].queued;
+            self.pools[pool.0 as usize].background.push_back(q);
+            self.pump(now, pool.0 as usize, out);
         } else {
             let q = self.ops[key].queued;
             self.pools[pool.0 as usize].sched.add(now, q);
@@ -290,9 +316,23 @@ impl Engine {
             self.pools[pool].wait_until = None;
         }
         while self.pools[pool].in_flight < self.pools[pool].cfg.queue_depth {
+            let p = &mut self.pools[pool];
+            if p.background
+                .front()
+                .is_some_and(|b| now >= b.arrival_ns + BACKGROUND_MAX_WAIT_NS)
+            {
+                let b = p.background.pop_front().expect("front exists");
+                self.emit(b.key, out);
+                continue;
+            }
             match self.pools[pool].sched.dispatch(now) {
                 Dispatch::Op(q) => self.emit(q.key, out),
-                Dispatch::Idle => break,
+                Dispatch::Idle => {
+                    let Some(b) = self.pools[pool].background.pop_front() else {
+                        break;
+                    };
+                    self.emit(b.key, out);
+                }
                 Dispatch::WaitUntil(t) => {
                     self.pools[pool].wait_until = Some(t);
                     out.wakeups.push(t);
@@ -346,7 +386,7 @@ impl Engine {
         self.epochs.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
-        if op.kind != DevKind::Flush {
+        if op.kind != DevKind::Flush && !matches!(op.class, IoClass::Migration | IoClass::Cleaner) {
             self.pools[pool].sched.completed(now, &op.queued);
         }
         let mut result = c.result;
@@ -372,6 +412,7 @@ impl Engine {
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
             Owner::Discard { free } => self.discard_done(free),
+            Owner::Move { vol, chunk } => self.move_done(now, vol, chunk, result, c.data, out),
         }
         self.pump(now, pool, out);
         if !self.frees.is_empty() {
@@ -386,6 +427,12 @@ impl Engine {
         for p in 0..self.pools.len() {
             if self.pools[p].wait_until.is_some_and(|t| t <= now) {
                 self.pump(now, p, out);
+            }
+        }
+        if self.tier_timer_at.is_some_and(|t| t <= now) {
+            self.tier_timer_at = None;
+            if self.state == EngineState::Ready {
+                self.tier_tick(now, out);
             }
         }
         if self.commit_timer_at.is_some_and(|t| t <= now) {

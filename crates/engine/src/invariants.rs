@@ -92,16 +92,28 @@ impl Engine {
                 }
             }
             for (c, a) in &v.activity {
-                if let ChunkState::Allocating {
-                    loc: ChunkLoc::At(p, pc),
-                    ..
-                } = a.state
-                {
-                    claim(
-                        p.0 as usize,
-                        pc,
-                        format!("chunk {c} of {} being allocated", r.name),
-                    )?;
+                match a.state {
+                    ChunkState::Allocating {
+                        loc: ChunkLoc::At(p, pc),
+                        ..
+                    } => {
+                        claim(
+                            p.0 as usize,
+                            pc,
+                            format!("chunk {c} of {} being allocated", r.name),
+                        )?;
+                    }
+                    ChunkState::Moving {
+                        dst: ChunkLoc::At(p, pc),
+                        ..
+                    } => {
+                        claim(
+                            p.0 as usize,
+                            pc,
+                            format!("chunk {c} of {} being moved", r.name),
+                        )?;
+                    }
+                    _ => {}
                 }
             }
             if let Some(cm) = &v.commit
@@ -134,6 +146,18 @@ impl Engine {
             }
             if v.journal.used_blocks() > v.journal.ring_blocks {
                 return Err(format!("volume {}: journal ring overfull", r.name));
+            }
+            let mut counts = vec![0u64; self.pools.len()];
+            for c in 0..v.chunks {
+                if let Some((p, _)) = v.resolve(v.map.get(c), c) {
+                    counts[p.0 as usize] += 1;
+                }
+            }
+            if counts != v.chunks_on {
+                return Err(format!(
+                    "volume {}: chunks per pool {:?} but counted {:?}",
+                    r.name, v.chunks_on, counts
+                ));
             }
             if v.map.len() != v.chunks {
                 return Err(format!(

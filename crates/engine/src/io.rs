@@ -37,9 +37,19 @@ impl Engine {
             return;
         }
         let v = req.volume.0;
-        let stats = &mut self.vols[v as usize].stats;
-        if stats.first_arrival_ns.is_none() {
-            stats.first_arrival_ns = Some(now);
+        let epoch = self.decay_epoch(now);
+        let cb = self.cfg.chunk_bytes;
+        let vol = &mut self.vols[v as usize];
+        if vol.stats.first_arrival_ns.is_none() {
+            vol.stats.first_arrival_ns = Some(now);
+        }
+        if req.kind != ReqKind::Flush {
+            vol.monitor
+                .observe(epoch, req.kind, req.offset_bytes, req.len_bytes, cb);
+            if matches!(vol.rec.placement, crate::config::Placement::Hot { .. }) {
+                self.note_hot(v, req.offset_bytes, req.len_bytes, epoch);
+                self.arm_tier_timer(now, out);
+            }
         }
         let kind = req.kind;
         let key = self.reqs.insert(Req {
@@ -300,10 +310,23 @@ impl Engine {
         }
     }
 
-    /// Pool and allocation hint for a new chunk of a thin volume.
+    /// Pool and allocation hint for a new chunk: `split` puts its share on the fast pool;
+    /// `pinned` and `hot` start on the home pool (`hot` promotes what proves hot).
     fn place_new_chunk(&self, v: u32, c: u64) -> (PoolId, u64) {
         let vol = &self.vols[v as usize];
-        (vol.rec.home_pool, vol.rec.home_base_chunk + c)
+        let home = (vol.rec.home_pool, vol.rec.home_base_chunk + c);
+        match (&vol.rec.placement, vol.rec.fast_pool) {
+            (crate::config::Placement::Split { fast_percent }, Some(f))
+                if crate::tiering::split_selects(vol.rec.id, c, *fast_percent) =>
+            {
+                (f, c)
+            }
+            // New data starts on the fast pool while it (and the budget) has room.
+            (crate::config::Placement::Hot { .. }, Some(f)) if self.hot_has_room(v as usize, f) => {
+                (f, c)
+            }
+            _ => home,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -321,7 +344,27 @@ impl Engine {
     ) {
         let cb = self.cfg.chunk_bytes;
         let (pool, hint) = self.place_new_chunk(v, c);
-        let Some(pc) = self.pools[pool.0 as usize].alloc.allocate(hint, false) else {
+        // When the chosen pool is full, the volume's other pool takes the chunk.
+        let other = {
+            let r = &self.vols[v as usize].rec;
+            if pool == r.home_pool {
+                r.fast_pool
+            } else {
+                Some(r.home_pool)
+            }
+        };
+        let pick = self.pools[pool.0 as usize]
+            .alloc
+            .allocate(hint, false)
+            .map(|pc| (pool, pc))
+            .or_else(|| {
+                let o = other?;
+                self.pools[o.0 as usize]
+                    .alloc
+                    .allocate(hint, false)
+                    .map(|pc| (o, pc))
+            });
+        let Some((pool, pc)) = pick else {
             let r = &mut self.reqs[key];
             if r.error.is_none() {
                 r.error = Some(Errno::NoSpc);
@@ -431,7 +474,7 @@ impl Engine {
             self.pools[pool.0 as usize].alloc.release(pc);
             self.req_end(now, req, Err(Errno::Io), out);
         } else {
-            vol.map.set(c, loc);
+            vol.set_loc(c, loc);
             vol.journal.append(Record::Map {
                 chunk: c,
                 entry: loc.encode(),
@@ -526,7 +569,7 @@ impl Engine {
         match vol.map.get(c) {
             // A whole chunk of a thin volume: unmap it (metadata only).
             ChunkLoc::At(pool, pc) if whole && thin => {
-                vol.map.set(c, ChunkLoc::Unmapped);
+                vol.set_loc(c, ChunkLoc::Unmapped);
                 let seq = vol.journal.append(Record::Map {
                     chunk: c,
                     entry: ChunkLoc::Unmapped.encode(),

@@ -147,6 +147,7 @@ pub struct VolumeRecord {
     pub provisioning: Provisioning,
     pub placement: Placement,
     pub home_pool: PoolId,
+    pub fast_pool: Option<PoolId>,
     /// First chunk of the home region (thick volumes), or a placement hint (thin).
     pub home_base_chunk: u64,
     pub journal_pool: PoolId,
@@ -161,15 +162,28 @@ pub struct VolumeTable {
     pub volumes: Vec<VolumeRecord>,
 }
 
-fn placement_code(p: &Placement) -> u8 {
-    match p {
-        Placement::Pinned => 0,
-    }
+fn encode_placement(e: &mut Enc, p: &Placement) {
+    match *p {
+        Placement::Pinned => e.u8(0).u8(0).u64(0),
+        Placement::Split { fast_percent } => e.u8(1).u8(fast_percent).u64(0),
+        Placement::Hot {
+            fast_budget_bytes,
+            priority,
+        } => e.u8(2).u8(priority).u64(fast_budget_bytes),
+    };
 }
 
-fn placement_from(code: u8, _d: &mut Dec) -> Option<Placement> {
+fn decode_placement(d: &mut Dec) -> Option<Placement> {
+    let (code, small, big) = (d.u8()?, d.u8()?, d.u64()?);
     match code {
         0 => Some(Placement::Pinned),
+        1 => Some(Placement::Split {
+            fast_percent: small,
+        }),
+        2 => Some(Placement::Hot {
+            fast_budget_bytes: big,
+            priority: small,
+        }),
         _ => None,
     }
 }
@@ -192,7 +206,8 @@ impl VolumeTable {
             e.u16(v.journal_pool.0)
                 .u64(v.journal_first_chunk)
                 .u32(v.journal_chunks);
-            e.u8(placement_code(&v.placement));
+            encode_placement(&mut e, &v.placement);
+            e.u16(v.fast_pool.map_or(u16::MAX, |p| p.0));
             e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES);
         }
         e.seal(VOLTAB_SLOT_BYTES as usize)
@@ -230,9 +245,13 @@ impl VolumeTable {
             let journal_pool = PoolId(d.u16()?);
             let journal_first_chunk = d.u64()?;
             let journal_chunks = d.u32()?;
-            let code = d.u8()?;
-            let placement = placement_from(code, &mut d)?;
+            let placement = decode_placement(&mut d)?;
+            let fast_pool = match d.u16()? {
+                u16::MAX => None,
+                p => Some(PoolId(p)),
+            };
             volumes.push(VolumeRecord {
+                fast_pool,
                 id,
                 name,
                 size_bytes,
@@ -366,8 +385,16 @@ mod tests {
                     } else {
                         Provisioning::Thick
                     },
-                    placement: Placement::Pinned,
+                    placement: if i % 2 == 0 {
+                        Placement::Hot {
+                            fast_budget_bytes: 123 << 20,
+                            priority: 3,
+                        }
+                    } else {
+                        Placement::Split { fast_percent: 40 }
+                    },
                     home_pool: PoolId(i as u16 % 2),
+                    fast_pool: Some(PoolId(7)),
                     home_base_chunk: i as u64 * 100,
                     journal_pool: PoolId(0),
                     journal_first_chunk: 5 + i as u64,

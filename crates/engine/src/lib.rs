@@ -17,18 +17,20 @@ mod invariants;
 mod io;
 pub mod journal;
 pub mod layout;
+pub mod monitor;
 mod mount;
 pub mod overlay;
 mod reclaim;
 mod report;
 pub mod sched;
 pub mod stats;
+mod tiering;
 pub mod types;
 mod volume;
 
 pub use config::{
     ConfigError, EngineConfig, InjectedBug, Medium, Placement, PoolConfig, Provisioning,
-    VolumeConfig,
+    TieringConfig, VolumeConfig,
 };
 pub use engine::{Engine, EngineState, StartMode};
 pub use report::{EngineReport, KindReport, PoolReport, VolumeReport};

@@ -382,6 +382,7 @@ impl Engine {
             provisioning: vc.provisioning,
             placement: vc.placement.clone(),
             home_pool: home,
+            fast_pool: vc.fast_pool,
             home_base_chunk,
             journal_pool: meta,
             journal_first_chunk: jfirst,
@@ -425,9 +426,10 @@ impl Engine {
             rec.journal_chunks as u64 * cb,
             header,
         );
-        Volume {
+        let chunks = rec.size_bytes.div_ceil(cb);
+        let mut v = Volume {
             id: VolumeId(self.vols.len() as u32),
-            chunks: rec.size_bytes.div_ceil(cb),
+            chunks,
             rec,
             map,
             overlay,
@@ -438,7 +440,13 @@ impl Engine {
             flush_waiters: Vec::new(),
             checkpoint_wanted: false,
             stats: VolumeStats::default(),
-        }
+            monitor: crate::monitor::Monitor::new(chunks),
+            chunks_on: vec![0; self.pools.len()],
+            hot_candidates: Default::default(),
+            scan_cursor: 0,
+        };
+        v.recount(self.pools.len());
+        v
     }
 
     pub(crate) fn startup_io_done(
@@ -570,6 +578,7 @@ impl Engine {
                 self.startup = None;
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);
+                self.arm_tier_timer(now, out);
                 Ok(())
             }
             Phase::Superblocks => self.after_superblocks(now, out),
@@ -879,6 +888,7 @@ impl Engine {
             vol.journal.checkpoint_chunks = chain.chunks;
             let region = s.regions[v].take().unwrap_or_default();
             self.replay(&mut vol, &region)?;
+            vol.recount(self.pools.len());
             self.vols[v] = vol;
             let mapped = self.vols[v]
                 .map
@@ -907,6 +917,7 @@ impl Engine {
                         ));
                     }
                     rec.placement = vc.placement.clone();
+                    rec.fast_pool = vc.fast_pool;
                 }
                 None => {
                     let id = self

@@ -44,12 +44,20 @@ pub struct VolumeReport {
     pub overlay_extents: u64,
     /// RAM used by the content mapping table and its sub-chunk detail.
     pub map_memory_bytes: u64,
-    pub map_bytes_per_mapped_gib: f64,
+    /// RAM of the mapping table and monitor per chunk of the volume.
+    pub map_bytes_per_chunk: f64,
+    /// The same per GiB of volume (every chunk has an entry, mapped or not).
+    pub map_bytes_per_gib: f64,
     pub journal_commits: u64,
     pub journal_blocks: u64,
     pub journal_pending_records: u64,
     pub checkpoints: u64,
     pub chunks_allocated: u64,
+    pub fast_pool: Option<String>,
+    pub promotions: u64,
+    pub demotions: u64,
+    pub migrated_bytes: u64,
+    pub monitor: crate::monitor::MonitorReport,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -90,15 +98,15 @@ impl Engine {
                 per_pool[p.0 as usize] += 1;
             }
         }
-        let mapped: u64 = per_pool.iter().sum();
-        let mem = vol.map.memory_bytes() + vol.overlay.memory_bytes();
-        let mapped_gib = (mapped * self.cfg.chunk_bytes) as f64 / (1u64 << 30) as f64;
+
+        let mem = vol.map.memory_bytes() + vol.overlay.memory_bytes() + vol.monitor.memory_bytes();
+
         let s = &vol.stats;
         Some(VolumeReport {
             name: vol.rec.name.clone(),
             size_bytes: vol.rec.size_bytes,
             provisioning: format!("{:?}", vol.rec.provisioning).to_lowercase(),
-            placement: format!("{:?}", vol.rec.placement).to_lowercase(),
+            placement: vol.rec.placement.name().to_string(),
             read: (&s.read).into(),
             write: (&s.write).into(),
             flush: (&s.flush).into(),
@@ -114,17 +122,64 @@ impl Engine {
                 .collect(),
             overlay_extents: vol.overlay.len() as u64,
             map_memory_bytes: mem,
-            map_bytes_per_mapped_gib: if mapped_gib > 0.0 {
-                mem as f64 / mapped_gib
-            } else {
-                0.0
-            },
+            map_bytes_per_chunk: mem as f64 / vol.chunks.max(1) as f64,
+            map_bytes_per_gib: mem as f64 / (vol.chunks.max(1) * self.cfg.chunk_bytes) as f64
+                * (1u64 << 30) as f64,
             journal_commits: s.journal_commits,
             journal_blocks: s.journal_blocks,
             journal_pending_records: vol.journal.pending.len() as u64,
             checkpoints: s.checkpoints,
             chunks_allocated: s.chunks_allocated,
+            fast_pool: vol
+                .rec
+                .fast_pool
+                .map(|p| self.cfg.pools[p.0 as usize].name.clone()),
+            promotions: s.promotions,
+            demotions: s.demotions,
+            migrated_bytes: s.migrated_bytes,
+            monitor: self.monitor_report(vol),
         })
+    }
+
+    fn monitor_report(&self, vol: &crate::volume::Volume) -> crate::monitor::MonitorReport {
+        let epoch = self.decay_epoch(self.last_now_ns);
+        let m = &vol.monitor;
+        let mut hot: Vec<(u32, u64)> = (0..vol.chunks)
+            .map(|c| (m.score(c, epoch), c))
+            .filter(|(s, _)| *s > 0)
+            .collect();
+        hot.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let pool_name = |c: u64| {
+            vol.resolve(vol.map.get(c), c)
+                .map_or("unmapped".to_string(), |(p, _)| {
+                    self.cfg.pools[p.0 as usize].name.clone()
+                })
+        };
+        crate::monitor::MonitorReport {
+            sequential_requests: m.sequential_requests,
+            random_requests: m.random_requests,
+            size_histogram: m
+                .size_histogram
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| {
+                    (
+                        if i + 1 == crate::monitor::SIZE_BUCKETS {
+                            format!(">{}", 512u64 << (i - 1))
+                        } else {
+                            format!("<={}", 512u64 << i)
+                        },
+                        *n,
+                    )
+                })
+                .collect(),
+            hottest: hot
+                .into_iter()
+                .take(5)
+                .map(|(s, c)| (c, s, pool_name(c)))
+                .collect(),
+        }
     }
 
     pub fn report(&self) -> EngineReport {

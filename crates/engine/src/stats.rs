@@ -79,6 +79,9 @@ pub struct VolumeStats {
     pub journal_blocks: u64,
     pub checkpoints: u64,
     pub chunks_allocated: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+    pub migrated_bytes: u64,
 }
 
 impl VolumeStats {

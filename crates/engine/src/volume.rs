@@ -32,6 +32,11 @@ pub enum ChunkState {
         failed: bool,
         req: usize,
     },
+    /// Tier migration: the chunk is being copied to `dst`; writes wait, reads use the source.
+    Moving {
+        dst: ChunkLoc,
+        writing: bool,
+    },
 }
 
 /// What is going on in one chunk right now; only chunks with activity have an entry.
@@ -112,6 +117,13 @@ pub struct Volume {
     pub flush_waiters: Vec<usize>,
     pub checkpoint_wanted: bool,
     pub stats: VolumeStats,
+    pub monitor: crate::monitor::Monitor,
+    /// Mapped chunks per pool (thick home chunks count on the home pool).
+    pub chunks_on: Vec<u64>,
+    /// Chunks hot enough to promote, not yet on the fast pool (bounded).
+    pub hot_candidates: std::collections::BTreeSet<u64>,
+    /// Where the demotion scan resumes.
+    pub scan_cursor: u64,
 }
 
 impl Volume {
@@ -122,6 +134,27 @@ impl Volume {
             ChunkLoc::Unmapped => None,
             ChunkLoc::Home => Some((self.rec.home_pool, self.rec.home_base_chunk + chunk)),
             ChunkLoc::At(p, c) => Some((p, c)),
+        }
+    }
+
+    /// Change a chunk's location, keeping the per-pool counts.
+    pub fn set_loc(&mut self, chunk: u64, loc: ChunkLoc) {
+        if let Some((p, _)) = self.resolve(self.map.get(chunk), chunk) {
+            self.chunks_on[p.0 as usize] -= 1;
+        }
+        self.map.set(chunk, loc);
+        if let Some((p, _)) = self.resolve(loc, chunk) {
+            self.chunks_on[p.0 as usize] += 1;
+        }
+    }
+
+    /// Recount `chunks_on` from the map (after recovery).
+    pub fn recount(&mut self, pools: usize) {
+        self.chunks_on = vec![0; pools];
+        for c in 0..self.chunks {
+            if let Some((p, _)) = self.resolve(self.map.get(c), c) {
+                self.chunks_on[p.0 as usize] += 1;
+            }
         }
     }
 

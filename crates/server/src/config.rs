@@ -36,14 +36,18 @@ kind = "hdd"
 [[volume]]
 name = "vm1"
 size = "4g"
-pool = "hdd"
+pool = "hdd"                   # home (capacity) pool
 provisioning = "thin"
+placement = "hot"              # chunks that prove hot move to fast_pool
+fast_pool = "ssd"
 
 [[volume]]
 name = "vm2"
 size = "4g"
 pool = "hdd"
 provisioning = "thin"
+placement = "hot"
+fast_pool = "ssd"
 "#;
 
 #[derive(Deserialize)]
@@ -84,6 +88,10 @@ struct RawVolume {
     pool: Spanned<String>,
     provisioning: Option<Spanned<String>>,
     placement: Option<Spanned<String>>,
+    fast_pool: Option<Spanned<String>>,
+    fast_percent: Option<Spanned<u8>>,
+    fast_budget: Option<Spanned<SizeVal>>,
+    priority: Option<u8>,
     description: Option<String>,
 }
 
@@ -105,6 +113,7 @@ pub struct VolumeDef {
     pub pool: usize,
     pub provisioning: Provisioning,
     pub placement: Placement,
+    pub fast_pool: Option<usize>,
     pub description: String,
 }
 
@@ -309,21 +318,66 @@ impl ServerConfig {
                     );
                 }
             };
+            let fast_pool = match &v.fast_pool {
+                Some(f) => Some(
+                    pools
+                        .iter()
+                        .position(|p| p.name == *f.get_ref())
+                        .map_or_else(
+                            || {
+                                src.err(
+                                    f.span(),
+                                    format!("fast_pool {:?} is not defined", f.get_ref()),
+                                )
+                            },
+                            Ok,
+                        )?,
+                ),
+                None => pools
+                    .iter()
+                    .enumerate()
+                    .position(|(i, p)| i != pool && p.medium == Medium::Ssd),
+            };
+            if let Some(f) = &v.fast_percent
+                && *f.get_ref() > 100
+            {
+                return src.err(f.span(), "fast_percent: expected 0 to 100");
+            }
             let placement = match v.placement.as_ref().map(|s| s.get_ref().as_str()) {
                 None | Some("pinned") => Placement::Pinned,
+                Some("split") => Placement::Split {
+                    fast_percent: v.fast_percent.as_ref().map_or(50, |f| *f.get_ref()),
+                },
+                Some("hot") => Placement::Hot {
+                    fast_budget_bytes: match &v.fast_budget {
+                        Some(b) => src.size(b, "fast_budget")?,
+                        None => 0,
+                    },
+                    priority: v.priority.unwrap_or(0),
+                },
                 Some(o) => {
                     return src.err(
                         v.placement.as_ref().map_or(0..0, |s| s.span()),
-                        format!("placement {o:?}: expected \"pinned\""),
+                        format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
                     );
                 }
             };
+            if placement != Placement::Pinned && fast_pool.is_none_or(|f| f == pool) {
+                return src.err(
+                    v.name.span(),
+                    format!(
+                        "volume {name}: {} placement needs a fast_pool other than its own pool",
+                        placement.name()
+                    ),
+                );
+            }
             volumes.push(VolumeDef {
                 name,
                 size_bytes,
                 pool,
                 provisioning,
                 placement,
+                fast_pool,
                 description: v.description.clone().unwrap_or_default(),
             });
         }
@@ -412,10 +466,7 @@ mod tests {
         assert!(e.to_string().starts_with("c.toml:"), "{e}");
         let e = ServerConfig::parse(
             "c.toml",
-            &DEFAULT_CONFIG.replace(
-                "pool = \"hdd\"\nprovisioning = \"thin\"\n\n[[volume]]",
-                "pool = \"floppy\"\nprovisioning = \"thin\"\n\n[[volume]]",
-            ),
+            &DEFAULT_CONFIG.replacen("pool = \"hdd\"", "pool = \"floppy\"", 1),
         )
         .unwrap_err();
         assert!(e.message.contains("floppy"), "{e}");

@@ -163,6 +163,7 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
                 name: v.name.clone(),
                 size_bytes: v.size_bytes,
                 home_pool: PoolId(v.pool as u16),
+                fast_pool: v.fast_pool.map(|f| PoolId(f as u16)),
                 provisioning: v.provisioning,
                 placement: v.placement.clone(),
             })

@@ -164,8 +164,9 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
                 name: v.name.clone(),
                 size_bytes: v.size_bytes,
                 home_pool: tiervisor_engine::PoolId(v.pool as u16),
+                fast_pool: v.fast_pool.map(|f| tiervisor_engine::PoolId(f as u16)),
                 provisioning: v.provisioning,
-                placement: tiervisor_engine::Placement::Pinned,
+                placement: v.placement.clone(),
             })
             .collect(),
         meta_pool: tiervisor_engine::PoolId(
@@ -176,6 +177,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
         ),
         journal_bytes: sc.journal_bytes,
         commit_interval_ns: sc.commit_interval_ns,
+        tiering: sc.tiering.clone(),
         ..EngineConfig::default()
     }
 }
@@ -426,8 +428,21 @@ impl Simulation {
             if t > self.max_sim_ns || self.failure.is_some() {
                 break;
             }
+            // Once every workload is done, background timers (tier migration, commits)
+            // no longer keep the run going; operations already in flight still finish.
+            if kind == EV_WAKE && self.workloads_done() {
+                continue;
+            }
             self.step(t, kind, payload);
         }
+    }
+
+    fn workloads_done(&self) -> bool {
+        self.t0 > 0
+            && self
+                .vms
+                .iter()
+                .all(|v| v.exhausted && v.outstanding == 0 && v.next.is_none())
     }
 
     /// Run the scenario to the end and report.
@@ -445,6 +460,7 @@ impl Simulation {
                 self.engine.state()
             ));
         }
+        self.prefill()?;
         self.t0 = self.now;
         for vm in 0..self.vms.len() {
             if self.vms[vm].timed {
@@ -462,6 +478,47 @@ impl Simulation {
             return Err(format!("engine failed: {f}"));
         }
         Ok(self.report(wall.elapsed().as_secs_f64()))
+    }
+
+    /// Map the chunks the workloads will touch on `prefill` volumes, as if the disks had
+    /// been written before the run (placed by each volume's policy, no I/O).
+    fn prefill(&mut self) -> Result<(), String> {
+        let cb = self.scenario.chunk_bytes;
+        for (vi, spec) in self.scenario.volumes.iter().enumerate() {
+            if !spec.prefill {
+                continue;
+            }
+            let mut touched = std::collections::BTreeSet::new();
+            for vm in self.scenario.vms.iter().filter(|m| m.volume == vi) {
+                match &vm.workload {
+                    WorkloadSpec::Trace {
+                        trace,
+                        devices,
+                        mode,
+                        ..
+                    } => {
+                        let mut w =
+                            TraceWorkload::new(trace.clone(), devices, *mode, 1, spec.size_bytes);
+                        while let Some(r) = w.next(0) {
+                            if r.len_bytes > 0 {
+                                touched.extend(
+                                    r.offset_bytes / cb..=(r.offset_bytes + r.len_bytes - 1) / cb,
+                                );
+                            }
+                        }
+                    }
+                    WorkloadSpec::Fio(j) => {
+                        touched.extend(
+                            j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb),
+                        );
+                    }
+                }
+            }
+            self.engine
+                .provision(VolumeId(vi as u32), touched)
+                .map_err(|e| format!("prefill of volume {}: {e}", spec.name))?;
+        }
+        Ok(())
     }
 
     fn report(&self, wall_s: f64) -> SimReport {
@@ -511,6 +568,15 @@ impl Simulation {
             volumes.insert(
                 spec.name.clone(),
                 VolumeReport {
+                    placement: spec.placement.name().to_string(),
+                    chunks_by_pool: self
+                        .engine
+                        .volume_report(VolumeId(i as u32))
+                        .map(|r| r.chunks_by_pool.into_iter().collect())
+                        .unwrap_or_default(),
+                    promotions: st.promotions,
+                    demotions: st.demotions,
+                    migrated_bytes: st.migrated_bytes,
                     ios,
                     reads: st.read.requests,
                     writes: st.write.requests,

@@ -75,6 +75,12 @@ impl VmReport {
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct VolumeReport {
+    pub placement: String,
+    /// Mapped chunks per pool at the end of the run.
+    pub chunks_by_pool: BTreeMap<String, u64>,
+    pub promotions: u64,
+    pub demotions: u64,
+    pub migrated_bytes: u64,
     pub ios: u64,
     pub reads: u64,
     pub writes: u64,

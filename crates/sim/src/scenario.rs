@@ -50,6 +50,7 @@ struct RawScenario {
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<u64>,
+    tiering: Option<RawTiering>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
     #[serde(default, rename = "volume")]
@@ -70,11 +71,31 @@ struct RawPool {
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
+struct RawTiering {
+    interval_ms: Option<u64>,
+    max_moves: Option<u32>,
+    bytes_per_s: Option<Spanned<SizeVal>>,
+    decay_s: Option<f64>,
+    promote_min_heat: Option<u32>,
+    hysteresis_pct: Option<u32>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
 struct RawVolume {
     name: Spanned<String>,
     pool: Spanned<String>,
     size: Spanned<SizeVal>,
     provisioning: Option<Spanned<String>>,
+    placement: Option<Spanned<String>>,
+    fast_pool: Option<Spanned<String>>,
+    /// split: percent of chunks on the fast pool.
+    fast_percent: Option<Spanned<u8>>,
+    /// hot: most bytes on the fast pool (0: no limit).
+    fast_budget: Option<Spanned<SizeVal>>,
+    priority: Option<u8>,
+    /// Map the chunks the volume's workloads touch before the run, as an existing disk.
+    prefill: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -130,6 +151,9 @@ pub struct VolumeSpec {
     pub pool: usize,
     pub size_bytes: u64,
     pub provisioning: tiervisor_engine::Provisioning,
+    pub placement: tiervisor_engine::Placement,
+    pub fast_pool: Option<usize>,
+    pub prefill: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +182,7 @@ pub struct Scenario {
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ns: u64,
+    pub tiering: tiervisor_engine::TieringConfig,
     pub pools: Vec<PoolSpec>,
     pub volumes: Vec<VolumeSpec>,
     pub vms: Vec<VmSpec>,
@@ -290,11 +315,66 @@ impl Scenario {
                     );
                 }
             };
+            let fast_pool = match &v.fast_pool {
+                Some(f) => Some(
+                    pools
+                        .iter()
+                        .position(|p| p.name == *f.get_ref())
+                        .map_or_else(
+                            || {
+                                cx.err(
+                                    f.span(),
+                                    format!(
+                                        "unknown pool {:?}; defined pools: {}",
+                                        f.get_ref(),
+                                        names(&pools)
+                                    ),
+                                )
+                            },
+                            Ok,
+                        )?,
+                ),
+                // Default: the first SSD pool other than the home pool.
+                None => pools
+                    .iter()
+                    .enumerate()
+                    .position(|(i, p)| i != pool && p.preset.kind() == DeviceKind::Ssd),
+            };
+            if let Some(f) = &v.fast_percent
+                && *f.get_ref() > 100
+            {
+                return cx.err(f.span(), "fast_percent: expected 0 to 100");
+            }
+            let placement = match v.placement.as_ref().map(|p| p.get_ref().as_str()) {
+                None | Some("pinned") => tiervisor_engine::Placement::Pinned,
+                Some("split") => tiervisor_engine::Placement::Split {
+                    fast_percent: v.fast_percent.as_ref().map_or(50, |f| *f.get_ref()),
+                },
+                Some("hot") => tiervisor_engine::Placement::Hot {
+                    fast_budget_bytes: match &v.fast_budget {
+                        Some(b) => cx.size(b, "fast_budget")?,
+                        None => 0,
+                    },
+                    priority: v.priority.unwrap_or(0),
+                },
+                Some(o) => {
+                    return cx.err(
+                        v.placement.as_ref().map_or(0..0, |p| p.span()),
+                        format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
+                    );
+                }
+            };
+            if placement != tiervisor_engine::Placement::Pinned && fast_pool.is_none() {
+                return cx.err(v.name.span(), format!("volume {:?}: {} placement needs a fast pool (an SSD pool other than its home)", v.name.get_ref(), placement.name()));
+            }
             volumes.push(VolumeSpec {
                 name: v.name.get_ref().clone(),
                 pool,
                 size_bytes,
                 provisioning,
+                placement,
+                fast_pool,
+                prefill: v.prefill.unwrap_or(false),
             });
         }
         let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
@@ -457,6 +537,27 @@ impl Scenario {
             chunk_bytes,
             journal_bytes,
             commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
+            tiering: {
+                let d = tiervisor_engine::TieringConfig::default();
+                match &raw.tiering {
+                    None => d,
+                    Some(t) => tiervisor_engine::TieringConfig {
+                        interval_ns: t
+                            .interval_ms
+                            .map_or(d.interval_ns, |m| m.max(1) * 1_000_000),
+                        max_moves: t.max_moves.unwrap_or(d.max_moves).max(1),
+                        bytes_per_s: match &t.bytes_per_s {
+                            Some(b) => cx.size(b, "bytes_per_s")?,
+                            None => d.bytes_per_s,
+                        },
+                        decay_ns: t
+                            .decay_s
+                            .map_or(d.decay_ns, |x| (x.max(0.001) * 1e9) as u64),
+                        promote_min_heat: t.promote_min_heat.unwrap_or(d.promote_min_heat),
+                        hysteresis_pct: t.hysteresis_pct.unwrap_or(d.hysteresis_pct),
+                    },
+                }
+            },
             pools,
             volumes,
             vms,

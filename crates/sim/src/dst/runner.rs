@@ -123,6 +123,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
             name: format!("v{i}"),
             size_bytes,
             home_pool: PoolId(home as u16),
+            fast_pool: None,
             provisioning: if thick {
                 Provisioning::Thick
             } else {

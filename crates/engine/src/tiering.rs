@@ -1,0 +1,440 @@
+//! Background tier migration (seed 000's "migrate data between SSDs and HDDs").
+//!
+//! `split` placement is static: a chunk goes where its hash says when it is allocated
+//! (or provisioned). Every `interval_ns` the engine reconsiders `hot` placement: `hot`
+//! volumes promote their hottest random chunks to the
+//! fast pool and, when it is full, demote the coldest there if a candidate is hotter by
+//! the hysteresis margin (scaled by volume priority, so a higher-priority volume wins
+//! contested space). Moves are rate-limited by a token bucket and a cap on moves in
+//! flight, so foreground I/O keeps priority.
+//!
+//! A move copies a whole chunk: read the source, write the destination, then switch the
+//! map and journal it. While it runs, writes and trims to the chunk wait (reads use the
+//! source), so no write is lost or left stale. The source is freed only once the switch
+//! record is durable and no operation still targets it (see `reclaim.rs`), so a crash
+//! mid-move leaves the old mapping, intact.
+
+use bytes::Bytes;
+
+use crate::chunkmap::ChunkLoc;
+use crate::config::{Placement, Provisioning};
+use crate::engine::{Engine, EngineState, Owner};
+use crate::journal::Record;
+use crate::layout::chunk_offset;
+use crate::reclaim::Freed;
+use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId, VolumeId};
+use crate::volume::ChunkState;
+
+/// Hot-candidate list bound per volume.
+const MAX_CANDIDATES: usize = 4096;
+/// Chunks examined per tick when looking for the coldest fast-pool chunk.
+const DEMOTE_SCAN: u64 = 512;
+
+/// Whether `split` placement puts chunk `c` of volume `vol_id` on the fast pool.
+pub fn split_selects(vol_id: u32, c: u64, fast_percent: u8) -> bool {
+    let mut z = (vol_id as u64) << 40 ^ c ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    z % 100 < fast_percent as u64
+}
+
+impl Engine {
+    pub(crate) fn decay_epoch(&self, now: u64) -> u16 {
+        (now / self.cfg.tiering.decay_ns.max(1)) as u16
+    }
+
+    /// After a request to a `hot` volume: remember chunks worth promoting.
+    pub(crate) fn note_hot(&mut self, v: u32, off: u64, len: u64, epoch: u16) {
+        let cb = self.cfg.chunk_bytes;
+        let min = self.cfg.tiering.promote_min_heat;
+        let vol = &mut self.vols[v as usize];
+        let Some(fast) = vol.rec.fast_pool else {
+            return;
+        };
+        if len == 0 {
+            return;
+        }
+        for c in off / cb..=((off + len - 1) / cb).min(vol.chunks - 1) {
+            let on_fast = vol
+                .resolve(vol.map.get(c), c)
+                .is_some_and(|(p, _)| p == fast);
+            if !on_fast
+                && vol.hot_candidates.len() < MAX_CANDIDATES
+                && vol.monitor.score(c, epoch) >= min
+            {
+                vol.hot_candidates.insert(c);
+            }
+        }
+    }
+
+    /// Whether a tier tick could have anything to do.
+    fn tier_work(&self) -> bool {
+        self.moves_in_flight > 0
+            || self.vols.iter().any(|v| match v.rec.placement {
+                Placement::Pinned => false,
+                Placement::Split { .. } => false,
+                Placement::Hot { .. } => !v.hot_candidates.is_empty(),
+            })
+    }
+
+    pub(crate) fn arm_tier_timer(&mut self, now: u64, out: &mut Outputs) {
+        if self.tier_timer_at.is_none() && self.state == EngineState::Ready && self.tier_work() {
+            let t = now + self.cfg.tiering.interval_ns;
+            self.tier_timer_at = Some(t);
+            out.wakeups.push(t);
+        }
+    }
+
+    /// Fast-pool chunks volume `v` may hold.
+    fn fast_budget(&self, v: usize) -> u64 {
+        match self.vols[v].rec.placement {
+            Placement::Hot {
+                fast_budget_bytes, ..
+            } if fast_budget_bytes > 0 => fast_budget_bytes / self.cfg.chunk_bytes,
+            _ => u64::MAX,
+        }
+    }
+
+    /// Whether volume `v` may put one more chunk on fast pool `f`.
+    pub(crate) fn hot_has_room(&self, v: usize, f: PoolId) -> bool {
+        self.vols[v].chunks_on[f.0 as usize] < self.fast_budget(v)
+            && self.pools[f.0 as usize].alloc.available_chunks() > 0
+    }
+
+    fn priority(&self, v: usize) -> u32 {
+        match self.vols[v].rec.placement {
+            Placement::Hot { priority, .. } => priority as u32 + 1,
+            _ => 1,
+        }
+    }
+
+    /// Reconsider placement; start moves within the rate limit.
+    pub(crate) fn tier_tick(&mut self, now: u64, out: &mut Outputs) {
+        let t = &self.cfg.tiering;
+        let elapsed = now.saturating_sub(self.tier_last_ns);
+        self.tier_last_ns = now;
+        let burst = (t.bytes_per_s / 4).max(self.cfg.chunk_bytes * 2);
+        self.tier_tokens = (self.tier_tokens
+            + (t.bytes_per_s as u128 * elapsed as u128 / 1_000_000_000) as u64)
+            .min(burst);
+        let epoch = self.decay_epoch(now);
+        let n = self.vols.len();
+        let mut idle = 0;
+        // Round-robin over volumes so none monopolises the budget.
+        while self.moves_in_flight < self.cfg.tiering.max_moves
+            && self.tier_tokens >= self.cfg.chunk_bytes
+            && idle < n
+        {
+            let v = self.tier_rr % n.max(1);
+            self.tier_rr += 1;
+            let started = match self.vols[v].rec.placement {
+                Placement::Pinned => false,
+                Placement::Split { .. } => false,
+                Placement::Hot { .. } => self.hot_step(now, v, epoch, out),
+            };
+            if started {
+                idle = 0;
+            } else {
+                idle += 1;
+            }
+        }
+        self.arm_tier_timer(now, out);
+    }
+
+    /// `hot`: promote the hottest candidate, demoting the coldest fast chunk if needed.
+    fn hot_step(&mut self, now: u64, v: usize, epoch: u16, out: &mut Outputs) -> bool {
+        let Some(fast) = self.vols[v].rec.fast_pool else {
+            return false;
+        };
+        let min = self.cfg.tiering.promote_min_heat;
+        // The hottest candidate still on the slow tier.
+        let vol = &mut self.vols[v];
+        let mut best: Option<(u32, u64)> = None;
+        let mut stale = Vec::new();
+        for &c in &vol.hot_candidates {
+            let on_fast = vol
+                .resolve(vol.map.get(c), c)
+                .is_none_or(|(p, _)| p == fast);
+            let s = vol.monitor.score(c, epoch);
+            if on_fast || s < min {
+                stale.push(c);
+            } else if best.is_none_or(|(bs, _)| s > bs) {
+                best = Some((s, c));
+            }
+        }
+        for c in stale {
+            vol.hot_candidates.remove(&c);
+        }
+        let Some((score, c)) = best else { return false };
+        let room_in_budget = vol.chunks_on[fast.0 as usize] < self.fast_budget(v);
+        if self.hot_has_room(v, fast) {
+            self.vols[v].hot_candidates.remove(&c);
+            return self.start_move(now, v, c, fast, out);
+        }
+        // Full: find the coldest fast chunk, of this volume if over its budget, else of
+        // any `hot` volume on the pool, weighed by priority.
+        let weight = score as u64 * self.priority(v) as u64;
+        let owners: Vec<usize> = if room_in_budget {
+            (0..self.vols.len())
+                .filter(|&w| {
+                    matches!(self.vols[w].rec.placement, Placement::Hot { .. })
+                        && self.vols[w].rec.fast_pool == Some(fast)
+                })
+                .collect()
+        } else {
+            vec![v]
+        };
+        let mut coldest: Option<(u64, usize, u64)> = None;
+        for w in owners {
+            let prio = self.priority(w) as u64;
+            let vol = &mut self.vols[w];
+            for _ in 0..DEMOTE_SCAN.min(vol.chunks) {
+                let d = vol.scan_cursor % vol.chunks;
+                vol.scan_cursor += 1;
+                let on_fast = vol
+                    .resolve(vol.map.get(d), d)
+                    .is_some_and(|(p, _)| p == fast);
+                if on_fast {
+                    let s = vol.monitor.score(d, epoch) as u64 * prio;
+                    if coldest.is_none_or(|(cs, _, _)| s < cs) {
+                        coldest = Some((s, w, d));
+                    }
+                }
+            }
+        }
+        let Some((cold, w, d)) = coldest else {
+            return false;
+        };
+        let margin = 100 + self.cfg.tiering.hysteresis_pct as u64;
+        if weight * 100 > cold.max(1) * margin {
+            let home = self.vols[w].rec.home_pool;
+            return self.start_move(now, w, d, home, out);
+        }
+        false
+    }
+
+    /// Begin moving chunk `c` of volume `v` to pool `dst_pool`. False if not possible now.
+    pub(crate) fn start_move(
+        &mut self,
+        now: u64,
+        v: usize,
+        c: u64,
+        dst_pool: PoolId,
+        out: &mut Outputs,
+    ) -> bool {
+        let cb = self.cfg.chunk_bytes;
+        let vol = &self.vols[v];
+        if vol
+            .activity
+            .get(&c)
+            .is_some_and(|a| a.writes_in_flight > 0 || a.state != ChunkState::Idle)
+        {
+            return false;
+        }
+        let Some((src_pool, src)) = vol.resolve(vol.map.get(c), c) else {
+            return false;
+        };
+        if src_pool == dst_pool {
+            return false;
+        }
+        // Back to a thick volume's home: its reserved slot. Anywhere else: a free chunk.
+        let dst = if dst_pool == vol.rec.home_pool && vol.rec.provisioning == Provisioning::Thick {
+            ChunkLoc::Home
+        } else {
+            let hint = if dst_pool == vol.rec.home_pool {
+                vol.rec.home_base_chunk + c
+            } else {
+                0
+            };
+            match self.pools[dst_pool.0 as usize].alloc.allocate(hint, false) {
+                Some(pc) => ChunkLoc::At(dst_pool, pc),
+                None => return false,
+            }
+        };
+        self.vols[v].activity.entry(c).or_default().state = ChunkState::Moving {
+            dst,
+            writing: false,
+        };
+        self.moves_in_flight += 1;
+        self.tier_tokens = self.tier_tokens.saturating_sub(cb);
+        let off = chunk_offset(src, cb);
+        self.queue_op(
+            now,
+            Owner::Move {
+                vol: v as u32,
+                chunk: c,
+            },
+            src_pool,
+            DevKind::Read,
+            off,
+            cb,
+            false,
+            None,
+            IoClass::Migration,
+            v as u32,
+            out,
+        );
+        true
+    }
+
+    pub(crate) fn move_done(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
+        let cb = self.cfg.chunk_bytes;
+        let vi = v as usize;
+        let Some(ChunkState::Moving { dst, writing }) =
+            self.vols[vi].activity.get(&c).map(|a| a.state)
+        else {
+            return;
+        };
+        if result.is_err() {
+            return self.end_move(now, v, c, None, out);
+        }
+        if !writing {
+            if let Some(a) = self.vols[vi].activity.get_mut(&c) {
+                a.state = ChunkState::Moving { dst, writing: true };
+            }
+            let Some((pool, pc)) = self.vols[vi].resolve(dst, c) else {
+                return self.end_move(now, v, c, None, out);
+            };
+            let off = chunk_offset(pc, cb);
+            self.queue_op(
+                now,
+                Owner::Move { vol: v, chunk: c },
+                pool,
+                DevKind::Write,
+                off,
+                cb,
+                false,
+                data,
+                IoClass::Migration,
+                v,
+                out,
+            );
+            return;
+        }
+        self.end_move(now, v, c, Some(dst), out);
+    }
+
+    /// Finish a move: switch the map (on success) and let waiting writes go.
+    fn end_move(&mut self, now: u64, v: u32, c: u64, done: Option<ChunkLoc>, out: &mut Outputs) {
+        let vi = v as usize;
+        let cb = self.cfg.chunk_bytes;
+        self.moves_in_flight -= 1;
+        let Some(ChunkState::Moving { dst, .. }) = self.vols[vi].activity.get(&c).map(|a| a.state)
+        else {
+            return;
+        };
+        let vol = &mut self.vols[vi];
+        match done {
+            Some(dst) => {
+                let old = vol.map.get(c);
+                let fast = vol.rec.fast_pool;
+                vol.set_loc(c, dst);
+                let seq = vol.journal.append(Record::Map {
+                    chunk: c,
+                    entry: dst.encode(),
+                });
+                if let Some((p, _)) = vol.resolve(dst, c) {
+                    vol.dirty_pools |= 1 << p.0;
+                    if Some(p) == fast {
+                        vol.stats.promotions += 1;
+                    } else {
+                        vol.stats.demotions += 1;
+                    }
+                }
+                vol.stats.migrated_bytes += cb;
+                // A thick volume's home slot stays reserved; anything else is freed.
+                if let ChunkLoc::At(p, pc) = old {
+                    self.defer_free(
+                        Freed::Chunks {
+                            pool: p,
+                            first: pc,
+                            n: 1,
+                        },
+                        smallvec::smallvec![(v, seq)],
+                    );
+                }
+                self.arm_commit_timer(now, out);
+            }
+            None => {
+                // Never referenced by any mapping: give the destination straight back.
+                if let ChunkLoc::At(p, pc) = dst {
+                    self.pools[p.0 as usize].alloc.release(pc);
+                }
+            }
+        }
+        if let Some(a) = self.vols[vi].activity.get_mut(&c) {
+            a.state = ChunkState::Idle;
+        }
+        self.wake_waiters(now, v, c, out);
+    }
+
+    /// Map chunks of a volume as if written before the run, without I/O, by the volume's
+    /// placement (simulation only: nothing is journaled and no data exists).
+    pub fn provision(
+        &mut self,
+        v: VolumeId,
+        chunks: impl IntoIterator<Item = u64>,
+    ) -> Result<(), String> {
+        if self.cfg.track_data {
+            return Err("provisioning without I/O is only for timing simulation".into());
+        }
+        let vi = v.0 as usize;
+        let vol = self.vols.get(vi).ok_or("no such volume")?;
+        let (thick, fast, id, placement, home, base) = (
+            vol.rec.provisioning == Provisioning::Thick,
+            vol.rec.fast_pool,
+            vol.rec.id,
+            vol.rec.placement.clone(),
+            vol.rec.home_pool,
+            vol.rec.home_base_chunk,
+        );
+        for c in chunks {
+            if c >= self.vols[vi].chunks
+                || self.vols[vi].map.get(c)
+                    != if thick {
+                        ChunkLoc::Home
+                    } else {
+                        ChunkLoc::Unmapped
+                    }
+            {
+                continue;
+            }
+            let want_fast = match placement {
+                Placement::Split { fast_percent } => split_selects(id, c, fast_percent),
+                Placement::Hot { .. } => fast.is_some_and(|f| self.hot_has_room(vi, f)),
+                Placement::Pinned => false,
+            };
+            let loc = match (want_fast, fast) {
+                (true, Some(f)) => self.pools[f.0 as usize]
+                    .alloc
+                    .allocate(c, false)
+                    .map(|pc| ChunkLoc::At(f, pc)),
+                _ => None,
+            };
+            let loc = match loc {
+                Some(l) => l,
+                None if thick => continue,
+                None => match self.pools[home.0 as usize].alloc.allocate(base + c, false) {
+                    Some(pc) => ChunkLoc::At(home, pc),
+                    None => {
+                        return Err(format!(
+                            "pool {} is full",
+                            self.cfg.pools[home.0 as usize].name
+                        ));
+                    }
+                },
+            };
+            self.vols[vi].set_loc(c, loc);
+        }
+        Ok(())
+    }
+}
