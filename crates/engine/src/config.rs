@@ -118,15 +118,19 @@ pub enum InjectedBug {
     ReuseFreedImmediately,
     /// Do not zero the rest of a freshly allocated chunk.
     NoZeroFill,
+    /// Let writes to a chunk being tier-migrated go to the source copy, which the move
+    /// may already have read: the write is lost when the map switches.
+    MoveIgnoresWrites,
 }
 
 impl InjectedBug {
-    pub fn all() -> [InjectedBug; 4] {
+    pub fn all() -> [InjectedBug; 5] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
             InjectedBug::ReuseFreedImmediately,
             InjectedBug::NoZeroFill,
+            InjectedBug::MoveIgnoresWrites,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -135,6 +139,7 @@ impl InjectedBug {
             InjectedBug::TrimKeepsData => "trim-keeps-data",
             InjectedBug::ReuseFreedImmediately => "reuse-freed-immediately",
             InjectedBug::NoZeroFill => "no-zero-fill",
+            InjectedBug::MoveIgnoresWrites => "move-ignores-writes",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {

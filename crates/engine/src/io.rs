@@ -246,8 +246,10 @@ impl Engine {
 
     /// Park a piece behind a chunk in transition. Returns true if parked.
     fn park_if_busy(&mut self, key: usize, v: u32, c: u64, s: u64, e: u64) -> bool {
+        let bug = self.cfg.bug == Some(crate::config::InjectedBug::MoveIgnoresWrites);
         if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
             && a.state != ChunkState::Idle
+            && !(bug && matches!(a.state, ChunkState::Moving { .. }))
         {
             a.waiters.push_back(Waiter {
                 req: key,

@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -77,7 +77,8 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.crashes,
                 s.recoveries,
                 s.injected_errors,
-                s.checkpoints
+                s.checkpoints,
+                s.chunk_moves
             );
             Ok(())
         }

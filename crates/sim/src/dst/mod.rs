@@ -48,6 +48,7 @@ pub fn run_range(
                             t.recoveries += st.recoveries;
                             t.injected_errors += st.injected_errors;
                             t.checkpoints += st.checkpoints;
+                            t.chunk_moves += st.chunk_moves;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -13,7 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::{
     DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug,
     Medium, OpId, Outputs, Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedulerKind,
-    StartMode, VmRequest, VolumeConfig, VolumeId,
+    StartMode, TieringConfig, VmRequest, VolumeConfig, VolumeId,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -39,6 +39,8 @@ pub struct DstStats {
     pub recoveries: u64,
     pub injected_errors: u64,
     pub checkpoints: u64,
+    /// Chunks moved between pools by tier migration (promotions plus demotions).
+    pub chunk_moves: u64,
 }
 
 /// A failed run, with everything needed to replay it.
@@ -103,6 +105,10 @@ struct Sim {
 type Fail = String;
 
 fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug>) -> EngineConfig {
+    // Tiering choices come from their own stream, so seeds without it replay exactly as
+    // they did before tiering existed (the regression seeds keep their meaning).
+    let mut trng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7153_u64.rotate_left(40));
+    let tiered = below(&mut trng, 2) == 0;
     let chunk_bytes = [64u64 << 10, 128 << 10, 1 << 20][below(rng, 3) as usize];
     let journal_bytes: u64 = if below(rng, 2) == 0 {
         64 << 10
@@ -119,17 +125,34 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         if thick {
             thick_bytes[home] += size_bytes.div_ceil(chunk_bytes) * chunk_bytes;
         }
+        let placement = if !tiered {
+            Placement::Pinned
+        } else {
+            match below(&mut trng, 4) {
+                0 => Placement::Pinned,
+                1 => Placement::Split {
+                    fast_percent: below(&mut trng, 101) as u8,
+                },
+                _ => Placement::Hot {
+                    // 0: as much as the pool has; else a few chunks, so demotions happen.
+                    fast_budget_bytes: below(&mut trng, 3)
+                        * (1 + below(&mut trng, 4))
+                        * chunk_bytes,
+                    priority: below(&mut trng, 3) as u8,
+                },
+            }
+        };
         volumes.push(VolumeConfig {
             name: format!("v{i}"),
             size_bytes,
             home_pool: PoolId(home as u16),
-            fast_pool: None,
+            fast_pool: (placement != Placement::Pinned).then_some(PoolId(1 - home as u16)),
             provisioning: if thick {
                 Provisioning::Thick
             } else {
                 Provisioning::Thin
             },
-            placement: Placement::Pinned,
+            placement,
         });
     }
     let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
@@ -173,6 +196,15 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         commit_interval_ns: (1 + below(rng, 50)) * 1_000_000,
         discard_freed: below(rng, 2) == 0,
         bug,
+        // Aggressive migration, so moves overlap writes, trims, crashes and faults.
+        tiering: TieringConfig {
+            interval_ns: (1 + below(&mut trng, 20)) * 1_000_000,
+            max_moves: 1 + below(&mut trng, 4) as u32,
+            bytes_per_s: 1 << 30,
+            decay_ns: (10 + below(&mut trng, 500)) * 1_000_000,
+            promote_min_heat: 1 + below(&mut trng, 2) as u32,
+            hysteresis_pct: below(&mut trng, 60) as u32,
+        },
         ..EngineConfig::default()
     }
 }
@@ -519,13 +551,7 @@ impl Sim {
             );
         }
         self.stats.crashes += 1;
-        self.stats.checkpoints += self
-            .engine
-            .report()
-            .volumes
-            .iter()
-            .map(|v| v.checkpoints)
-            .sum::<u64>();
+        self.fold_engine_counters();
         for p in 0..self.devs.len() {
             let ops: Vec<&DeviceOp> = self
                 .in_flight_ops
@@ -542,6 +568,14 @@ impl Sim {
         self.reqs.clear();
         self.engine = Engine::new(self.engine_cfg.clone()).map_err(|e| e.to_string())?;
         self.recover()
+    }
+
+    /// Add the engine's counters to the run's totals (a new engine starts them at zero).
+    fn fold_engine_counters(&mut self) {
+        for v in self.engine.report().volumes {
+            self.stats.checkpoints += v.checkpoints;
+            self.stats.chunk_moves += v.promotions + v.demotions;
+        }
     }
 
     fn recover(&mut self) -> Result<(), Fail> {
@@ -662,15 +696,8 @@ pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
     let mut sim = Sim::new(cfg.clone()).map_err(|m| fail(0, m))?;
     match sim.run() {
         Ok(()) => {
-            let mut s = sim.stats.clone();
-            s.checkpoints += sim
-                .engine
-                .report()
-                .volumes
-                .iter()
-                .map(|v| v.checkpoints)
-                .sum::<u64>();
-            Ok(s)
+            sim.fold_engine_counters();
+            Ok(sim.stats)
         }
         Err(m) => {
             if sim.trace {
