@@ -87,7 +87,7 @@ impl Default for TieringConfig {
             max_moves: 4,
             bytes_per_s: 64 << 20,
             decay_ns: 10_000_000_000,
-            promote_min_heat: 2,
+            promote_min_heat: 4,
             hysteresis_pct: 50,
         }
     }

@@ -153,6 +153,8 @@ pub struct Engine {
     pub(crate) tier_tokens: u64,
     pub(crate) tier_rr: usize,
     pub(crate) moves_in_flight: u32,
+    /// Demotions in flight out of each pool: room that is on its way.
+    pub(crate) demotions_in_flight: Vec<u32>,
 }
 
 impl Engine {
@@ -173,7 +175,8 @@ impl Engine {
                 wait_until: None,
                 background: Default::default(),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let n_pools = pools.len();
         Ok(Engine {
             cfg,
             state: EngineState::New,
@@ -194,6 +197,7 @@ impl Engine {
             tier_tokens: 0,
             tier_rr: 0,
             moves_in_flight: 0,
+            demotions_in_flight: vec![0; n_pools],
         })
     }
 

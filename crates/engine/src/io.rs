@@ -324,7 +324,9 @@ impl Engine {
                 (f, c)
             }
             // New data starts on the fast pool while it (and the budget) has room.
-            (crate::config::Placement::Hot { .. }, Some(f)) if self.hot_has_room(v as usize, f) => {
+            (crate::config::Placement::Hot { .. }, Some(f))
+                if self.hot_places_new_on_fast(v as usize, f) =>
+            {
                 (f, c)
             }
             _ => home,

@@ -88,6 +88,15 @@ impl Engine {
         self.vols.get(v.0 as usize).map(|v| &v.stats)
     }
 
+    /// Where chunk `chunk` of volume `v` lives: pool and physical chunk (None: unmapped).
+    pub fn chunk_location(&self, v: VolumeId, chunk: u64) -> Option<(crate::types::PoolId, u64)> {
+        let vol = self.vols.get(v.0 as usize)?;
+        if chunk >= vol.chunks {
+            return None;
+        }
+        vol.resolve(vol.map.get(chunk), chunk)
+    }
+
     pub fn volume_report(&self, v: VolumeId) -> Option<VolumeReport> {
         let vol = self.vols.get(v.0 as usize)?;
         let mut per_pool = vec![0u64; self.pools.len()];
@@ -99,7 +108,12 @@ impl Engine {
             }
         }
 
-        let mem = vol.map.memory_bytes() + vol.overlay.memory_bytes() + vol.monitor.memory_bytes();
+        // Promotion candidates: a bounded set, about 16 bytes an entry in a B-tree.
+        let candidates = vol.hot_candidates.len() as u64 * 16;
+        let mem = vol.map.memory_bytes()
+            + vol.overlay.memory_bytes()
+            + vol.monitor.memory_bytes()
+            + candidates;
 
         let s = &vol.stats;
         Some(VolumeReport {

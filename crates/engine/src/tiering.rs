@@ -96,10 +96,27 @@ impl Engine {
         }
     }
 
-    /// Whether volume `v` may put one more chunk on fast pool `f`.
+    /// Whether volume `v` may put one more chunk on fast pool `f` by promotion.
     pub(crate) fn hot_has_room(&self, v: usize, f: PoolId) -> bool {
         self.vols[v].chunks_on[f.0 as usize] < self.fast_budget(v)
             && self.pools[f.0 as usize].alloc.available_chunks() > 0
+    }
+
+    /// Whether a new chunk of `hot` volume `v` starts on fast pool `f`: only while the
+    /// volume is under its share of the pool (weighted by priority among the `hot`
+    /// volumes using it), so the first volume to write cannot take the whole pool before
+    /// the monitor knows anything. Promotion may go beyond the share into free room.
+    pub(crate) fn hot_places_new_on_fast(&self, v: usize, f: PoolId) -> bool {
+        let weights: u64 = (0..self.vols.len())
+            .filter(|&w| {
+                matches!(self.vols[w].rec.placement, Placement::Hot { .. })
+                    && self.vols[w].rec.fast_pool == Some(f)
+            })
+            .map(|w| self.priority(w) as u64)
+            .sum();
+        let pool_chunks = self.pools[f.0 as usize].alloc.chunks();
+        let share = pool_chunks * self.priority(v) as u64 / weights.max(1);
+        self.vols[v].chunks_on[f.0 as usize] < share && self.hot_has_room(v, f)
     }
 
     fn priority(&self, v: usize) -> u32 {
@@ -172,6 +189,10 @@ impl Engine {
             self.vols[v].hot_candidates.remove(&c);
             return self.start_move(now, v, c, fast, out);
         }
+        // Room is already being made: promote when it lands rather than demote more.
+        if self.demotions_in_flight[fast.0 as usize] > 0 {
+            return false;
+        }
         // Full: find the coldest fast chunk, of this volume if over its budget, else of
         // any `hot` volume on the pool, weighed by priority.
         let weight = score as u64 * self.priority(v) as u64;
@@ -238,6 +259,7 @@ impl Engine {
         if src_pool == dst_pool {
             return false;
         }
+        let is_demotion = dst_pool == vol.rec.home_pool;
         // Back to a thick volume's home: its reserved slot. Anywhere else: a free chunk.
         let dst = if dst_pool == vol.rec.home_pool && vol.rec.provisioning == Provisioning::Thick {
             ChunkLoc::Home
@@ -257,6 +279,9 @@ impl Engine {
             writing: false,
         };
         self.moves_in_flight += 1;
+        if is_demotion {
+            self.demotions_in_flight[src_pool.0 as usize] += 1;
+        }
         self.tier_tokens = self.tier_tokens.saturating_sub(cb);
         let off = chunk_offset(src, cb);
         self.queue_op(
@@ -332,6 +357,13 @@ impl Engine {
         else {
             return;
         };
+        let vol = &mut self.vols[vi];
+        let is_demotion = vol
+            .resolve(dst, c)
+            .is_some_and(|(p, _)| p == vol.rec.home_pool);
+        if is_demotion && let Some((src, _)) = vol.resolve(vol.map.get(c), c) {
+            self.demotions_in_flight[src.0 as usize] -= 1;
+        }
         let vol = &mut self.vols[vi];
         match done {
             Some(dst) => {
@@ -410,7 +442,7 @@ impl Engine {
             }
             let want_fast = match placement {
                 Placement::Split { fast_percent } => split_selects(id, c, fast_percent),
-                Placement::Hot { .. } => fast.is_some_and(|f| self.hot_has_room(vi, f)),
+                Placement::Hot { .. } => fast.is_some_and(|f| self.hot_places_new_on_fast(vi, f)),
                 Placement::Pinned => false,
             };
             let loc = match (want_fast, fast) {

@@ -483,37 +483,11 @@ impl Simulation {
     /// Map the chunks the workloads will touch on `prefill` volumes, as if the disks had
     /// been written before the run (placed by each volume's policy, no I/O).
     fn prefill(&mut self) -> Result<(), String> {
-        let cb = self.scenario.chunk_bytes;
         for (vi, spec) in self.scenario.volumes.iter().enumerate() {
             if !spec.prefill {
                 continue;
             }
-            let mut touched = std::collections::BTreeSet::new();
-            for vm in self.scenario.vms.iter().filter(|m| m.volume == vi) {
-                match &vm.workload {
-                    WorkloadSpec::Trace {
-                        trace,
-                        devices,
-                        mode,
-                        ..
-                    } => {
-                        let mut w =
-                            TraceWorkload::new(trace.clone(), devices, *mode, 1, spec.size_bytes);
-                        while let Some(r) = w.next(0) {
-                            if r.len_bytes > 0 {
-                                touched.extend(
-                                    r.offset_bytes / cb..=(r.offset_bytes + r.len_bytes - 1) / cb,
-                                );
-                            }
-                        }
-                    }
-                    WorkloadSpec::Fio(j) => {
-                        touched.extend(
-                            j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb),
-                        );
-                    }
-                }
-            }
+            let touched = self.scenario.touched_chunks(vi);
             self.engine
                 .provision(VolumeId(vi as u32), touched)
                 .map_err(|e| format!("prefill of volume {}: {e}", spec.name))?;
@@ -560,6 +534,7 @@ impl Simulation {
                 .max()
                 .unwrap_or(t0);
             let exec = secs(last.saturating_sub(t0));
+            let er = self.engine.volume_report(VolumeId(i as u32));
             let ios = st.read.requests
                 + st.write.requests
                 + st.flush.requests
@@ -569,11 +544,12 @@ impl Simulation {
                 spec.name.clone(),
                 VolumeReport {
                     placement: spec.placement.name().to_string(),
-                    chunks_by_pool: self
-                        .engine
-                        .volume_report(VolumeId(i as u32))
-                        .map(|r| r.chunks_by_pool.into_iter().collect())
+                    chunks_by_pool: er
+                        .as_ref()
+                        .map(|r| r.chunks_by_pool.iter().cloned().collect())
                         .unwrap_or_default(),
+                    map_memory_bytes: er.as_ref().map_or(0, |r| r.map_memory_bytes),
+                    map_bytes_per_chunk: er.as_ref().map_or(0.0, |r| r.map_bytes_per_chunk),
                     promotions: st.promotions,
                     demotions: st.demotions,
                     migrated_bytes: st.migrated_bytes,

@@ -5,6 +5,7 @@
 pub mod driver;
 pub mod dst;
 pub mod report;
+pub mod reproduce;
 pub mod scenario;
 
 pub use driver::{RunOptions, Simulation};

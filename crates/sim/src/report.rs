@@ -78,6 +78,9 @@ pub struct VolumeReport {
     pub placement: String,
     /// Mapped chunks per pool at the end of the run.
     pub chunks_by_pool: BTreeMap<String, u64>,
+    /// RAM of the content mapping table and the monitor for this volume.
+    pub map_memory_bytes: u64,
+    pub map_bytes_per_chunk: f64,
     pub promotions: u64,
     pub demotions: u64,
     pub migrated_bytes: u64,

@@ -38,7 +38,9 @@ use serde::Deserialize;
 use tiervisor_conf::{SizeVal, Source, Spanned};
 use tiervisor_engine::{Medium, SchedulerKind};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
-use tiervisor_workload::{FioJob, FioRw, ReplayMode, Trace, TraceFormat, WorkloadError};
+use tiervisor_workload::{
+    FioJob, FioRw, ReplayMode, Trace, TraceFormat, TraceWorkload, Workload, WorkloadError,
+};
 
 /// An error in a scenario: `file:line: message`.
 pub type ScenarioError = WorkloadError;
@@ -189,6 +191,37 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// The chunks of volume `vi` its VMs' workloads touch (traces replayed once).
+    pub fn touched_chunks(&self, vi: usize) -> std::collections::BTreeSet<u64> {
+        let cb = self.chunk_bytes;
+        let size_bytes = self.volumes[vi].size_bytes;
+        let mut touched = std::collections::BTreeSet::new();
+        for vm in self.vms.iter().filter(|m| m.volume == vi) {
+            match &vm.workload {
+                WorkloadSpec::Trace {
+                    trace,
+                    devices,
+                    mode,
+                    ..
+                } => {
+                    let mut w = TraceWorkload::new(trace.clone(), devices, *mode, 1, size_bytes);
+                    while let Some(r) = w.next(0) {
+                        if r.len_bytes > 0 {
+                            touched.extend(
+                                r.offset_bytes / cb..=(r.offset_bytes + r.len_bytes - 1) / cb,
+                            );
+                        }
+                    }
+                }
+                WorkloadSpec::Fio(j) => {
+                    touched
+                        .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
+                }
+            }
+        }
+        touched
+    }
+
     /// Read and validate a scenario file. Trace paths are relative to the file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let file = path.display().to_string();

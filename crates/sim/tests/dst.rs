@@ -23,7 +23,7 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "injected errors: {}",
         s.injected_errors
     );
-        assert!(s.checkpoints > 100, "checkpoints: {}", s.checkpoints);
+    assert!(s.checkpoints > 100, "checkpoints: {}", s.checkpoints);
     // Half the seeds run split/hot volumes with aggressive tier migration.
     assert!(s.chunk_moves > CI_SEEDS, "chunk moves: {}", s.chunk_moves);
     assert!(

@@ -2,6 +2,7 @@
 
 mod cmd_dst;
 mod cmd_model;
+mod cmd_reproduce;
 mod cmd_serve;
 mod cmd_sim;
 mod cmd_trace;
@@ -52,6 +53,11 @@ enum Cmd {
     },
     /// Run the presets through the papers' micro-benchmarks: model vs published.
     Calibrate(cmd_model::CalibrateArgs),
+    /// Reproduce a paper's experiment in simulation, from the scenarios in `scenarios/`.
+    Reproduce {
+        #[command(subcommand)]
+        cmd: cmd_reproduce::ReproduceCmd,
+    },
 }
 
 /// An error with the exit status it deserves.
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Trace { cmd } => cmd_trace::run(cmd),
         Cmd::Model { cmd } => cmd_model::run(cmd),
         Cmd::Calibrate(a) => cmd_model::calibrate(a),
+        Cmd::Reproduce { cmd } => cmd_reproduce::run(cmd),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -168,7 +168,8 @@ pub struct TraceInfo {
     pub write_bytes: u64,
     pub mean_size_bytes: f64,
     /// Request count by size, in power-of-two buckets ("<=4096" etc.).
-    pub size_histogram: BTreeMap<String, u64>,
+    /// In increasing size order.
+    pub size_histogram: Vec<(String, u64)>,
     pub span_s: f64,
     pub first_offset_bytes: u64,
     pub last_byte: u64,
@@ -386,7 +387,10 @@ mod tests {
         let i = t.info();
         assert_eq!((i.requests, i.reads, i.writes), (3, 2, 1));
         assert_eq!(i.devices[&0].requests, 2);
-        assert_eq!(i.size_histogram["<=4096"], 2);
+        assert_eq!(
+            i.size_histogram,
+            vec![("<=4096".to_string(), 2), ("<=8192".to_string(), 1)]
+        );
     }
 
     #[test]

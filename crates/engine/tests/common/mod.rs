@@ -1,0 +1,253 @@
+//! A test rig: the engine on in-memory devices that complete operations in order,
+//! either all at once (`drain`) or held for the test to release (`hold`).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use tiervisor_engine::*;
+
+pub const MIB: u64 = 1 << 20;
+
+pub struct Rig {
+    pub engine: Engine,
+    pub cfg: EngineConfig,
+    pub devs: Vec<Vec<u8>>,
+    pub now: u64,
+    pub done: Vec<VmCompletion>,
+    pub events: Vec<EngineEvent>,
+    pub next_id: u64,
+    /// While set, device operations wait in `held` until released.
+    pub hold: bool,
+    pub held: VecDeque<DeviceOp>,
+}
+
+pub fn config(journal_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        system_uuid: [9; 16],
+        journal_bytes,
+        pools: vec![
+            PoolConfig {
+                name: "ssd".into(),
+                medium: Medium::Ssd,
+                capacity_bytes: 64 * MIB,
+                queue_depth: 8,
+                scheduler: SchedulerKind::Fifo,
+            },
+            PoolConfig {
+                name: "hdd".into(),
+                medium: Medium::Hdd,
+                capacity_bytes: 96 * MIB,
+                queue_depth: 2,
+                scheduler: SchedulerKind::Fifo,
+            },
+        ],
+        volumes: vec![
+            VolumeConfig {
+                name: "thin".into(),
+                size_bytes: 40 * MIB,
+                home_pool: PoolId(1),
+                fast_pool: None,
+                provisioning: Provisioning::Thin,
+                placement: Placement::Pinned,
+            },
+            VolumeConfig {
+                name: "thick".into(),
+                size_bytes: 20 * MIB,
+                home_pool: PoolId(0),
+                fast_pool: None,
+                provisioning: Provisioning::Thick,
+                placement: Placement::Pinned,
+            },
+        ],
+        ..EngineConfig::default()
+    }
+}
+
+impl Rig {
+    pub fn new(cfg: EngineConfig) -> Rig {
+        let devs = cfg
+            .pools
+            .iter()
+            .map(|p| vec![0xEE; p.capacity_bytes as usize])
+            .collect();
+        let mut r = Rig {
+            engine: Engine::new(cfg.clone()).unwrap(),
+            cfg,
+            devs,
+            now: 0,
+            done: vec![],
+            events: vec![],
+            next_id: 1,
+            hold: false,
+            held: VecDeque::new(),
+        };
+        r.start();
+        r
+    }
+
+    pub fn start(&mut self) {
+        let mut out = Outputs::default();
+        self.engine.start(self.now, StartMode::Auto, &mut out);
+        self.drain(out);
+        assert_eq!(
+            self.engine.state(),
+            &EngineState::Ready,
+            "events: {:?}",
+            self.events
+        );
+    }
+
+    /// Lose the engine (as in kill -9); devices keep what was written.
+    pub fn crash_and_mount(&mut self) {
+        // Held operations never happened.
+        self.held.clear();
+        self.hold = false;
+        self.engine = Engine::new(self.cfg.clone()).unwrap();
+        self.events.clear();
+        self.start();
+    }
+
+    pub fn drain(&mut self, mut out: Outputs) {
+        let mut q: VecDeque<DeviceOp> = VecDeque::new();
+        loop {
+            if self.hold {
+                self.held.extend(out.ops.drain(..));
+            } else {
+                q.extend(out.ops.drain(..));
+            }
+            self.done.append(&mut out.completions);
+            self.events.append(&mut out.events);
+            let Some(op) = q.pop_front() else { break };
+            self.execute(op, &mut out);
+        }
+    }
+
+    /// Complete the oldest held operation (its follow-ups are held too while `hold`).
+    pub fn release_one(&mut self) -> Option<DeviceOp> {
+        let op = self.held.pop_front()?;
+        let mut out = Outputs::default();
+        self.execute(op.clone(), &mut out);
+        self.drain(out);
+        Some(op)
+    }
+
+    /// Submit without waiting for completion.
+    pub fn submit(
+        &mut self,
+        vol: &str,
+        kind: ReqKind,
+        off: u64,
+        payload: Option<&[u8]>,
+        len: u64,
+    ) -> u64 {
+        let v = self.engine.volume_id(vol).unwrap();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut r = VmRequest::new(id, v, kind, off, len);
+        r.payload = payload.map(Bytes::copy_from_slice);
+        let mut out = Outputs::default();
+        self.engine.submit(self.now, r, &mut out);
+        self.drain(out);
+        id
+    }
+
+    /// The completion of request `id`, if it has completed.
+    pub fn take_done(&mut self, id: u64) -> Option<VmCompletion> {
+        let i = self.done.iter().position(|c| c.id == id)?;
+        Some(self.done.remove(i))
+    }
+
+    fn execute(&mut self, op: DeviceOp, out: &mut Outputs) {
+        {
+            self.now += 1000;
+            let dev = &mut self.devs[op.pool.0 as usize];
+            let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
+            let mut data = None;
+            match op.kind {
+                DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
+                DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),
+                DevKind::WriteZeroes | DevKind::Discard => dev[o..o + l].fill(0),
+                DevKind::Flush => {}
+            }
+            self.engine.device_done(
+                self.now,
+                DeviceCompletion {
+                    id: op.id,
+                    result: Ok(()),
+                    data,
+                },
+                out,
+            );
+        }
+    }
+
+    pub fn req(
+        &mut self,
+        vol: &str,
+        kind: ReqKind,
+        off: u64,
+        len: u64,
+        payload: Option<Bytes>,
+    ) -> VmCompletion {
+        let v = self.engine.volume_id(vol).unwrap();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut r = VmRequest::new(id, v, kind, off, len);
+        r.payload = payload;
+        let mut out = Outputs::default();
+        self.engine.submit(self.now, r, &mut out);
+        self.drain(out);
+        let i = self
+            .done
+            .iter()
+            .position(|c| c.id == id)
+            .expect("request completed");
+        self.done.remove(i)
+    }
+
+    pub fn write(&mut self, vol: &str, off: u64, data: &[u8]) {
+        let c = self.req(
+            vol,
+            ReqKind::Write,
+            off,
+            data.len() as u64,
+            Some(Bytes::copy_from_slice(data)),
+        );
+        assert_eq!(
+            c.result,
+            Ok(()),
+            "write of {} bytes at {off} to {vol}",
+            data.len()
+        );
+    }
+
+    pub fn read(&mut self, vol: &str, off: u64, len: u64) -> Vec<u8> {
+        let mut got = Vec::with_capacity(len as usize);
+        // Stay under the 32 MiB request limit.
+        for o in (off..off + len).step_by(8 * MIB as usize) {
+            let n = (off + len - o).min(8 * MIB);
+            let c = self.req(vol, ReqKind::Read, o, n, None);
+            assert_eq!(c.result, Ok(()), "read of {n} bytes at {o} from {vol}");
+            got.extend_from_slice(&c.data.unwrap());
+        }
+        got
+    }
+
+    pub fn flush(&mut self, vol: &str) {
+        assert_eq!(self.req(vol, ReqKind::Flush, 0, 0, None).result, Ok(()));
+    }
+
+    pub fn tick(&mut self, dt: u64) {
+        self.now += dt;
+        let mut out = Outputs::default();
+        self.engine.tick(self.now, &mut out);
+        self.drain(out);
+    }
+}
+
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_mul(31).wrapping_add((i % 251) as u8))
+        .collect()
+}

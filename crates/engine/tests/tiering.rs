@@ -1,0 +1,158 @@
+//! Tier migration on in-memory devices: a hot chunk is promoted and a cold one demoted,
+//! writes that arrive during a move are not lost, and a crash at any point of a move
+//! leaves the data intact (on one copy or the other).
+
+mod common;
+
+use common::*;
+use tiervisor_engine::*;
+
+const SSD: PoolId = PoolId(0);
+const HDD: PoolId = PoolId(1);
+
+/// One `hot` volume on the HDD whose SSD budget is a single chunk: chunk 0 (written
+/// first) takes it, so promoting anything else needs a demotion.
+fn hot_config() -> EngineConfig {
+    let mut cfg = config(1 << 20);
+    cfg.volumes[0].placement = Placement::Hot {
+        fast_budget_bytes: MIB,
+        priority: 0,
+    };
+    cfg.volumes[0].fast_pool = Some(SSD);
+    cfg.tiering = TieringConfig {
+        interval_ns: 10_000_000,
+        max_moves: 2,
+        bytes_per_s: 1 << 30,
+        decay_ns: 10_000_000_000,
+        promote_min_heat: 4,
+        hysteresis_pct: 50,
+    };
+    cfg
+}
+
+fn loc(r: &Rig, chunk: u64) -> Option<PoolId> {
+    let v = r.engine.volume_id("thin").unwrap();
+    r.engine.chunk_location(v, chunk).map(|(p, _)| p)
+}
+
+/// Chunk 0 on the SSD, chunk 5 on the HDD and hot.
+fn setup() -> (Rig, Vec<u8>, Vec<u8>) {
+    let mut r = Rig::new(hot_config());
+    let cold = pattern(1, MIB as usize);
+    let hot = pattern(2, MIB as usize);
+    r.write("thin", 0, &cold);
+    r.write("thin", 5 * MIB, &hot);
+    assert_eq!(loc(&r, 0), Some(SSD), "new data starts on the fast pool");
+    assert_eq!(loc(&r, 5), Some(HDD), "the budget is full");
+    // Random reads (the monitor discounts sequential ones, which a disk serves well).
+    for i in 0..10u64 {
+        let o = (i * 37 * 4096) % MIB;
+        assert_eq!(
+            r.read("thin", 5 * MIB + o, 4096),
+            &hot[o as usize..][..4096]
+        );
+    }
+    (r, cold, hot)
+}
+
+#[test]
+fn hot_chunk_is_promoted_cold_one_demoted_and_it_survives_a_crash() {
+    let (mut r, cold, hot) = setup();
+    for _ in 0..10 {
+        r.tick(20_000_000);
+    }
+    assert_eq!(loc(&r, 5), Some(SSD), "the hot chunk was promoted");
+    assert_eq!(loc(&r, 0), Some(HDD), "the cold chunk was demoted");
+    let rep = r
+        .engine
+        .volume_report(r.engine.volume_id("thin").unwrap())
+        .unwrap();
+    assert_eq!((rep.promotions, rep.demotions), (1, 1));
+    assert_eq!(rep.migrated_bytes, 2 * MIB);
+    assert_eq!(r.read("thin", 0, MIB), cold);
+    assert_eq!(r.read("thin", 5 * MIB, MIB), hot);
+    // The moves were journaled: after a crash the map still says where the data went.
+    r.tick(2_000_000_000);
+    r.crash_and_mount();
+    assert_eq!(loc(&r, 5), Some(SSD));
+    assert_eq!(loc(&r, 0), Some(HDD));
+    assert_eq!(r.read("thin", 0, MIB), cold);
+    assert_eq!(r.read("thin", 5 * MIB, MIB), hot);
+    r.engine.check_invariants().unwrap();
+}
+
+/// Start the demotion of chunk 0 and stop with its first device operation held.
+fn start_demotion(r: &mut Rig) {
+    r.hold = true;
+    r.tick(20_000_000);
+    assert!(
+        r.held
+            .iter()
+            .any(|op| op.pool == SSD && op.kind == DevKind::Read && op.len_bytes == MIB),
+        "a demotion read of chunk 0 is in flight: {:?}",
+        r.held
+    );
+}
+
+#[test]
+fn writes_during_a_move_are_not_lost() {
+    let (mut r, mut cold, _) = setup();
+    start_demotion(&mut r);
+    // Let the source read complete, so the move holds a copy of the old data.
+    let op = r.release_one().unwrap();
+    assert_eq!((op.pool, op.kind), (SSD, DevKind::Read));
+    let new = pattern(9, 10_000);
+    let id = r.submit("thin", ReqKind::Write, 12_345, Some(&new), new.len() as u64);
+    cold[12_345..22_345].copy_from_slice(&new);
+    assert!(
+        !r.held
+            .iter()
+            .any(|op| op.kind == DevKind::Write && op.len_bytes < MIB),
+        "the write waits for the move instead of going to the old copy: {:?}",
+        r.held
+    );
+    while r.release_one().is_some() {}
+    r.hold = false;
+    let done = r.take_done(id).expect("the write completed after the move");
+    assert_eq!(done.result, Ok(()));
+    assert_eq!(loc(&r, 0), Some(HDD), "the move finished");
+    assert_eq!(
+        r.read("thin", 0, MIB),
+        cold,
+        "the write made during the move is there"
+    );
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 0, MIB), cold);
+}
+
+#[test]
+fn a_crash_at_any_point_of_a_move_loses_nothing() {
+    // Crash after 0, 1, 2, ... device operations of the move (and of what follows it:
+    // the map switch's journal write and flushes).
+    let mut seen = Vec::new();
+    for n in 0..16 {
+        let (mut r, cold, hot) = setup();
+        r.flush("thin");
+        start_demotion(&mut r);
+        // A step completes one device operation, or lets time pass (the map switch is
+        // committed by the journal's timer).
+        for _ in 0..n {
+            if r.release_one().is_none() {
+                r.tick(300_000_000);
+            }
+        }
+        r.crash_and_mount();
+        let at = loc(&r, 0);
+        assert!(at == Some(SSD) || at == Some(HDD), "after {n} ops: {at:?}");
+        seen.push(at);
+        assert_eq!(r.read("thin", 0, MIB), cold, "chunk 0 after {n} ops");
+        assert_eq!(r.read("thin", 5 * MIB, MIB), hot, "chunk 5 after {n} ops");
+        r.engine
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("after {n} ops: {e}"));
+    }
+    // Both sides of the commit point were crashed on.
+    assert_eq!(seen.first(), Some(&Some(SSD)));
+    assert_eq!(seen.last(), Some(&Some(HDD)), "{seen:?}");
+}

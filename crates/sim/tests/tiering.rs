@@ -1,0 +1,124 @@
+//! Seed 000's experiment from `scenarios/tiering/`: the scenarios give `split` and `hot`
+//! SSD room for half of what the traces touch, and the results keep the paper's order.
+
+mod common;
+
+use std::path::Path;
+
+use tiervisor_sim::reproduce::tiering;
+use tiervisor_sim::{RunOptions, Scenario, Simulation};
+
+const MIB: u64 = 1 << 20;
+
+fn tiering_dir() -> Option<std::path::PathBuf> {
+    common::shared_traces()?;
+    Some(common::scenarios_dir().join("tiering"))
+}
+
+#[test]
+fn split_and_hot_get_ssd_room_for_half_the_touched_chunks() {
+    let Some(dir) = tiering_dir() else { return };
+    let mut checked = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.ends_with("-split.toml") || name.ends_with("-hot.toml")) {
+            continue;
+        }
+        let sc = Scenario::load(&path).unwrap();
+        let touched: u64 = (0..sc.volumes.len())
+            .map(|v| sc.touched_chunks(v).len() as u64)
+            .sum();
+        let ssd = sc.pools.iter().find(|p| p.name == "ssd").unwrap();
+        // The first MiB of a pool holds its superblock.
+        let data_chunks = (ssd.capacity_bytes - MIB) / sc.chunk_bytes;
+        assert_eq!(data_chunks, touched / 2, "{name}: touched {touched}");
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 16,
+        "split and hot scenarios for 2 traces x 4 VM counts"
+    );
+}
+
+#[test]
+fn reproduce_tiering_keeps_the_papers_order() {
+    let Some(dir) = tiering_dir() else { return };
+    let rows = tiering(&dir, 2).unwrap();
+    assert_eq!(rows.len(), 32);
+    let get = |t: &str, n: u32, c: &str| {
+        rows.iter()
+            .find(|r| r.trace == t && r.vms == n && r.config == c)
+            .unwrap_or_else(|| panic!("no row {t} {n} {c}"))
+    };
+    for t in ["wsrch", "tpcc"] {
+        assert_eq!(get(t, 1, "ssd").normalized, 1.0);
+        // The paper: SSD 10-22x faster than HDD with one VM.
+        let hdd1 = get(t, 1, "hdd").normalized;
+        assert!((5.0..50.0).contains(&hdd1), "{t}: HDD {hdd1}");
+        for n in 1..=4 {
+            let (hdd, ssd, split, hot) = (
+                get(t, n, "hdd"),
+                get(t, n, "ssd"),
+                get(t, n, "split"),
+                get(t, n, "hot"),
+            );
+            assert!(ssd.exec_time_s < split.exec_time_s, "{t} {n}");
+            assert!(split.exec_time_s < hdd.exec_time_s, "{t} {n}");
+            // The monitor-driven policy beats the static split with the same SSD room,
+            // its own migration I/O included.
+            assert!(
+                hot.exec_time_s < split.exec_time_s,
+                "{t} {n}: hot {hot:?} split {split:?}"
+            );
+            assert!(hot.promotions > 0 && hot.migrated_bytes > 0, "{t} {n}");
+            assert_eq!(split.promotions + ssd.promotions + hdd.promotions, 0);
+            if n > 1 {
+                assert!(hdd.exec_time_s > get(t, n - 1, "hdd").exec_time_s);
+            }
+        }
+    }
+}
+
+/// The content mapping table plus the monitor stay within 32 bytes per chunk (32 KiB of
+/// RAM per mapped GiB at 1 MiB chunks), with the monitor busy and migration running.
+#[test]
+fn map_and_monitor_memory_is_at_most_32_bytes_per_chunk() {
+    let text = r#"
+[[pool]]
+name = "ssd"
+model = "intel-320-160g"
+capacity = "8g"
+[[pool]]
+name = "hdd"
+model = "hitachi-7k1000c"
+[[volume]]
+name = "big"
+pool = "hdd"
+size = "256g"
+placement = "hot"
+fast_pool = "ssd"
+prefill = true
+[[vm]]
+volume = "big"
+[vm.fio]
+rw = "randrw"
+bs = "4k"
+iodepth = 4
+size = "16g"
+ios = 20000
+[tiering]
+interval_ms = 10
+promote_min_heat = 1
+"#;
+    let sc = Scenario::parse("mem.toml", text, Path::new(".")).unwrap();
+    let r = Simulation::new(sc, &RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    let v = &r.volumes["big"];
+    assert!(v.promotions > 0, "{v:?}");
+    let chunks = 256 * 1024;
+    assert!(v.map_memory_bytes >= chunks * 16, "{v:?}");
+    assert!(v.map_bytes_per_chunk <= 32.0, "{v:?}");
+}

@@ -1,0 +1,88 @@
+//! `tiervisor reproduce`: paper experiments in simulation.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tiervisor_sim::reproduce;
+
+use crate::Failure;
+
+#[derive(Subcommand)]
+pub enum ReproduceCmd {
+    /// Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split 50/50 and
+    /// hot placement, 1 to 4 VMs; execution time normalized to one VM on SSD only.
+    Tiering(ReproduceArgs),
+}
+
+#[derive(Args)]
+pub struct ReproduceArgs {
+    /// Directory of the experiment's scenarios (default: scenarios/<experiment> of this
+    /// source tree).
+    #[arg(long)]
+    scenarios: Option<PathBuf>,
+    /// Simulations run at once (default: one per CPU).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Print `{"rows": [...]}` instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `scenarios/<name>` under the working directory, else under this source tree.
+fn scenario_dir(given: Option<PathBuf>, name: &str) -> PathBuf {
+    given.unwrap_or_else(|| {
+        let here = PathBuf::from("scenarios").join(name);
+        if here.is_dir() {
+            here
+        } else {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scenarios")
+                .join(name)
+        }
+    })
+}
+
+pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
+    match cmd {
+        ReproduceCmd::Tiering(a) => {
+            let dir = scenario_dir(a.scenarios, "tiering");
+            let jobs = a
+                .jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+            let rows = reproduce::tiering(&dir, jobs).map_err(Failure::input)?;
+            if a.json {
+                let v = serde_json::json!({ "rows": rows });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| Failure::run(e.to_string()))?
+                );
+            } else {
+                println!(
+                    "{:<6} {:>3} {:<6} {:>12} {:>11} {:>11} {:>10} {:>13}",
+                    "trace",
+                    "vms",
+                    "config",
+                    "exec_time_s",
+                    "normalized",
+                    "promotions",
+                    "demotions",
+                    "migrated_MiB"
+                );
+                for r in rows {
+                    println!(
+                        "{:<6} {:>3} {:<6} {:>12.2} {:>11.2} {:>11} {:>10} {:>13.0}",
+                        r.trace,
+                        r.vms,
+                        r.config,
+                        r.exec_time_s,
+                        r.normalized,
+                        r.promotions,
+                        r.demotions,
+                        r.migrated_bytes as f64 / (1u64 << 20) as f64
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
