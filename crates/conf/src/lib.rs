@@ -2,12 +2,14 @@
 //! written with units, and errors that say `file:line: what was expected`.
 
 mod size;
+mod tiering;
 
 use std::fmt;
 use std::ops::Range;
 
 use serde::Deserialize;
 pub use size::parse_size;
+pub use tiering::TieringToml;
 pub use toml::Spanned;
 
 /// A size as written: a number of bytes or a string with a unit (`"4k"`, `"1g"`).

@@ -58,6 +58,8 @@ impl Engine {
             }
             Ok(())
         };
+        let mut moves = 0u32;
+        let mut demoting = vec![0u32; self.pools.len()];
         for v in &self.vols {
             let r = &v.rec;
             for c in 0..r.journal_chunks as u64 {
@@ -159,6 +161,27 @@ impl Engine {
                     r.name, v.chunks_on, counts
                 ));
             }
+            // Tier moves in flight agree with the counters that ration them.
+            let mut promoting = 0;
+            for (&c, a) in &v.activity {
+                if let ChunkState::Moving { dst, .. } = a.state {
+                    moves += 1;
+                    match v.resolve(dst, c) {
+                        Some((p, _)) if p == r.home_pool => {
+                            if let Some((src, _)) = v.resolve(v.map.get(c), c) {
+                                demoting[src.0 as usize] += 1;
+                            }
+                        }
+                        _ => promoting += 1,
+                    }
+                }
+            }
+            if promoting != v.promoting {
+                return Err(format!(
+                    "volume {}: {promoting} promotions in flight but {} counted",
+                    r.name, v.promoting
+                ));
+            }
             if v.map.len() != v.chunks {
                 return Err(format!(
                     "volume {}: map has {} entries for {} chunks",
@@ -167,6 +190,12 @@ impl Engine {
                     v.chunks
                 ));
             }
+        }
+        if moves != self.moves_in_flight || demoting != self.demotions_in_flight {
+            return Err(format!(
+                "{moves} moves in flight ({demoting:?} demotions) but {} counted ({:?})",
+                self.moves_in_flight, self.demotions_in_flight
+            ));
         }
         for (_, f) in self.frees.iter() {
             let Freed::Chunks { pool, first, n } = f.what;

@@ -442,6 +442,7 @@ impl Engine {
             stats: VolumeStats::default(),
             monitor: crate::monitor::Monitor::new(chunks),
             chunks_on: vec![0; self.pools.len()],
+            promoting: 0,
             hot_candidates: Default::default(),
             scan_cursor: 0,
         };

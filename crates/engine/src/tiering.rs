@@ -98,7 +98,7 @@ impl Engine {
 
     /// Whether volume `v` may put one more chunk on fast pool `f` by promotion.
     pub(crate) fn hot_has_room(&self, v: usize, f: PoolId) -> bool {
-        self.vols[v].chunks_on[f.0 as usize] < self.fast_budget(v)
+        self.vols[v].chunks_on[f.0 as usize] + self.vols[v].promoting < self.fast_budget(v)
             && self.pools[f.0 as usize].alloc.available_chunks() > 0
     }
 
@@ -184,7 +184,7 @@ impl Engine {
             vol.hot_candidates.remove(&c);
         }
         let Some((score, c)) = best else { return false };
-        let room_in_budget = vol.chunks_on[fast.0 as usize] < self.fast_budget(v);
+        let room_in_budget = vol.chunks_on[fast.0 as usize] + vol.promoting < self.fast_budget(v);
         if self.hot_has_room(v, fast) {
             self.vols[v].hot_candidates.remove(&c);
             return self.start_move(now, v, c, fast, out);
@@ -281,6 +281,8 @@ impl Engine {
         self.moves_in_flight += 1;
         if is_demotion {
             self.demotions_in_flight[src_pool.0 as usize] += 1;
+        } else {
+            self.vols[v].promoting += 1;
         }
         self.tier_tokens = self.tier_tokens.saturating_sub(cb);
         let off = chunk_offset(src, cb);
@@ -361,7 +363,9 @@ impl Engine {
         let is_demotion = vol
             .resolve(dst, c)
             .is_some_and(|(p, _)| p == vol.rec.home_pool);
-        if is_demotion && let Some((src, _)) = vol.resolve(vol.map.get(c), c) {
+        if !is_demotion {
+            vol.promoting -= 1;
+        } else if let Some((src, _)) = vol.resolve(vol.map.get(c), c) {
             self.demotions_in_flight[src.0 as usize] -= 1;
         }
         let vol = &mut self.vols[vi];

@@ -120,6 +120,8 @@ pub struct Volume {
     pub monitor: crate::monitor::Monitor,
     /// Mapped chunks per pool (thick home chunks count on the home pool).
     pub chunks_on: Vec<u64>,
+    /// Promotions in flight (counted against the fast-pool budget before they land).
+    pub promoting: u64,
     /// Chunks hot enough to promote, not yet on the fast pool (bounded).
     pub hot_candidates: std::collections::BTreeSet<u64>,
     /// Where the demotion scan resumes.

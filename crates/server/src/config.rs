@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tiervisor_conf::{ConfError, SizeVal, Source, Spanned};
+use tiervisor_conf::{ConfError, SizeVal, Source, Spanned, TieringToml};
 use tiervisor_engine::{Medium, Placement, Provisioning, SchedulerKind};
 
 use crate::io::IoKind;
@@ -63,6 +63,7 @@ struct RawConfig {
     commit_interval_ms: Option<u64>,
     io: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
+    tiering: Option<TieringToml>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
     #[serde(default, rename = "volume")]
@@ -128,6 +129,7 @@ pub struct ServerConfig {
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ms: u64,
+    pub tiering: tiervisor_engine::TieringConfig,
     pub io: IoKind,
     pub metadata_pool: usize,
     pub pools: Vec<PoolDef>,
@@ -399,6 +401,7 @@ impl ServerConfig {
             chunk_bytes,
             journal_bytes,
             commit_interval_ms: raw.commit_interval_ms.unwrap_or(1000),
+            tiering: TieringToml::resolve(raw.tiering.as_ref(), &src)?,
             io,
             metadata_pool,
             pools,

@@ -171,6 +171,7 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
         meta_pool: PoolId(cfg.metadata_pool as u16),
         journal_bytes: cfg.journal_bytes,
         commit_interval_ns: cfg.commit_interval_ms * 1_000_000,
+        tiering: cfg.tiering.clone(),
         discard_freed: true,
         ..EngineConfig::default()
     }

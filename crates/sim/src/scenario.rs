@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tiervisor_conf::{SizeVal, Source, Spanned};
+use tiervisor_conf::{SizeVal, Source, Spanned, TieringToml};
 use tiervisor_engine::{Medium, SchedulerKind};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{
@@ -52,7 +52,7 @@ struct RawScenario {
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<u64>,
-    tiering: Option<RawTiering>,
+    tiering: Option<TieringToml>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
     #[serde(default, rename = "volume")]
@@ -69,17 +69,6 @@ struct RawPool {
     capacity: Option<Spanned<SizeVal>>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<String>>,
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct RawTiering {
-    interval_ms: Option<u64>,
-    max_moves: Option<u32>,
-    bytes_per_s: Option<Spanned<SizeVal>>,
-    decay_s: Option<f64>,
-    promote_min_heat: Option<u32>,
-    hysteresis_pct: Option<u32>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -570,27 +559,7 @@ impl Scenario {
             chunk_bytes,
             journal_bytes,
             commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
-            tiering: {
-                let d = tiervisor_engine::TieringConfig::default();
-                match &raw.tiering {
-                    None => d,
-                    Some(t) => tiervisor_engine::TieringConfig {
-                        interval_ns: t
-                            .interval_ms
-                            .map_or(d.interval_ns, |m| m.max(1) * 1_000_000),
-                        max_moves: t.max_moves.unwrap_or(d.max_moves).max(1),
-                        bytes_per_s: match &t.bytes_per_s {
-                            Some(b) => cx.size(b, "bytes_per_s")?,
-                            None => d.bytes_per_s,
-                        },
-                        decay_ns: t
-                            .decay_s
-                            .map_or(d.decay_ns, |x| (x.max(0.001) * 1e9) as u64),
-                        promote_min_heat: t.promote_min_heat.unwrap_or(d.promote_min_heat),
-                        hysteresis_pct: t.hysteresis_pct.unwrap_or(d.hysteresis_pct),
-                    },
-                }
-            },
+            tiering: TieringToml::resolve(raw.tiering.as_ref(), &cx)?,
             pools,
             volumes,
             vms,

@@ -244,6 +244,35 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     vol["checkpoints"].as_u64().unwrap_or(0),
                     vol["map_memory_bytes"].as_u64().unwrap_or(0)
                 );
+                let hottest: Vec<String> = vol["monitor"]["hottest"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|h| {
+                        format!(
+                            "chunk {} (heat {}, {})",
+                            h[0],
+                            h[1],
+                            h[2].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                println!(
+                    "{:<10} placement {}{}: {} promotions, {} demotions, {:.0} MiB migrated; hottest: {}",
+                    "",
+                    vol["placement"].as_str().unwrap_or("?"),
+                    vol["fast_pool"]
+                        .as_str()
+                        .map_or(String::new(), |f| format!(" (fast pool {f})")),
+                    vol["promotions"].as_u64().unwrap_or(0),
+                    vol["demotions"].as_u64().unwrap_or(0),
+                    vol["migrated_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                    if hottest.is_empty() {
+                        "-".to_string()
+                    } else {
+                        hottest.join(", ")
+                    }
+                );
             }
             println!(
                 "\n{:<8} {:<4} {:>9} {:>9} {:>12} {:>12} {:>8} {:>7}",

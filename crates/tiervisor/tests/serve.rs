@@ -67,15 +67,7 @@ fn qemu_img_convert_then_compare() {
     let d = TempDir::new("qimg");
     let s = ServerProc::start(d.path(), &[]);
     let img = d.path().join("random.raw");
-    let mut data = vec![0u8; 256 << 20];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for c in data.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    std::fs::write(&img, &data).unwrap();
+    write_random_image(&img, 256 << 20);
     run(Command::new("qemu-img")
         .args(["convert", "-n", "-f", "raw", "-O", "raw"])
         .arg(&img)

@@ -171,3 +171,16 @@ pub fn try_run(cmd: &mut Command) -> (bool, String) {
         ),
     )
 }
+
+/// A file of `len` pseudo-random bytes (xorshift: every 8-byte word differs).
+pub fn write_random_image(path: &Path, len: usize) {
+    let mut data = vec![0u8; len];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for c in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+    }
+    std::fs::write(path, &data).unwrap();
+}
