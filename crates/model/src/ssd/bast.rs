@@ -59,8 +59,9 @@ impl BastFtl {
         let ppb = pages_per_block;
         let lbns = logical_pages.div_ceil(ppb);
         let data_per_die = lbns.div_ceil(dies);
-        // Data blocks, log blocks, merge targets and a little slack on every die.
-        let blocks_per_die = data_per_die + (log_blocks as u64).div_ceil(dies) + 4;
+        // Data blocks, log blocks (all of them may belong to logical blocks of one die),
+        // merge targets and a little slack on every die.
+        let blocks_per_die = data_per_die + log_blocks as u64 + 4;
         let words_per_block = ppb.div_ceil(64) as usize;
         let mut data_block = vec![NONE; lbns as usize];
         let mut data_written = vec![0u64; lbns as usize * words_per_block];

@@ -405,6 +405,27 @@ mod tests {
         assert!(rnd.counters().waf() > 5.0);
     }
 
+    /// Every log block may serve logical blocks of one die (this once ran a die out of
+    /// free blocks and panicked).
+    #[test]
+    fn hybrid_ftl_survives_all_log_blocks_on_one_die() {
+        let mut s = Ssd::new(small(
+            FtlKind::Bast { log_blocks: 16 },
+            Precondition::Sequential,
+        ));
+        let dies = 4;
+        let block_bytes = 64 * 4 * KIB;
+        let lbns = 64 * MIB / block_bytes;
+        let mut rng = Rng(5);
+        let mut t = 0;
+        for _ in 0..5000 {
+            let lbn = rng.next(lbns / dies) * dies;
+            let off = lbn * block_bytes + rng.next(64) * 4 * KIB;
+            t = s.submit(t, &DevRequest::write(off, 4 * KIB));
+        }
+        assert!(s.merges().2 > 100, "full merges: {:?}", s.merges());
+    }
+
     #[test]
     fn map_cache_misses_cost_flash_reads() {
         let mut cached = small(
