@@ -1,12 +1,14 @@
 //! Helpers shared by tiervisor's TOML files (simulator scenarios, server configs): sizes
 //! written with units, and errors that say `file:line: what was expected`.
 
+mod log;
 mod size;
 mod tiering;
 
 use std::fmt;
 use std::ops::Range;
 
+pub use log::LogToml;
 use serde::Deserialize;
 pub use size::parse_size;
 pub use tiering::TieringToml;

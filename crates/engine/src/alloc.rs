@@ -92,6 +92,37 @@ impl ChunkAllocator {
         Some(c)
     }
 
+    /// Whether chunks `[first, first + n)` are all free.
+    fn run_free(&self, first: u64, n: u64) -> bool {
+        (first..first + n).all(|c| !self.is_used(c))
+    }
+
+    /// Groups of `n` chunks, aligned to `n`, that are entirely free.
+    pub fn free_aligned_groups(&self, n: u64) -> u64 {
+        if self.free < n {
+            return 0;
+        }
+        (0..self.chunks / n)
+            .filter(|g| self.run_free(g * n, n))
+            .count() as u64
+    }
+
+    /// Allocate an aligned group of `n` chunks (first fit from group `hint`). Returns the
+    /// group number.
+    pub fn allocate_aligned(&mut self, n: u64, hint: u64) -> Option<u64> {
+        let groups = self.chunks / n;
+        if groups == 0 || self.free < n + self.reserve {
+            return None;
+        }
+        let g = (0..groups)
+            .map(|i| (hint + i) % groups)
+            .find(|g| self.run_free(g * n, n))?;
+        for c in g * n..g * n + n {
+            self.mark_used(c);
+        }
+        Some(g)
+    }
+
     /// Allocate `n` contiguous chunks (first fit from `hint`).
     pub fn allocate_run(&mut self, n: u64, hint: u64, metadata: bool) -> Option<u64> {
         let limit = if metadata { 0 } else { self.reserve };
@@ -140,6 +171,18 @@ mod tests {
         a.release(129);
         assert_eq!(a.allocate(129, false), Some(129));
         assert_eq!(a.free_chunks(), 127);
+    }
+
+    #[test]
+    fn aligned_groups_skip_partly_used_ones() {
+        let mut a = ChunkAllocator::new(17);
+        a.mark_used(5);
+        assert_eq!(a.free_aligned_groups(4), 3);
+        assert_eq!(a.allocate_aligned(4, 1), Some(2));
+        assert_eq!(a.allocate_aligned(4, 1), Some(3));
+        assert_eq!(a.allocate_aligned(4, 1), Some(0));
+        assert_eq!(a.allocate_aligned(4, 1), None);
+        assert_eq!(a.free_chunks(), 17 - 13);
     }
 
     #[test]

@@ -34,6 +34,8 @@ impl Engine {
         let cb = self.cfg.chunk_bytes;
         let meta = self.cfg.meta_pool;
         let vi = v as usize;
+        // Logged data the records point at goes to the device first.
+        self.log_seal_volume(now, v, out);
         let vol = &mut self.vols[vi];
         debug_assert!(vol.commit.is_none());
         let waiters = mem::take(&mut vol.flush_waiters);
@@ -104,15 +106,31 @@ impl Engine {
         }
         let flushed_pools = mem::take(&mut vol.dirty_pools);
         vol.stats.journal_commits += 1;
+        let log_wait_upto = vol.log.next_id;
         vol.commit = Some(Commit {
-            phase: CommitPhase::DataFlush,
+            phase: CommitPhase::LogWait,
             pending_ops: 0,
             failed: false,
             waiters,
             work,
             last_seq,
             flushed_pools,
+            log_wait_upto,
         });
+        self.log_commit_check(now, v, out);
+    }
+
+    /// Flush the pools the round's data went to.
+    pub(crate) fn commit_data_flush(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vi = v as usize;
+        let Some(c) = self.vols[vi].commit.as_mut() else {
+            return;
+        };
+        c.phase = CommitPhase::DataFlush;
+        if c.failed {
+            return self.finish_commit(now, v, Err(Errno::Io), out);
+        }
+        let flushed_pools = c.flushed_pools;
         let mut n = 0;
         for p in 0..self.pools.len() {
             if flushed_pools >> p & 1 == 1 {
@@ -191,6 +209,7 @@ impl Engine {
             return self.finish_commit(now, v, Err(Errno::Io), out);
         }
         match c.phase {
+            CommitPhase::LogWait => unreachable!("log waits end in commit_data_flush"),
             CommitPhase::DataFlush => {
                 if self.cfg.bug == Some(crate::config::InjectedBug::AckFlushBeforeJournal) {
                     let waiters = self.vols[vi]

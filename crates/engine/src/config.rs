@@ -21,6 +21,8 @@ pub struct PoolConfig {
     /// Operations the engine keeps outstanding on the device at once.
     pub queue_depth: u32,
     pub scheduler: SchedulerKind,
+    /// Gather small and random writes into log appends on this pool (seed 002).
+    pub log: bool,
 }
 
 /// How a volume's space is reserved.
@@ -102,6 +104,69 @@ pub struct VolumeConfig {
     pub fast_pool: Option<PoolId>,
     pub provisioning: Provisioning,
     pub placement: Placement,
+    /// Override the pool's `log` setting for this volume.
+    pub log: Option<bool>,
+}
+
+/// How the segment cleaner picks its victim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CleanerPolicy {
+    /// The segment with the least live data.
+    Greedy,
+    /// Sprite LFS: the highest (1 - u) * age / (1 + u), which lets cold segments fill up
+    /// before they are cleaned.
+    CostBenefit,
+}
+
+impl CleanerPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanerPolicy::Greedy => "greedy",
+            CleanerPolicy::CostBenefit => "cost-benefit",
+        }
+    }
+    pub fn parse(s: &str) -> Option<CleanerPolicy> {
+        match s {
+            "greedy" => Some(CleanerPolicy::Greedy),
+            "cost-benefit" => Some(CleanerPolicy::CostBenefit),
+            _ => None,
+        }
+    }
+}
+
+/// The log-structured write path (seed 002).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogConfig {
+    /// Segment size: a multiple of the chunk size, at most 64 chunks.
+    pub segment_bytes: u64,
+    /// Writes up to this size are logged; larger ones only when the monitor sees them
+    /// as random (and they fit in one append).
+    pub threshold_bytes: u64,
+    /// Largest single append (the gathering buffer of one stream).
+    pub append_bytes: u64,
+    /// Appends in flight per stream; more writes wait in RAM (acknowledged).
+    pub appends_in_flight: u32,
+    pub cleaner: CleanerPolicy,
+    /// The cleaner runs while a pool has fewer free segments than this.
+    pub clean_below_free_segments: u64,
+    /// Free segments kept for the cleaner and for retries: below this, new writes go to
+    /// their home location instead of the log.
+    pub reserve_segments: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 4 << 20,
+            threshold_bytes: 64 << 10,
+            append_bytes: 1 << 20,
+            appends_in_flight: 2,
+            cleaner: CleanerPolicy::CostBenefit,
+            clean_below_free_segments: 16,
+            reserve_segments: 4,
+        }
+    }
 }
 
 /// Deliberate defects, for proving that deterministic simulation testing catches them.
@@ -121,16 +186,20 @@ pub enum InjectedBug {
     /// Let writes to a chunk being tier-migrated go to the source copy, which the move
     /// may already have read: the write is lost when the map switches.
     MoveIgnoresWrites,
+    /// Let a commit flush and write its records without waiting for the log appends
+    /// that carry the data they point at.
+    CommitSkipsLogWait,
 }
 
 impl InjectedBug {
-    pub fn all() -> [InjectedBug; 5] {
+    pub fn all() -> [InjectedBug; 6] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
             InjectedBug::ReuseFreedImmediately,
             InjectedBug::NoZeroFill,
             InjectedBug::MoveIgnoresWrites,
+            InjectedBug::CommitSkipsLogWait,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -140,6 +209,7 @@ impl InjectedBug {
             InjectedBug::ReuseFreedImmediately => "reuse-freed-immediately",
             InjectedBug::NoZeroFill => "no-zero-fill",
             InjectedBug::MoveIgnoresWrites => "move-ignores-writes",
+            InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {
@@ -168,6 +238,7 @@ pub struct EngineConfig {
     /// Tell devices about freed chunks (punch holes in pool files).
     pub discard_freed: bool,
     pub tiering: TieringConfig,
+    pub log: LogConfig,
     #[doc(hidden)]
     pub bug: Option<InjectedBug>,
 }
@@ -193,6 +264,7 @@ impl Default for EngineConfig {
             max_request_bytes: MAX_REQUEST_BYTES,
             discard_freed: false,
             tiering: TieringConfig::default(),
+            log: LogConfig::default(),
             bug: None,
         }
     }
@@ -236,6 +308,34 @@ impl EngineConfig {
         }
         if self.journal_bytes < 64 * 1024 || !self.journal_bytes.is_multiple_of(4096) {
             return err("journal size must be a multiple of 4 KiB and at least 64 KiB".into());
+        }
+        let l = &self.log;
+        if l.segment_bytes == 0
+            || !l.segment_bytes.is_multiple_of(self.chunk_bytes)
+            || l.segment_bytes / self.chunk_bytes > 64
+        {
+            return err(format!(
+                "log segment size {} must be a multiple of the chunk size {} and at most 64 chunks",
+                l.segment_bytes, self.chunk_bytes
+            ));
+        }
+        if l.append_bytes < 4096
+            || l.append_bytes > l.segment_bytes
+            || !l.append_bytes.is_multiple_of(512)
+        {
+            return err(format!(
+                "log append size {} must be a multiple of 512, at least 4 KiB and at most the segment size",
+                l.append_bytes
+            ));
+        }
+        if l.threshold_bytes > l.append_bytes {
+            return err(format!(
+                "log threshold {} must not exceed the append size {}",
+                l.threshold_bytes, l.append_bytes
+            ));
+        }
+        if l.appends_in_flight == 0 {
+            return err("log appends in flight must be at least 1".into());
         }
         let mut names = std::collections::BTreeSet::new();
         for p in &self.pools {

@@ -91,6 +91,15 @@ pub(crate) enum Owner {
         vol: u32,
         chunk: u64,
     },
+    /// A log append (details in `Engine::appends`).
+    Append {
+        slot: usize,
+    },
+    /// A read of live data from a segment being cleaned.
+    CleanRead {
+        pool: u16,
+        idx: u32,
+    },
 }
 
 pub(crate) const SINGLE: usize = usize::MAX;
@@ -107,6 +116,8 @@ pub(crate) struct Op {
     pub volume: u32,
     pub epoch: u64,
     pub queued: QueuedOp,
+    /// Waits in the pool's background queue rather than the scheduler.
+    pub background: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +141,8 @@ pub(crate) struct Req {
     pub buf: Option<BytesMut>,
     pub single: Option<Bytes>,
     pub stage: ReqStage,
+    /// The monitor saw it continue a sequential stream.
+    pub sequential: bool,
 }
 
 pub struct Engine {
@@ -155,6 +168,9 @@ pub struct Engine {
     pub(crate) moves_in_flight: u32,
     /// Demotions in flight out of each pool: room that is on its way.
     pub(crate) demotions_in_flight: Vec<u32>,
+    /// Per pool: the log's segment table and the data its appends carry.
+    pub(crate) logs: Vec<crate::log::PoolLog>,
+    pub(crate) appends: Slab<crate::log::append::Append>,
 }
 
 impl Engine {
@@ -198,6 +214,8 @@ impl Engine {
             tier_rr: 0,
             moves_in_flight: 0,
             demotions_in_flight: vec![0; n_pools],
+            logs: (0..n_pools).map(|_| Default::default()).collect(),
+            appends: Slab::new(),
         })
     }
 
@@ -290,6 +308,7 @@ impl Engine {
             volume,
             epoch: 0,
             queued,
+            background: false,
         });
         self.ops[key].queued.key = key;
         // The epoch is taken when the operation is created, not when the scheduler lets
@@ -299,7 +318,10 @@ impl Engine {
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(key, out);
-        } else if matches!(class, IoClass::Migration | IoClass::Cleaner) {
+        } else if class == IoClass::Migration
+            || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize))
+        {
+            self.ops[key].background = true;
             let q = self.ops[key].queued;
             self.pools[pool.0 as usize].background.push_back(q);
             self.pump(now, pool.0 as usize, out);
@@ -390,7 +412,7 @@ impl Engine {
         self.epochs.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
-        if op.kind != DevKind::Flush && !matches!(op.class, IoClass::Migration | IoClass::Cleaner) {
+        if op.kind != DevKind::Flush && !op.background {
             self.pools[pool].sched.completed(now, &op.queued);
         }
         let mut result = c.result;
@@ -417,11 +439,16 @@ impl Engine {
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
             Owner::Discard { free } => self.discard_done(free),
             Owner::Move { vol, chunk } => self.move_done(now, vol, chunk, result, c.data, out),
+            Owner::Append { slot } => self.append_done(now, slot, result, out),
+            Owner::CleanRead { pool, idx } => {
+                self.clean_read_done(now, pool as usize, idx as usize, result, c.data, out)
+            }
         }
         self.pump(now, pool, out);
         if !self.frees.is_empty() {
             self.release_frees(now, out);
         }
+        self.log_resume_all(now, out);
         self.maybe_stopped(out);
     }
 
@@ -453,6 +480,7 @@ impl Engine {
             if !self.frees.is_empty() {
                 self.release_frees(now, out);
             }
+            self.log_resume_all(now, out);
             self.arm_commit_timer(now, out);
         }
     }

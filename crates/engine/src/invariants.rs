@@ -203,6 +203,19 @@ impl Engine {
                 claim(pool.0 as usize, c, "a pending free".to_string())?;
             }
         }
+        for (p, c, who) in self.check_log()? {
+            claim(p, c, who)?;
+        }
+        for v in &self.vols {
+            if v.overlay.len() as u64 > 2 * v.log.max_extents {
+                return Err(format!(
+                    "volume {}: {} overlay extents, more than its bound {}",
+                    v.rec.name,
+                    v.overlay.len(),
+                    v.log.max_extents
+                ));
+            }
+        }
         for (p, pool) in self.pools.iter().enumerate() {
             let used = pool.alloc.chunks() - pool.alloc.free_chunks();
             if used != owner[p].len() as u64 {

@@ -43,9 +43,12 @@ impl Engine {
         if vol.stats.first_arrival_ns.is_none() {
             vol.stats.first_arrival_ns = Some(now);
         }
+        let mut sequential = false;
         if req.kind != ReqKind::Flush {
-            vol.monitor
-                .observe(epoch, req.kind, req.offset_bytes, req.len_bytes, cb);
+            sequential = vol
+                .monitor
+                .observe(epoch, req.kind, req.offset_bytes, req.len_bytes, cb)
+                .sequential;
             if matches!(vol.rec.placement, crate::config::Placement::Hot { .. }) {
                 self.note_hot(v, req.offset_bytes, req.len_bytes, epoch);
                 self.arm_tier_timer(now, out);
@@ -67,6 +70,7 @@ impl Engine {
             buf: None,
             single: None,
             stage: ReqStage::Data,
+            sequential,
         });
         match kind {
             ReqKind::Flush => {
@@ -197,9 +201,43 @@ impl Engine {
             }
             pos = cend;
         }
-        let single = parts.len() == 1 && matches!(parts[0].2, Src::Dev(..));
+        // Log data whose append has not landed is served from RAM.
+        let mut ram: SmallVec<[(u64, u64, Option<Bytes>); 2]> = SmallVec::new();
+        if self.logs.iter().any(|l| !l.ram.is_empty()) {
+            let mut split: SmallVec<[(u64, u64, Src); 4]> = SmallVec::new();
+            for &(s, e, src) in &parts {
+                let rp = match src {
+                    Src::Dev(pool, dev) => self.read_parts(pool, dev, e - s),
+                    Src::Zero => None,
+                };
+                let Some(rp) = rp else {
+                    split.push((s, e, src));
+                    continue;
+                };
+                let Src::Dev(pool, dev) = src else {
+                    unreachable!("only device parts are split")
+                };
+                for (ds, de, part) in rp {
+                    let ls = s + (ds - dev);
+                    match part {
+                        crate::log::ReadPart::Dev => {
+                            split.push((ls, ls + de - ds, Src::Dev(pool, ds)))
+                        }
+                        crate::log::ReadPart::Ram(d) => ram.push((ls, ls + de - ds, d)),
+                    }
+                }
+            }
+            parts = split;
+        }
+        let single = ram.is_empty() && parts.len() == 1 && matches!(parts[0].2, Src::Dev(..));
         if self.cfg.track_data && !single {
-            self.reqs[key].buf = Some(BytesMut::zeroed(len as usize));
+            let mut buf = BytesMut::zeroed(len as usize);
+            for (s, e, d) in &ram {
+                if let Some(d) = d {
+                    buf[(s - off) as usize..(e - off) as usize].copy_from_slice(d);
+                }
+            }
+            self.reqs[key].buf = Some(buf);
         }
         for (s, e, src) in parts {
             if let Src::Dev(pool, dev) = src {
@@ -282,6 +320,12 @@ impl Engine {
         } else {
             DevKind::Write
         };
+        if !zero && let Some(pool) = self.log_target(key, v, c, s, e) {
+            match self.log_write_piece(now, key, v, s, e, pool, payload.clone(), out) {
+                crate::log::LogOutcome::Logged | crate::log::LogOutcome::Parked => return,
+                crate::log::LogOutcome::Home => {}
+            }
+        }
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {
@@ -310,6 +354,37 @@ impl Engine {
             }
             None => self.allocate_chunk(now, key, v, c, s, e, kind, payload, out),
         }
+    }
+
+    /// The pool whose log takes this write piece, if it goes to a log: small writes
+    /// (or random ones that fit an append), sector-aligned, on a pool logging for this
+    /// volume (the chunk's pool, or where a new chunk would go).
+    fn log_target(&self, key: usize, v: u32, c: u64, s: u64, e: u64) -> Option<PoolId> {
+        let r = &self.reqs[key];
+        let l = &self.cfg.log;
+        let small = r.len_bytes <= l.threshold_bytes;
+        let random_fits = !r.sequential && r.len_bytes <= l.append_bytes;
+        if !(small || random_fits) || !s.is_multiple_of(512) || !e.is_multiple_of(512) {
+            return None;
+        }
+        let vol = &self.vols[v as usize];
+        let pool = match vol.resolve(vol.map.get(c), c) {
+            Some((p, _)) => p,
+            None => self.place_new_chunk(v, c).0,
+        };
+        self.log_enabled(v, pool).then_some(pool)
+    }
+
+    /// Re-run a write piece that waited (behind a chunk or for log buffer room).
+    pub(crate) fn resume_write_piece(&mut self, now: u64, w: Waiter, v: u32, out: &mut Outputs) {
+        let r = &self.reqs[w.req];
+        let f = match r.kind {
+            ReqKind::Write => Self::write_piece,
+            ReqKind::WriteZeroes if r.no_hole => Self::write_piece,
+            _ => Self::trim_piece,
+        };
+        f(self, now, w.req, v, w.start, w.end, out);
+        self.req_end(now, w.req, Ok(()), out);
     }
 
     /// Pool and allocation hint for a new chunk: `split` puts its share on the fast pool;
@@ -507,14 +582,7 @@ impl Engine {
                 }
                 return;
             };
-            let r = &self.reqs[w.req];
-            let f = match r.kind {
-                ReqKind::Write => Self::write_piece,
-                ReqKind::WriteZeroes if r.no_hole => Self::write_piece,
-                _ => Self::trim_piece,
-            };
-            f(self, now, w.req, v, w.start, w.end, out);
-            self.req_end(now, w.req, Ok(()), out);
+            self.resume_write_piece(now, w, v, out);
         }
     }
 
@@ -553,8 +621,9 @@ impl Engine {
         if !vol.overlay.any_overlap(start, end) {
             return false;
         }
-        vol.overlay.remove(start, end);
+        let removed = vol.overlay.remove(start, end);
         vol.journal.append(Record::OverlayClear { start, end });
+        self.unref_removed(v, &removed);
         true
     }
 
@@ -569,7 +638,10 @@ impl Engine {
         }
         let vol = &mut self.vols[v as usize];
         let whole = s == c * cb && (e == (c + 1) * cb || e == vol.rec.size_bytes);
-        let thin = vol.rec.provisioning == Provisioning::Thin;
+        // A write still in flight to the chunk would land after the unmap and be lost,
+        // though acknowledged later than the trim: zero in place behind it instead.
+        let quiet = vol.activity.get(&c).is_none_or(|a| a.writes_in_flight == 0);
+        let thin = vol.rec.provisioning == Provisioning::Thin && quiet;
         match vol.map.get(c) {
             // A whole chunk of a thin volume: unmap it (metadata only).
             ChunkLoc::At(pool, pc) if whole && thin => {

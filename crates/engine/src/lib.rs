@@ -17,6 +17,7 @@ mod invariants;
 mod io;
 pub mod journal;
 pub mod layout;
+mod log;
 pub mod monitor;
 mod mount;
 pub mod overlay;
@@ -29,10 +30,10 @@ pub mod types;
 mod volume;
 
 pub use config::{
-    ConfigError, EngineConfig, InjectedBug, Medium, Placement, PoolConfig, Provisioning,
-    TieringConfig, VolumeConfig,
+    CleanerPolicy, ConfigError, EngineConfig, InjectedBug, LogConfig, Medium, Placement,
+    PoolConfig, Provisioning, TieringConfig, VolumeConfig,
 };
 pub use engine::{Engine, EngineState, StartMode};
-pub use report::{EngineReport, KindReport, PoolReport, VolumeReport};
+pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
 pub use sched::SchedulerKind;
 pub use types::*;

@@ -232,7 +232,16 @@ impl Engine {
         let mut journals = 0;
         for v in &self.cfg.volumes {
             let chunks = v.size_bytes.div_ceil(cb);
-            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8, cb);
+            // A logging volume's checkpoint also carries its overlay, which is bounded.
+            let logs = v
+                .log
+                .unwrap_or_else(|| self.cfg.pools.iter().any(|p| p.log));
+            let overlay = if logs {
+                2 * crate::log::max_extents_for(v.size_bytes) * 32
+            } else {
+                0
+            };
+            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + overlay, cb);
             journals += self.cfg.journal_bytes.div_ceil(cb);
         }
         let meta = self.cfg.meta_pool.0 as usize;
@@ -427,6 +436,17 @@ impl Engine {
             header,
         );
         let chunks = rec.size_bytes.div_ceil(cb);
+        let log_override = self
+            .cfg
+            .volumes
+            .iter()
+            .find(|vc| vc.name == rec.name)
+            .and_then(|vc| vc.log);
+        let log = crate::log::VolLog::new(
+            self.pools.len(),
+            log_override,
+            crate::log::max_extents_for(rec.size_bytes),
+        );
         let mut v = Volume {
             id: VolumeId(self.vols.len() as u32),
             chunks,
@@ -445,6 +465,7 @@ impl Engine {
             promoting: 0,
             hot_candidates: Default::default(),
             scan_cursor: 0,
+            log,
         };
         v.recount(self.pools.len());
         v
@@ -904,6 +925,7 @@ impl Engine {
             });
         }
         self.rebuild_allocators()?;
+        self.rebuild_segments()?;
         // Volumes the configuration adds.
         let known: Vec<String> = self.vols.iter().map(|v| v.rec.name.clone()).collect();
         let mut created = Vec::new();
@@ -1052,6 +1074,7 @@ impl Engine {
                 }
             }
         }
+        claims.extend(self.log_claims()?);
         for (p, c, what) in claims {
             let pool = self
                 .pools

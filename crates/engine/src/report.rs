@@ -74,6 +74,35 @@ pub struct PoolReport {
     pub in_flight: u32,
     pub queued: u64,
     pub io: PoolStats,
+    /// The log-structured write path on this pool (None when nothing logs here).
+    pub log: Option<LogReport>,
+}
+
+/// A pool's log: space, traffic and the cleaner's work.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LogReport {
+    pub segment_bytes: u64,
+    pub segments: u64,
+    pub free_segments: u64,
+    pub live_bytes: u64,
+    /// VM writes taken by the log, and their bytes.
+    pub user_writes: u64,
+    pub user_bytes: u64,
+    pub appends: u64,
+    pub append_bytes: u64,
+    /// Bytes the cleaner read and copied forward.
+    pub cleaner_read_bytes: u64,
+    pub cleaner_bytes: u64,
+    pub segments_cleaned: u64,
+    pub segments_freed: u64,
+    /// Writes that would have been logged but went home (no free segment, too many
+    /// extents).
+    pub home_fallbacks: u64,
+    pub relocations: u64,
+    /// Device bytes the log wrote per VM byte it took (1.0 = no cleaning).
+    pub write_amplification: f64,
+    /// Acknowledged data waiting in RAM for its append.
+    pub buffered_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -209,7 +238,8 @@ impl Engine {
             pools: self
                 .pools
                 .iter()
-                .map(|p| PoolReport {
+                .enumerate()
+                .map(|(i, p)| PoolReport {
                     name: p.cfg.name.clone(),
                     medium: p.cfg.medium,
                     scheduler: p.sched.name().to_string(),
@@ -222,6 +252,7 @@ impl Engine {
                     in_flight: p.in_flight,
                     queued: p.sched.len() as u64,
                     io: p.stats.clone(),
+                    log: self.log_report(i),
                 })
                 .collect(),
         }

@@ -76,10 +76,14 @@ pub struct Commit {
     pub last_seq: u64,
     /// Pools flushed in the data phase (dirty again if the round fails).
     pub flushed_pools: u64,
+    /// Log appends with ids below this must land before the data flush.
+    pub log_wait_upto: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitPhase {
+    /// Waiting for log appends that carry data the records point at.
+    LogWait,
     DataFlush,
     Write,
     Header,
@@ -126,6 +130,7 @@ pub struct Volume {
     pub hot_candidates: std::collections::BTreeSet<u64>,
     /// Where the demotion scan resumes.
     pub scan_cursor: u64,
+    pub log: crate::log::VolLog,
 }
 
 impl Volume {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tiervisor_conf::{ConfError, SizeVal, Source, Spanned, TieringToml};
+use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml};
 use tiervisor_engine::{Medium, Placement, Provisioning, SchedulerKind};
 
 use crate::io::IoKind;
@@ -64,6 +64,7 @@ struct RawConfig {
     io: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
+    log: Option<LogToml>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
     #[serde(default, rename = "volume")]
@@ -79,6 +80,7 @@ struct RawPool {
     kind: Spanned<String>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<String>>,
+    log: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +96,7 @@ struct RawVolume {
     fast_budget: Option<Spanned<SizeVal>>,
     priority: Option<u8>,
     description: Option<String>,
+    log: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +108,8 @@ pub struct PoolDef {
     pub medium: Medium,
     pub queue_depth: u32,
     pub scheduler: SchedulerKind,
+    /// Gather small and random writes into log appends.
+    pub log: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -116,6 +121,8 @@ pub struct VolumeDef {
     pub placement: Placement,
     pub fast_pool: Option<usize>,
     pub description: String,
+    /// Override the pool's `log`.
+    pub log: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +137,7 @@ pub struct ServerConfig {
     pub journal_bytes: u64,
     pub commit_interval_ms: u64,
     pub tiering: tiervisor_engine::TieringConfig,
+    pub log: tiervisor_engine::LogConfig,
     pub io: IoKind,
     pub metadata_pool: usize,
     pub pools: Vec<PoolDef>,
@@ -252,6 +260,7 @@ impl ServerConfig {
                 medium,
                 queue_depth,
                 scheduler,
+                log: p.log.unwrap_or(false),
             });
         }
         if pools.is_empty() {
@@ -381,6 +390,7 @@ impl ServerConfig {
                 placement,
                 fast_pool,
                 description: v.description.clone().unwrap_or_default(),
+                log: v.log,
             });
         }
         let rel = |s: Option<String>| {
@@ -402,6 +412,7 @@ impl ServerConfig {
             journal_bytes,
             commit_interval_ms: raw.commit_interval_ms.unwrap_or(1000),
             tiering: TieringToml::resolve(raw.tiering.as_ref(), &src)?,
+            log: LogToml::resolve(raw.log.as_ref(), &src)?,
             io,
             metadata_pool,
             pools,

@@ -154,6 +154,7 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
                 capacity_bytes: f.size_bytes,
                 queue_depth: d.queue_depth,
                 scheduler: d.scheduler,
+                log: d.log,
             })
             .collect(),
         volumes: cfg
@@ -166,12 +167,14 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
                 fast_pool: v.fast_pool.map(|f| PoolId(f as u16)),
                 provisioning: v.provisioning,
                 placement: v.placement.clone(),
+                log: v.log,
             })
             .collect(),
         meta_pool: PoolId(cfg.metadata_pool as u16),
         journal_bytes: cfg.journal_bytes,
         commit_interval_ns: cfg.commit_interval_ms * 1_000_000,
         tiering: cfg.tiering.clone(),
+        log: cfg.log.clone(),
         discard_freed: true,
         ..EngineConfig::default()
     }

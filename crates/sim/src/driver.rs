@@ -155,6 +155,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
                 capacity_bytes: p.capacity_bytes,
                 queue_depth: p.queue_depth,
                 scheduler: p.scheduler,
+                log: p.log,
             })
             .collect(),
         volumes: sc
@@ -167,6 +168,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
                 fast_pool: v.fast_pool.map(|f| tiervisor_engine::PoolId(f as u16)),
                 provisioning: v.provisioning,
                 placement: v.placement.clone(),
+                log: v.log,
             })
             .collect(),
         meta_pool: tiervisor_engine::PoolId(
@@ -178,6 +180,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
         journal_bytes: sc.journal_bytes,
         commit_interval_ns: sc.commit_interval_ns,
         tiering: sc.tiering.clone(),
+        log: sc.log.clone(),
         ..EngineConfig::default()
     }
 }
@@ -604,7 +607,15 @@ impl Simulation {
             );
         }
         let ios = self.vms.iter().map(|v| v.ios).sum();
+        let logs = self
+            .engine
+            .report()
+            .pools
+            .into_iter()
+            .filter_map(|p| Some((p.name, p.log?)))
+            .collect();
         SimReport {
+            logs,
             scenario: self.scenario.source.clone(),
             seed: self.seed,
             sim_time_s: secs(end - t0),

@@ -124,6 +124,8 @@ pub struct SimReport {
     pub vms: BTreeMap<String, VmReport>,
     pub volumes: BTreeMap<String, VolumeReport>,
     pub devices: BTreeMap<String, DeviceReport>,
+    /// The log-structured write path, per pool that has one.
+    pub logs: BTreeMap<String, tiervisor_engine::LogReport>,
 }
 
 impl SimReport {
@@ -190,6 +192,34 @@ impl SimReport {
                 d.erases,
                 d.waf
             );
+        }
+        if !self.logs.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{:<16} {:>12} {:>12} {:>9} {:>14} {:>12} {:>10} {:>6}",
+                "log",
+                "VM MiB",
+                "appended MiB",
+                "appends",
+                "cleaner MiB",
+                "cleaned segs",
+                "fallbacks",
+                "WAF"
+            );
+            for (n, l) in &self.logs {
+                let _ = writeln!(
+                    s,
+                    "{:<16} {:>12.1} {:>12.1} {:>9} {:>14.1} {:>12} {:>10} {:>6.2}",
+                    n,
+                    l.user_bytes as f64 / 1048576.0,
+                    l.append_bytes as f64 / 1048576.0,
+                    l.appends,
+                    l.cleaner_bytes as f64 / 1048576.0,
+                    l.segments_cleaned,
+                    l.home_fallbacks,
+                    l.write_amplification
+                );
+            }
         }
         s
     }

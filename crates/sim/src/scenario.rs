@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tiervisor_conf::{SizeVal, Source, Spanned, TieringToml};
+use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml};
 use tiervisor_engine::{Medium, SchedulerKind};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{
@@ -53,6 +53,7 @@ struct RawScenario {
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<u64>,
     tiering: Option<TieringToml>,
+    log: Option<LogToml>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
     #[serde(default, rename = "volume")]
@@ -69,6 +70,8 @@ struct RawPool {
     capacity: Option<Spanned<SizeVal>>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<String>>,
+    /// Gather small and random writes into log appends (seed 002).
+    log: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -87,6 +90,8 @@ struct RawVolume {
     priority: Option<u8>,
     /// Map the chunks the volume's workloads touch before the run, as an existing disk.
     prefill: Option<bool>,
+    /// Override the pools' `log`.
+    log: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -116,6 +121,8 @@ struct RawFio {
     fsync: Option<u32>,
     ios: Option<u64>,
     runtime_s: Option<Spanned<f64>>,
+    random_map: Option<bool>,
+    end_fsync: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -125,6 +132,7 @@ pub struct PoolSpec {
     pub capacity_bytes: u64,
     pub queue_depth: u32,
     pub scheduler: SchedulerKind,
+    pub log: bool,
 }
 
 impl PoolSpec {
@@ -145,6 +153,7 @@ pub struct VolumeSpec {
     pub placement: tiervisor_engine::Placement,
     pub fast_pool: Option<usize>,
     pub prefill: bool,
+    pub log: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -174,6 +183,7 @@ pub struct Scenario {
     pub journal_bytes: u64,
     pub commit_interval_ns: u64,
     pub tiering: tiervisor_engine::TieringConfig,
+    pub log: tiervisor_engine::LogConfig,
     pub pools: Vec<PoolSpec>,
     pub volumes: Vec<VolumeSpec>,
     pub vms: Vec<VmSpec>,
@@ -293,6 +303,7 @@ impl Scenario {
                 preset: pr,
                 capacity_bytes,
                 queue_depth,
+                log: p.log.unwrap_or(false),
                 scheduler,
             });
         }
@@ -397,6 +408,7 @@ impl Scenario {
                 placement,
                 fast_pool,
                 prefill: v.prefill.unwrap_or(false),
+                log: v.log,
             });
         }
         let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
@@ -541,6 +553,8 @@ impl Scenario {
                         ios: f.ios,
                         runtime_ns,
                         seed: 0,
+                        random_map: f.random_map.unwrap_or(false),
+                        end_fsync: f.end_fsync.unwrap_or(false),
                     })
                 }
             };
@@ -560,6 +574,7 @@ impl Scenario {
             journal_bytes,
             commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
             tiering: TieringToml::resolve(raw.tiering.as_ref(), &cx)?,
+            log: LogToml::resolve(raw.log.as_ref(), &cx)?,
             pools,
             volumes,
             vms,

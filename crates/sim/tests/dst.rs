@@ -26,6 +26,17 @@ fn ci_seed_set_passes_with_every_fault_on() {
     assert!(s.checkpoints > 100, "checkpoints: {}", s.checkpoints);
     // Half the seeds run split/hot volumes with aggressive tier migration.
     assert!(s.chunk_moves > CI_SEEDS, "chunk moves: {}", s.chunk_moves);
+    // Half the seeds log small writes, with small segments so the cleaner runs.
+    assert!(
+        s.log_appends > CI_SEEDS * 10,
+        "log appends: {}",
+        s.log_appends
+    );
+    assert!(
+        s.segments_cleaned > CI_SEEDS,
+        "segments cleaned: {}",
+        s.segments_cleaned
+    );
     assert!(
         s.reads_checked > CI_SEEDS * 100,
         "reads checked: {}",

@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -78,7 +78,9 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.recoveries,
                 s.injected_errors,
                 s.checkpoints,
-                s.chunk_moves
+                s.chunk_moves,
+                s.log_appends,
+                s.segments_cleaned
             );
             Ok(())
         }

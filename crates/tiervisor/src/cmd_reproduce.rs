@@ -12,6 +12,9 @@ pub enum ReproduceCmd {
     /// Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split 50/50 and
     /// hot placement, 1 to 4 VMs; execution time normalized to one VM on SSD only.
     Tiering(ReproduceArgs),
+    /// Seed 002: IOzone-like random writes of a 6 GB file, 4 KB to 512 KB records, with
+    /// the log-structured write path off and on; MB/s and the speed-up.
+    Logwrite(ReproduceArgs),
 }
 
 #[derive(Args)]
@@ -42,20 +45,54 @@ fn scenario_dir(given: Option<PathBuf>, name: &str) -> PathBuf {
     })
 }
 
+fn jobs(a: &ReproduceArgs) -> usize {
+    a.jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
+    let v = serde_json::json!({ "rows": rows });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&v).map_err(|e| Failure::run(e.to_string()))?
+    );
+    Ok(())
+}
+
 pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
     match cmd {
-        ReproduceCmd::Tiering(a) => {
-            let dir = scenario_dir(a.scenarios, "tiering");
-            let jobs = a
-                .jobs
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-            let rows = reproduce::tiering(&dir, jobs).map_err(Failure::input)?;
+        ReproduceCmd::Logwrite(a) => {
+            let dir = scenario_dir(a.scenarios.clone(), "logwrite");
+            let rows = reproduce::logwrite(&dir, jobs(&a)).map_err(Failure::input)?;
             if a.json {
-                let v = serde_json::json!({ "rows": rows });
+                return print_json(&rows);
+            }
+            println!(
+                "{:<20} {:>12} {:>4} {:>10} {:>8} {:>6} {:>6}",
+                "device", "record_bytes", "log", "mb_per_s", "speedup", "paper", "WAF"
+            );
+            let opt = |x: Option<f64>, w: usize| {
+                x.map_or(format!("{:>w$}", "-"), |v| format!("{v:>w$.2}"))
+            };
+            for r in rows {
                 println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v).map_err(|e| Failure::run(e.to_string()))?
+                    "{:<20} {:>12} {:>4} {:>10.2} {} {} {}",
+                    r.device,
+                    r.record_bytes,
+                    r.log,
+                    r.mb_per_s,
+                    opt(r.speedup, 8),
+                    opt(r.paper_speedup, 6),
+                    opt(r.log_write_amplification, 6)
                 );
+            }
+            Ok(())
+        }
+        ReproduceCmd::Tiering(a) => {
+            let dir = scenario_dir(a.scenarios.clone(), "tiering");
+            let rows = reproduce::tiering(&dir, jobs(&a)).map_err(Failure::input)?;
+            if a.json {
+                print_json(&rows)?;
             } else {
                 println!(
                     "{:<6} {:>3} {:<6} {:>12} {:>11} {:>11} {:>10} {:>13}",

@@ -56,6 +56,52 @@ pub struct FioJob {
     pub ios: Option<u64>,
     pub runtime_ns: Option<u64>,
     pub seed: u64,
+    /// Random jobs touch every block once per pass before any block twice (fio's
+    /// random map); off: blocks are drawn independently.
+    pub random_map: bool,
+    /// Issue one flush after the last I/O (fio's `end_fsync`), so a run's time includes
+    /// making its writes durable.
+    pub end_fsync: bool,
+}
+
+/// A pseudo-random permutation of `0..n` (n >= 1): an invertible mix of `bits`-bit
+/// integers, walked until it lands below `n` (cycle walking keeps it a permutation).
+#[derive(Clone, Debug)]
+struct Permutation {
+    n: u64,
+    bits: u32,
+    key: u64,
+}
+
+impl Permutation {
+    fn new(n: u64, key: u64) -> Permutation {
+        let bits = (64 - (n.max(2) - 1).leading_zeros()).max(2);
+        Permutation { n, bits, key }
+    }
+
+    fn mix(&self, mut x: u64) -> u64 {
+        let mask = if self.bits == 64 {
+            u64::MAX
+        } else {
+            (1 << self.bits) - 1
+        };
+        let half = self.bits.div_ceil(2);
+        for round in 0..4u64 {
+            // Each step is a bijection on `bits`-bit values.
+            x = (x ^ (self.key.rotate_left(round as u32 * 16) & mask)) & mask;
+            x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1) & mask;
+            x ^= x >> half;
+        }
+        x
+    }
+
+    fn get(&self, i: u64) -> u64 {
+        let mut x = self.mix(i);
+        while x >= self.n {
+            x = self.mix(x);
+        }
+        x
+    }
 }
 
 /// A uniform integer in `0..n` (multiply-shift; stable across library versions).
@@ -72,6 +118,8 @@ pub struct FioWorkload {
     cursor: u64,
     writes_since_flush: u32,
     slots: u64,
+    perm: Option<Permutation>,
+    end_fsync_sent: bool,
 }
 
 impl FioWorkload {
@@ -83,8 +131,13 @@ impl FioWorkload {
             (None, Some(_)) => None,
             (None, None) => Some(slots),
         };
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(job.seed);
+        let perm =
+            (job.random_map && job.rw.random()).then(|| Permutation::new(slots, rng.next_u64()));
         FioWorkload {
-            rng: Xoshiro256PlusPlus::seed_from_u64(job.seed),
+            perm,
+            end_fsync_sent: false,
+            rng,
             issued: 0,
             limit,
             cursor: 0,
@@ -100,6 +153,15 @@ impl Workload for FioWorkload {
         let j = &self.job;
         if self.limit.is_some_and(|l| self.issued >= l) || j.runtime_ns.is_some_and(|r| now_ns >= r)
         {
+            if j.end_fsync && !self.end_fsync_sent {
+                self.end_fsync_sent = true;
+                return Some(WlRequest {
+                    kind: WlKind::Flush,
+                    offset_bytes: 0,
+                    len_bytes: 0,
+                    at_ns: None,
+                });
+            }
             return None;
         }
         if j.fsync_every > 0 && self.writes_since_flush >= j.fsync_every {
@@ -112,7 +174,9 @@ impl Workload for FioWorkload {
             });
         }
         let bs = j.bs.max(512);
-        let slot = if j.rw.random() {
+        let slot = if let Some(p) = &self.perm {
+            p.get(self.issued % self.slots)
+        } else if j.rw.random() {
             below(&mut self.rng, self.slots)
         } else {
             let s = self.cursor % self.slots;
@@ -157,6 +221,38 @@ mod tests {
             ios: Some(1000),
             runtime_ns: None,
             seed: 42,
+            random_map: false,
+            end_fsync: false,
+        }
+    }
+
+    #[test]
+    fn random_map_touches_every_block_once_per_pass_then_flushes() {
+        for (size, seed) in [(1u64 << 20, 1), (4096 * 1000, 7), (4096 * 3, 3), (4096, 9)] {
+            let slots = size / 4096;
+            let mut w = FioWorkload::new(FioJob {
+                size_bytes: size,
+                ios: None,
+                seed,
+                random_map: true,
+                end_fsync: true,
+                ..job(FioRw::RandWrite)
+            });
+            let reqs: Vec<WlRequest> = std::iter::from_fn(|| w.next(0)).collect();
+            assert_eq!(reqs.len() as u64, slots + 1);
+            assert_eq!(reqs.last().map(|r| r.kind), Some(WlKind::Flush));
+            let mut seen: Vec<u64> = reqs[..slots as usize]
+                .iter()
+                .map(|r| (r.offset_bytes - (1 << 20)) / 4096)
+                .collect();
+            let in_order = seen.windows(2).filter(|p| p[1] == p[0] + 1).count();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..slots).collect::<Vec<_>>(), "size {size}");
+            // Shuffled, not a walk.
+            assert!(
+                slots < 100 || in_order < slots as usize / 10,
+                "{in_order} in order"
+            );
         }
     }
 

@@ -33,6 +33,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 capacity_bytes: 64 * MIB,
                 queue_depth: 8,
                 scheduler: SchedulerKind::Fifo,
+                log: false,
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -40,6 +41,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 capacity_bytes: 96 * MIB,
                 queue_depth: 2,
                 scheduler: SchedulerKind::Fifo,
+                log: false,
             },
         ],
         volumes: vec![
@@ -50,6 +52,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 fast_pool: None,
                 provisioning: Provisioning::Thin,
                 placement: Placement::Pinned,
+                log: None,
             },
             VolumeConfig {
                 name: "thick".into(),
@@ -58,6 +61,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 fast_pool: None,
                 provisioning: Provisioning::Thick,
                 placement: Placement::Pinned,
+                log: None,
             },
         ],
         ..EngineConfig::default()
@@ -232,6 +236,16 @@ impl Rig {
             got.extend_from_slice(&c.data.unwrap());
         }
         got
+    }
+
+    /// A read while operations are held: it must complete without the device.
+    pub fn read_held(&mut self, vol: &str, off: u64, len: u64) -> Vec<u8> {
+        let id = self.submit(vol, ReqKind::Read, off, None, len);
+        let c = self
+            .take_done(id)
+            .expect("read completed without the device");
+        assert_eq!(c.result, Ok(()));
+        c.data.unwrap().to_vec()
     }
 
     pub fn flush(&mut self, vol: &str) {

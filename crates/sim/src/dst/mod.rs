@@ -49,6 +49,8 @@ pub fn run_range(
                             t.injected_errors += st.injected_errors;
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
+                            t.log_appends += st.log_appends;
+                            t.segments_cleaned += st.segments_cleaned;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

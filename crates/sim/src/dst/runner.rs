@@ -11,9 +11,10 @@ use bytes::{Bytes, BytesMut};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::{
-    DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug,
-    Medium, OpId, Outputs, Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedulerKind,
-    StartMode, TieringConfig, VmRequest, VolumeConfig, VolumeId,
+    CleanerPolicy, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState,
+    Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
+    Provisioning, ReqKind, SchedulerKind, StartMode, TieringConfig, VmRequest, VolumeConfig,
+    VolumeId,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -41,6 +42,9 @@ pub struct DstStats {
     pub checkpoints: u64,
     /// Chunks moved between pools by tier migration (promotions plus demotions).
     pub chunk_moves: u64,
+    /// Log appends and segments the cleaner emptied.
+    pub log_appends: u64,
+    pub segments_cleaned: u64,
 }
 
 /// A failed run, with everything needed to replay it.
@@ -109,6 +113,14 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
     // they did before tiering existed (the regression seeds keep their meaning).
     let mut trng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7153_u64.rotate_left(40));
     let tiered = below(&mut trng, 2) == 0;
+    // The log-structured write path likewise: half the seeds, with small segments so
+    // the cleaner runs often.
+    let mut lrng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x106_u64.rotate_left(48));
+    let logged = below(&mut lrng, 2) == 0;
+    let pool_log = [
+        logged && below(&mut lrng, 4) != 0,
+        logged && below(&mut lrng, 2) == 0,
+    ];
     let chunk_bytes = [64u64 << 10, 128 << 10, 1 << 20][below(rng, 3) as usize];
     let journal_bytes: u64 = if below(rng, 2) == 0 {
         64 << 10
@@ -153,20 +165,53 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 Provisioning::Thin
             },
             placement,
+            log: match below(&mut lrng, 6) {
+                0 if logged => Some(true),
+                1 => Some(false),
+                _ => None,
+            },
         });
     }
+    let seg_chunks = 1u64 << below(&mut lrng, 3);
+    let segment_bytes = seg_chunks * chunk_bytes;
+    let append_bytes = [4096, 16 << 10, segment_bytes][below(&mut lrng, 3) as usize];
+    let log = LogConfig {
+        segment_bytes,
+        append_bytes,
+        threshold_bytes: [4096, 64 << 10, append_bytes][below(&mut lrng, 3) as usize]
+            .min(append_bytes),
+        appends_in_flight: 1 + below(&mut lrng, 3) as u32,
+        cleaner: if below(&mut lrng, 2) == 0 {
+            CleanerPolicy::Greedy
+        } else {
+            CleanerPolicy::CostBenefit
+        },
+        clean_below_free_segments: 2 + below(&mut lrng, 6),
+        reserve_segments: 1 + below(&mut lrng, 2),
+    };
+    let any_log = pool_log.iter().any(|&l| l) || volumes.iter().any(|v| v.log == Some(true));
     let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
     // The checkpoint reserve the engine insists on: 3 chains of each volume's map.
     let reserve: u64 = volumes
         .iter()
         .map(|v| {
-            3 * (64 + v.size_bytes.div_ceil(chunk_bytes) * 8).div_ceil(chunk_bytes - 64)
+            let overlay = if v.log.unwrap_or(any_log) {
+                2 * v.size_bytes.div_ceil(4096).max(64) * 32
+            } else {
+                0
+            };
+            3 * (64 + v.size_bytes.div_ceil(chunk_bytes) * 8 + overlay).div_ceil(chunk_bytes - 64)
                 * chunk_bytes
         })
         .sum::<u64>()
         + 4 * chunk_bytes;
     // Sometimes the data pool is too small for every thin volume: ENOSPC paths run too.
-    let slack = [2u64 << 20, 8 << 20, 24 << 20][below(rng, 3) as usize];
+    let slack = [2u64 << 20, 8 << 20, 24 << 20][below(rng, 3) as usize]
+        + if any_log {
+            (log.clean_below_free_segments + log.reserve_segments + 2) * segment_bytes
+        } else {
+            0
+        };
     let cap = |thick: u64, extra: u64| (1 << 20) + thick + extra + 8 * chunk_bytes;
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
@@ -181,6 +226,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 capacity_bytes: cap(thick_bytes[0], journals + reserve + slack),
                 queue_depth: 1 + below(rng, 16) as u32,
                 scheduler: SchedulerKind::Fifo,
+                log: pool_log[0],
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -188,6 +234,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 capacity_bytes: cap(thick_bytes[1], slack),
                 queue_depth: 1 + below(rng, 4) as u32,
                 scheduler: SchedulerKind::Fifo,
+                log: pool_log[1],
             },
         ],
         volumes,
@@ -205,6 +252,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
             promote_min_heat: 1 + below(&mut trng, 2) as u32,
             hysteresis_pct: below(&mut trng, 60) as u32,
         },
+        log,
         ..EngineConfig::default()
     }
 }
@@ -572,9 +620,14 @@ impl Sim {
 
     /// Add the engine's counters to the run's totals (a new engine starts them at zero).
     fn fold_engine_counters(&mut self) {
-        for v in self.engine.report().volumes {
+        let r = self.engine.report();
+        for v in r.volumes {
             self.stats.checkpoints += v.checkpoints;
             self.stats.chunk_moves += v.promotions + v.demotions;
+        }
+        for l in r.pools.iter().filter_map(|p| p.log.as_ref()) {
+            self.stats.log_appends += l.appends;
+            self.stats.segments_cleaned += l.segments_cleaned;
         }
     }
 

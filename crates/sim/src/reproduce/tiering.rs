@@ -1,14 +1,10 @@
-//! Paper experiments, run from the scenario files in `scenarios/`: each scenario is an
-//! ordinary `tiervisor sim` input, and this module runs a set of them and tabulates the
-//! figures the paper reports.
+//! Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split and hot.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
-use crate::{RunOptions, Scenario, SimReport, Simulation};
+use super::run_scenarios;
 
 /// One run of seed 000's experiment (Figures 4-7).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -41,37 +37,6 @@ fn parse_name(path: &Path) -> Option<(String, u32, String)> {
     CONFIGS
         .contains(&config)
         .then(|| (trace.to_string(), vms, config.to_string()))
-}
-
-/// Run `files` on up to `jobs` threads; results in the order of `files`.
-pub fn run_scenarios(files: &[PathBuf], jobs: usize) -> Result<Vec<SimReport>, String> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<SimReport, String>>>> =
-        Mutex::new(vec![None; files.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..jobs.clamp(1, files.len().max(1)) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(f) = files.get(i) else { break };
-                    let r = Scenario::load(f)
-                        .map_err(|e| e.to_string())
-                        .and_then(|sc| Simulation::new(sc, &RunOptions::default()))
-                        .and_then(|sim| sim.run())
-                        .map_err(|e| format!("{}: {e}", f.display()));
-                    if let Ok(mut g) = results.lock() {
-                        g[i] = Some(r);
-                    }
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .map_err(|_| "a simulation thread panicked".to_string())?
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err("a simulation did not run".into())))
-        .collect()
 }
 
 /// Seed 000's experiment: every `{trace}-{n}vm-{config}.toml` in `dir`.

@@ -1,0 +1,55 @@
+//! The `[log]` table (log-structured write path), shared by scenarios and server
+//! configurations. Whether a pool or volume logs is its own `log = true/false` key.
+
+use serde::Deserialize;
+use tiervisor_engine::{CleanerPolicy, LogConfig};
+use toml::Spanned;
+
+use crate::{ConfError, SizeVal, Source};
+
+/// `[log]` as written; every key optional (defaults: [`LogConfig::default`]).
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogToml {
+    segment: Option<Spanned<SizeVal>>,
+    threshold: Option<Spanned<SizeVal>>,
+    append: Option<Spanned<SizeVal>>,
+    appends_in_flight: Option<u32>,
+    cleaner: Option<Spanned<String>>,
+    clean_below_free_segments: Option<u64>,
+    reserve_segments: Option<u64>,
+}
+
+impl LogToml {
+    pub fn resolve(t: Option<&LogToml>, src: &Source) -> Result<LogConfig, ConfError> {
+        let d = LogConfig::default();
+        let Some(t) = t else { return Ok(d) };
+        let size = |v: &Option<Spanned<SizeVal>>, what: &str, dflt: u64| match v {
+            Some(b) => src.size(b, what),
+            None => Ok(dflt),
+        };
+        let cleaner = match &t.cleaner {
+            Some(c) => CleanerPolicy::parse(c.get_ref()).ok_or_else(|| {
+                src.error(
+                    c.span(),
+                    format!(
+                        "unknown cleaner {:?}; expected \"greedy\" or \"cost-benefit\"",
+                        c.get_ref()
+                    ),
+                )
+            })?,
+            None => d.cleaner,
+        };
+        Ok(LogConfig {
+            segment_bytes: size(&t.segment, "segment", d.segment_bytes)?,
+            threshold_bytes: size(&t.threshold, "threshold", d.threshold_bytes)?,
+            append_bytes: size(&t.append, "append", d.append_bytes)?,
+            appends_in_flight: t.appends_in_flight.unwrap_or(d.appends_in_flight),
+            cleaner,
+            clean_below_free_segments: t
+                .clean_below_free_segments
+                .unwrap_or(d.clean_below_free_segments),
+            reserve_segments: t.reserve_segments.unwrap_or(d.reserve_segments),
+        })
+    }
+}

@@ -1,0 +1,449 @@
+//! Logged writes: buffering, appends, their completion and failure, and what commits
+//! wait for.
+
+use bytes::{Bytes, BytesMut};
+
+use super::{BufPiece, COLD, HOT, RamPiece, Segment};
+use crate::engine::{Engine, Owner};
+use crate::overlay::Overlay;
+use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
+use crate::volume::{CommitPhase, Waiter};
+
+/// What became of a write piece offered to the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogOutcome {
+    /// Buffered and acknowledged.
+    Logged,
+    /// Waiting for buffer room; it will be retried.
+    Parked,
+    /// Not for the log: write it at home.
+    Home,
+}
+
+/// An append in flight.
+#[derive(Debug)]
+pub(crate) struct Append {
+    pub vol: u32,
+    pub pool: u16,
+    pub stream: usize,
+    pub id: u64,
+    pub pieces: Vec<BufPiece>,
+    /// Times it was written in place after an error.
+    pub retries: u32,
+}
+
+/// A failed append is first written again where it is (write errors are usually
+/// transient and leave the mapping valid); after this many it moves.
+const APPEND_RETRIES: u32 = 3;
+
+impl Engine {
+    /// Offer `[s, e)` of write request `key` to the log of `pool`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn log_write_piece(
+        &mut self,
+        now: u64,
+        key: usize,
+        v: u32,
+        s: u64,
+        e: u64,
+        pool: PoolId,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) -> LogOutcome {
+        let len = e - s;
+        let si = pool.0 as usize * 2 + HOT;
+        let max_in_flight = self.cfg.log.appends_in_flight;
+        let append_bytes = self.cfg.log.append_bytes;
+        let vol = &mut self.vols[v as usize];
+        if vol.overlay.len() as u64 + 64 > vol.log.max_extents {
+            self.logs[pool.0 as usize].stats.home_fallbacks += 1;
+            return LogOutcome::Home;
+        }
+        let st = &vol.log.streams[si];
+        let full = st.buf_bytes + len > append_bytes;
+        if !vol.log.parked.is_empty() || (full && st.in_flight >= max_in_flight) {
+            vol.log.parked.push_back(Waiter {
+                req: key,
+                start: s,
+                end: e,
+            });
+            self.reqs[key].outstanding += 1;
+            return LogOutcome::Parked;
+        }
+        if full {
+            self.log_seal(now, v, si, out);
+        }
+        if !self.log_ensure_segment(now, v, si, len, false, out) {
+            // Space is on its way (freed segments wait for a commit, or the cleaner is
+            // at work): wait for it rather than scatter the write at home.
+            if self.log_space_coming(now, pool.0 as usize, out) {
+                self.vols[v as usize].log.parked.push_back(Waiter {
+                    req: key,
+                    start: s,
+                    end: e,
+                });
+                self.reqs[key].outstanding += 1;
+                return LogOutcome::Parked;
+            }
+            self.logs[pool.0 as usize].stats.home_fallbacks += 1;
+            return LogOutcome::Home;
+        }
+        let stats = &mut self.logs[pool.0 as usize].stats;
+        stats.user_writes += 1;
+        stats.user_bytes += len;
+        self.log_place(now, v, si, s, e, data);
+        self.log_maybe_seal(now, v, si, out);
+        self.arm_commit_timer(now, out);
+        LogOutcome::Logged
+    }
+
+    /// Make sure stream `si` has an open segment with `len` bytes of room. `reserve`:
+    /// the write may take the segments kept for the cleaner and for retries.
+    pub(crate) fn log_ensure_segment(
+        &mut self,
+        now: u64,
+        v: u32,
+        si: usize,
+        len: u64,
+        reserve: bool,
+        out: &mut Outputs,
+    ) -> bool {
+        let pool = si / 2;
+        let sb = self.cfg.log.segment_bytes;
+        if let Some(g) = self.vols[v as usize].log.streams[si].seg {
+            let written = self.logs[pool].segments.get(&g).map(|s| s.written_bytes);
+            if written.is_some_and(|w| w + len <= sb) {
+                return true;
+            }
+            // The buffer never spans segments: send it before moving on.
+            self.log_seal(now, v, si, out);
+            self.vols[v as usize].log.streams[si].seg = None;
+            if let Some(seg) = self.logs[pool].segments.get_mut(&g) {
+                seg.open = false;
+                if seg.live_bytes == 0 {
+                    self.free_segment(PoolId(pool as u16), g);
+                }
+            }
+        }
+        let n = self.seg_chunks();
+        let need = if reserve {
+            1
+        } else {
+            self.cfg.log.reserve_segments + 1
+        };
+        let free = self.free_segments(pool);
+        if free < need {
+            self.clean_kick(now, pool, out);
+            return false;
+        }
+        let hint = self.logs[pool].next_group;
+        let Some(g) = self.pools[pool].alloc.allocate_aligned(n, hint) else {
+            return false;
+        };
+        let pl = &mut self.logs[pool];
+        pl.next_group = g + 1;
+        pl.stats.segments_opened += 1;
+        pl.segments.insert(
+            g,
+            Segment {
+                owner: v,
+                held: if n == 64 { u64::MAX } else { (1 << n) - 1 },
+                written_bytes: 0,
+                live_bytes: 0,
+                open: true,
+                last_write_ns: now,
+                cleaning: false,
+                clean_failed: false,
+                stuck: false,
+                summary: Vec::new(),
+            },
+        );
+        self.vols[v as usize].log.streams[si].seg = Some(g);
+        if free - 1 < self.cfg.log.clean_below_free_segments {
+            self.clean_kick(now, pool, out);
+        }
+        true
+    }
+
+    /// Put `[s, e)` (already checked to fit) into stream `si`'s buffer and point the
+    /// overlay at its log position.
+    pub(crate) fn log_place(
+        &mut self,
+        now: u64,
+        v: u32,
+        si: usize,
+        s: u64,
+        e: u64,
+        data: Option<Bytes>,
+    ) {
+        let pool = si / 2;
+        let len = e - s;
+        let st = &self.vols[v as usize].log.streams[si];
+        let g = st.seg.expect("log_place needs an open segment");
+        let base = self.seg_base(g);
+        let pl = &mut self.logs[pool];
+        let seg = pl.segments.get_mut(&g).expect("open segment exists");
+        let dev = base + seg.written_bytes;
+        seg.summary.push(super::Piece {
+            lba: s,
+            seg_off: seg.written_bytes as u32,
+            len: len as u32,
+        });
+        seg.written_bytes += len;
+        seg.live_bytes += len;
+        seg.last_write_ns = now;
+        pl.ram.insert(
+            dev,
+            RamPiece {
+                len,
+                data: data.clone(),
+            },
+        );
+        let st = &mut self.vols[v as usize].log.streams[si];
+        debug_assert!(st.buf.last().is_none_or(|p| p.dev + p.len == dev));
+        st.buf.push(BufPiece {
+            lba: s,
+            dev,
+            len,
+            data,
+        });
+        st.buf_bytes += len;
+        self.overlay_set(
+            v,
+            s,
+            e,
+            Overlay::Log {
+                pool: PoolId(pool as u16),
+                dev_offset: dev,
+            },
+        );
+    }
+
+    /// Send the buffer when the stream is idle or the buffer is full (and the stream has
+    /// room for another append in flight).
+    pub(crate) fn log_maybe_seal(&mut self, now: u64, v: u32, si: usize, out: &mut Outputs) {
+        let st = &self.vols[v as usize].log.streams[si];
+        if !st.buf.is_empty()
+            && st.in_flight < self.cfg.log.appends_in_flight
+            && (st.in_flight == 0 || st.buf_bytes >= self.cfg.log.append_bytes)
+        {
+            self.log_seal(now, v, si, out);
+        }
+    }
+
+    /// Send stream `si`'s buffer as one sequential write.
+    pub(crate) fn log_seal(&mut self, now: u64, v: u32, si: usize, out: &mut Outputs) {
+        let pool = si / 2;
+        let vol = &mut self.vols[v as usize];
+        let st = &mut vol.log.streams[si];
+        if st.buf.is_empty() {
+            return;
+        }
+        let pieces = std::mem::take(&mut st.buf);
+        let bytes = std::mem::take(&mut st.buf_bytes);
+        st.in_flight += 1;
+        let id = vol.log.next_id;
+        vol.log.next_id += 1;
+        vol.log.in_flight.insert(id);
+        vol.dirty_pools |= 1 << pool;
+        let stats = &mut self.logs[pool].stats;
+        stats.appends += 1;
+        stats.append_bytes += bytes;
+        let a = Append {
+            vol: v,
+            pool: pool as u16,
+            stream: si,
+            id,
+            pieces,
+            retries: 0,
+        };
+        self.append_issue(now, 0, a, out);
+    }
+
+    /// Queue an append's write (again, in place, after an error).
+    fn append_issue(&mut self, now: u64, retries: u32, mut a: Append, out: &mut Outputs) {
+        a.retries = retries;
+        let payload = self.cfg.track_data.then(|| {
+            let mut b = BytesMut::new();
+            for p in &a.pieces {
+                match &p.data {
+                    Some(d) => b.extend_from_slice(d),
+                    None => b.resize(b.len() + p.len as usize, 0),
+                }
+            }
+            b.freeze()
+        });
+        let (v, si, pool) = (a.vol, a.stream, a.pool as usize);
+        let dev = a.pieces[0].dev;
+        let bytes: u64 = a.pieces.iter().map(|p| p.len).sum();
+        let slot = self.appends.insert(a);
+        let class = if si % 2 == COLD {
+            IoClass::Cleaner
+        } else {
+            IoClass::Foreground
+        };
+        self.queue_op(
+            now,
+            Owner::Append { slot },
+            PoolId(pool as u16),
+            DevKind::Write,
+            dev,
+            bytes,
+            false,
+            payload,
+            class,
+            v,
+            out,
+        );
+    }
+
+    /// Seal every buffer of a volume (a commit is starting).
+    pub(crate) fn log_seal_volume(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        for si in 0..self.vols[v as usize].log.streams.len() {
+            self.log_seal(now, v, si, out);
+        }
+    }
+
+    pub(crate) fn append_done(
+        &mut self,
+        now: u64,
+        slot: usize,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
+        let Some(a) = self.appends.try_remove(slot) else {
+            return;
+        };
+        let (v, pool, si) = (a.vol, a.pool as usize, a.stream);
+        if result.is_err() && a.retries < APPEND_RETRIES {
+            return self.append_issue(now, a.retries + 1, a, out);
+        }
+        let vol = &mut self.vols[v as usize];
+        vol.log.in_flight.remove(&a.id);
+        vol.log.streams[si].in_flight -= 1;
+        if result.is_err() {
+            // A round waiting for this append must not make records durable that point
+            // at data which is not there: it fails, and the data is appended again.
+            if let Some(c) = vol.commit.as_mut()
+                && c.phase == CommitPhase::LogWait
+                && a.id < c.log_wait_upto
+            {
+                c.failed = true;
+            }
+            self.log_relocate(now, &a, out);
+        }
+        let ram = &mut self.logs[pool].ram;
+        for p in &a.pieces {
+            ram.remove(&p.dev);
+        }
+        self.log_maybe_seal(now, v, si, out);
+        self.log_resume_parked(now, v, out);
+        self.log_commit_check(now, v, out);
+        if let Some(g) = self.vols[v as usize].log.streams[si].seg
+            && !self.logs[pool].segments.contains_key(&g)
+        {
+            self.vols[v as usize].log.streams[si].seg = None;
+        }
+        self.clean_maybe(now, pool, out);
+    }
+
+    /// Append again what a failed append carried and the overlay still points at.
+    fn log_relocate(&mut self, now: u64, a: &Append, out: &mut Outputs) {
+        let (v, pool) = (a.vol, PoolId(a.pool));
+        for p in &a.pieces {
+            let live: Vec<(u64, u64)> = self.vols[v as usize]
+                .overlay
+                .overlapping(p.lba, p.lba + p.len)
+                .filter(|&(s, _, val)| {
+                    val == Overlay::Log {
+                        pool,
+                        dev_offset: p.dev + (s - p.lba),
+                    }
+                })
+                .map(|(s, e, _)| (s, e))
+                .collect();
+            for (s, e) in live {
+                if !self.log_ensure_segment(now, v, a.stream, e - s, true, out) {
+                    let name = self.vols[v as usize].rec.name.clone();
+                    return self.fail(
+                        format!(
+                            "volume {name}: an append failed and the log of pool {} has no room to write it again",
+                            self.cfg.pools[pool.0 as usize].name
+                        ),
+                        out,
+                    );
+                }
+                let data = p
+                    .data
+                    .as_ref()
+                    .map(|d| d.slice((s - p.lba) as usize..(e - p.lba) as usize));
+                self.logs[pool.0 as usize].stats.relocations += 1;
+                self.log_place(now, v, a.stream, s, e, data);
+            }
+        }
+        self.log_maybe_seal(now, v, a.stream, out);
+    }
+
+    /// Whether segments of `pool` will be freed without new writes: frees waiting for
+    /// a commit (which this starts) or drain, or a segment being cleaned.
+    fn log_space_coming(&mut self, now: u64, pool: usize, out: &mut Outputs) -> bool {
+        if self.logs[pool].clean.is_some() {
+            return true;
+        }
+        let mut waiting: Vec<u32> = Vec::new();
+        let mut any = false;
+        for (_, f) in self.frees.iter() {
+            let crate::reclaim::Freed::Chunks { pool: p, .. } = f.what;
+            if p.0 as usize == pool {
+                any = true;
+                waiting.extend(f.needs.iter().map(|&(v, _)| v));
+            }
+        }
+        waiting.sort_unstable();
+        waiting.dedup();
+        for v in waiting {
+            let vol = &self.vols[v as usize];
+            if vol.commit.is_none() && !vol.journal.pending.is_empty() {
+                self.start_commit(now, v, out);
+            }
+        }
+        any || self.discarding > 0
+    }
+
+    /// Resume parked log writes of every volume (space or buffer room appeared).
+    pub(crate) fn log_resume_all(&mut self, now: u64, out: &mut Outputs) {
+        for v in 0..self.vols.len() {
+            if !self.vols[v].log.parked.is_empty() {
+                self.log_resume_parked(now, v as u32, out);
+            }
+        }
+    }
+
+    /// Retry write pieces that waited for buffer room, in arrival order.
+    pub(crate) fn log_resume_parked(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let parked = std::mem::take(&mut self.vols[v as usize].log.parked);
+        for w in parked {
+            self.resume_write_piece(now, w, v, out);
+        }
+    }
+
+    /// A commit waiting for appends goes on once those issued before it have landed.
+    pub(crate) fn log_commit_check(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vol = &self.vols[v as usize];
+        let Some(c) = vol.commit.as_ref() else { return };
+        if c.phase != CommitPhase::LogWait {
+            return;
+        }
+        let bug = self.cfg.bug == Some(crate::config::InjectedBug::CommitSkipsLogWait);
+        if !bug
+            && vol
+                .log
+                .in_flight
+                .first()
+                .is_some_and(|&id| id < c.log_wait_upto)
+        {
+            return;
+        }
+        self.commit_data_flush(now, v, out);
+    }
+}

@@ -1,0 +1,236 @@
+//! The segment cleaner: picks a victim segment (greedy or Sprite LFS cost-benefit), reads
+//! what is still live in it, and appends that to the owner's cold stream, but only the
+//! parts the overlay still points at when the copy is placed (a VM write in between
+//! wins). The emptied segment is freed through the owner's journal like any other space.
+
+use bytes::Bytes;
+
+use super::COLD;
+use crate::config::CleanerPolicy;
+use crate::engine::{Engine, Owner};
+use crate::overlay::Overlay;
+use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
+
+/// Segments fuller than this are not worth cleaning (moving them frees too little).
+const CLEAN_MAX_UTILIZATION: f64 = 0.9;
+
+/// One segment being cleaned.
+#[derive(Debug)]
+pub(crate) struct Clean {
+    pub group: u64,
+    pub owner: u32,
+    /// (lba, device offset, length, data read)
+    pub pieces: Vec<(u64, u64, u64, Option<Bytes>)>,
+    pub pending: u32,
+    pub failed: bool,
+}
+
+impl Engine {
+    /// Start cleaning if the pool is short of free segments.
+    pub(crate) fn clean_maybe(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        if self.logs[pool].clean.is_some() || self.logs[pool].segments.is_empty() {
+            return;
+        }
+        if self.free_segments(pool) < self.cfg.log.clean_below_free_segments {
+            self.clean_kick(now, pool, out);
+        }
+    }
+
+    /// Clean one victim segment of `pool`, if there is one worth cleaning.
+    pub(crate) fn clean_kick(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        if self.logs[pool].clean.is_some() || self.state != crate::engine::EngineState::Ready {
+            return;
+        }
+        let Some(g) = self.clean_victim(now, pool) else {
+            return;
+        };
+        let base = self.seg_base(g);
+        let pid = PoolId(pool as u16);
+        let seg = self.logs[pool].segments.get_mut(&g).expect("victim exists");
+        seg.cleaning = true;
+        let owner = seg.owner;
+        let summary = std::mem::take(&mut seg.summary);
+        // What the overlay still points at, in log order.
+        let ov = &self.vols[owner as usize].overlay;
+        let mut pieces = Vec::new();
+        let mut kept = Vec::new();
+        for p in &summary {
+            let dev0 = base + p.seg_off as u64;
+            let mut any = false;
+            for (s, e, val) in ov.overlapping(p.lba, p.lba + p.len as u64) {
+                let dev = dev0 + (s - p.lba);
+                if val
+                    == (Overlay::Log {
+                        pool: pid,
+                        dev_offset: dev,
+                    })
+                {
+                    pieces.push((s, dev, e - s, None));
+                    any = true;
+                }
+            }
+            if any {
+                kept.push(*p);
+            }
+        }
+        if let Some(seg) = self.logs[pool].segments.get_mut(&g) {
+            seg.summary = kept;
+        }
+        let n = pieces.len() as u32;
+        let reads: Vec<(u64, u64)> = pieces.iter().map(|p| (p.1, p.2)).collect();
+        self.logs[pool].clean = Some(Clean {
+            group: g,
+            owner,
+            pieces,
+            pending: n,
+            failed: false,
+        });
+        if n == 0 {
+            return self.clean_finish(now, pool, out);
+        }
+        for (i, (dev, len)) in reads.into_iter().enumerate() {
+            self.logs[pool].stats.cleaner_read_bytes += len;
+            self.queue_op(
+                now,
+                Owner::CleanRead {
+                    pool: pool as u16,
+                    idx: i as u32,
+                },
+                pid,
+                DevKind::Read,
+                dev,
+                len,
+                false,
+                None,
+                IoClass::Cleaner,
+                owner,
+                out,
+            );
+        }
+    }
+
+    /// The closed segment whose cleaning pays most, per the configured policy.
+    fn clean_victim(&self, now: u64, pool: usize) -> Option<u64> {
+        let sb = self.cfg.log.segment_bytes as f64;
+        let policy = self.cfg.log.cleaner;
+        let pl = &self.logs[pool];
+        let mut best: Option<(f64, u64)> = None;
+        for (&g, s) in &pl.segments {
+            if s.open
+                || s.cleaning
+                || s.clean_failed
+                || s.stuck
+                || s.live_bytes as f64 > CLEAN_MAX_UTILIZATION * sb
+            {
+                continue;
+            }
+            // Data of an append still in flight is not on the device yet.
+            let base = self.seg_base(g);
+            if pl
+                .ram
+                .range(..base + self.cfg.log.segment_bytes)
+                .next_back()
+                .is_some_and(|(&d, r)| d + r.len > base)
+            {
+                continue;
+            }
+            let u = s.live_bytes as f64 / sb;
+            let score = match policy {
+                CleanerPolicy::Greedy => 1.0 - u,
+                CleanerPolicy::CostBenefit => {
+                    let age = (now.saturating_sub(s.last_write_ns) as f64 / 1e6) + 1.0;
+                    (1.0 - u) * age / (1.0 + u)
+                }
+            };
+            // Strictly better only: ties go to the lowest group, deterministically.
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, g));
+            }
+        }
+        best.map(|(_, g)| g)
+    }
+
+    pub(crate) fn clean_read_done(
+        &mut self,
+        now: u64,
+        pool: usize,
+        idx: usize,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
+        let Some(c) = self.logs[pool].clean.as_mut() else {
+            return;
+        };
+        c.pending -= 1;
+        match result {
+            Ok(()) => c.pieces[idx].3 = data,
+            Err(_) => {
+                c.failed = true;
+                c.pieces[idx].2 = 0;
+            }
+        }
+        if c.pending == 0 {
+            self.clean_finish(now, pool, out);
+        }
+    }
+
+    /// Copy what is still live forward, then let the victim go.
+    fn clean_finish(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        let Some(c) = self.logs[pool].clean.take() else {
+            return;
+        };
+        let pid = PoolId(pool as u16);
+        let v = c.owner;
+        let si = pool * 2 + COLD;
+        let mut copied = 0;
+        for (lba, dev, len, data) in c.pieces {
+            if len == 0 || self.state != crate::engine::EngineState::Ready {
+                continue;
+            }
+            // Only what still points here: a VM write since the read wins.
+            let live: Vec<(u64, u64)> = self.vols[v as usize]
+                .overlay
+                .overlapping(lba, lba + len)
+                .filter(|&(s, _, val)| {
+                    val == Overlay::Log {
+                        pool: pid,
+                        dev_offset: dev + (s - lba),
+                    }
+                })
+                .map(|(s, e, _)| (s, e))
+                .collect();
+            for (s, e) in live {
+                if !self.log_ensure_segment(now, v, si, e - s, true, out) {
+                    break;
+                }
+                let d = data
+                    .as_ref()
+                    .map(|d| d.slice((s - lba) as usize..(e - lba) as usize));
+                copied += e - s;
+                self.log_place(now, v, si, s, e, d);
+                if self.vols[v as usize].log.streams[si].buf_bytes >= self.cfg.log.append_bytes {
+                    self.log_seal(now, v, si, out);
+                }
+            }
+        }
+        self.log_seal(now, v, si, out);
+        let pl = &mut self.logs[pool];
+        pl.stats.cleaner_bytes += copied;
+        pl.stats.segments_cleaned += 1;
+        let mut progress = copied > 0;
+        match pl.segments.get_mut(&c.group) {
+            Some(seg) => {
+                seg.cleaning = false;
+                seg.clean_failed |= c.failed;
+                // No room to copy into: try it again once some segment is freed.
+                seg.stuck = seg.live_bytes > 0 && !seg.clean_failed;
+            }
+            None => progress = true,
+        }
+        self.arm_commit_timer(now, out);
+        if progress {
+            self.clean_maybe(now, pool, out);
+        }
+    }
+}

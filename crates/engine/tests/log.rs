@@ -1,0 +1,274 @@
+//! The log-structured write path against a reference model: early acknowledgement with
+//! reads served from RAM, flushes that wait for appends, crashes before and after, the
+//! cleaner under heavy overwriting, and mixing with writes that go home.
+
+mod common;
+
+use common::*;
+use tiervisor_engine::*;
+
+/// Both pools log; small segments and appends so the cleaner has work.
+fn log_config() -> EngineConfig {
+    let mut cfg = config(1 << 20);
+    for p in &mut cfg.pools {
+        p.log = true;
+    }
+    cfg.log = LogConfig {
+        segment_bytes: 2 * MIB,
+        append_bytes: 64 << 10,
+        ..LogConfig::default()
+    };
+    cfg
+}
+
+fn log_report(r: &Rig, pool: usize) -> LogReport {
+    r.engine.report().pools[pool]
+        .log
+        .clone()
+        .expect("pool logs")
+}
+
+/// A deterministic generator (the test must not depend on a random crate's versions).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn logged_writes_are_acknowledged_early_and_read_from_ram_until_they_land() {
+    let mut r = Rig::new(log_config());
+    r.hold = true;
+    let data = pattern(7, 4096);
+    let id = r.submit("thin", ReqKind::Write, 12288, Some(&data), 4096);
+    // Acknowledged although its append is still held.
+    assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())));
+    assert_eq!(r.held.len(), 1, "one append in flight");
+    let append = r.held[0].clone();
+    assert_eq!(append.kind, DevKind::Write);
+    assert_eq!(append.pool, PoolId(1));
+    // A read of it needs no device: it comes from RAM.
+    let rd = r.submit("thin", ReqKind::Read, 8192, None, 12288);
+    let c = r.take_done(rd).expect("read served from RAM and zeros");
+    let got = c.data.unwrap();
+    assert!(got[..4096].iter().all(|&b| b == 0));
+    assert_eq!(&got[4096..8192], &data[..]);
+    assert_eq!(&got[8192..], &vec![0u8; 4096][..]);
+    // Writes gathered while the first append is in flight go out as one more append.
+    for i in 0..8u64 {
+        let d = pattern(i as u8, 4096);
+        let id = r.submit("thin", ReqKind::Write, (100 + i * 3) * 4096, Some(&d), 4096);
+        assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())));
+    }
+    // They wait in RAM while the first append is in flight, then go out as one.
+    assert_eq!(r.held.len(), 1);
+    r.release_one();
+    assert_eq!(r.held.len(), 1, "the eight writes became one append");
+    assert_eq!(r.held[0].len_bytes, 8 * 4096);
+    assert_eq!(r.held[0].offset_bytes, append.offset_bytes + 4096);
+    // A flush cannot finish before the appends land.
+    let fl = r.submit("thin", ReqKind::Flush, 0, None, 0);
+    assert!(r.take_done(fl).is_none());
+    while r.release_one().is_some() {
+        assert!(
+            !r.done.iter().any(|c| c.id == fl) || r.held.is_empty(),
+            "flush finished with operations still held"
+        );
+    }
+    r.hold = false;
+    assert_eq!(r.take_done(fl).map(|c| c.result), Some(Ok(())));
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 12288, 4096), data);
+    for i in 0..8u64 {
+        assert_eq!(
+            r.read("thin", (100 + i * 3) * 4096, 4096),
+            pattern(i as u8, 4096)
+        );
+    }
+}
+
+#[test]
+fn a_crash_before_the_append_lands_loses_only_unflushed_data() {
+    let mut r = Rig::new(log_config());
+    r.write("thin", 0, &pattern(1, 8192));
+    r.flush("thin");
+    r.hold = true;
+    let id = r.submit("thin", ReqKind::Write, 4096, Some(&pattern(2, 4096)), 4096);
+    assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())));
+    assert_eq!(r.read_held("thin", 4096, 4096), pattern(2, 4096));
+    r.crash_and_mount();
+    // Never flushed: the old data, intact (never garbage).
+    assert_eq!(r.read("thin", 0, 8192), pattern(1, 8192));
+}
+
+#[test]
+fn random_small_writes_match_a_reference_through_cleaning_and_crashes() {
+    for seed in 1..=3u64 {
+        let mut r = Rig::new(log_config());
+        let mut rng = Lcg(seed);
+        let size = 6 * MIB as usize;
+        let mut model = vec![0u8; size];
+        let mut version = 0u8;
+        let mut logged = 0;
+        for step in 0..6000 {
+            let sectors = 1 + rng.next(16) as usize;
+            let off = rng.next((size / 512 - sectors) as u64) as usize * 512;
+            let len = sectors * 512;
+            match rng.next(20) {
+                // Mostly small writes (logged); sometimes big ones that go home.
+                0..=13 => {
+                    version = version.wrapping_add(1);
+                    let d = pattern(version, len);
+                    r.write("thin", off as u64, &d);
+                    model[off..off + len].copy_from_slice(&d);
+                }
+                14 => {
+                    version = version.wrapping_add(1);
+                    let big = 256 << 10;
+                    let o = rng.next((size - big) as u64 / 4096) as usize * 4096;
+                    let d = pattern(version, big);
+                    r.write("thin", o as u64, &d);
+                    model[o..o + big].copy_from_slice(&d);
+                }
+                15 => {
+                    let c = r.req("thin", ReqKind::Trim, off as u64, len as u64, None);
+                    assert_eq!(c.result, Ok(()));
+                    model[off..off + len].fill(0);
+                }
+                16..=18 => {
+                    assert_eq!(
+                        r.read("thin", off as u64, len as u64),
+                        &model[off..off + len],
+                        "seed {seed} step {step}: read {len} at {off}"
+                    );
+                }
+                _ => {
+                    r.flush("thin");
+                    if rng.next(4) == 0 {
+                        logged += log_report(&r, 1).user_writes;
+                        r.crash_and_mount();
+                    }
+                }
+            }
+            if step % 500 == 0 {
+                r.engine
+                    .check_invariants()
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        assert_eq!(r.read("thin", 0, size as u64), model, "seed {seed}");
+        logged += log_report(&r, 1).user_writes;
+        assert!(logged > 3000, "{logged} writes logged");
+        r.flush("thin");
+        r.crash_and_mount();
+        assert_eq!(
+            r.read("thin", 0, size as u64),
+            model,
+            "seed {seed} after mount"
+        );
+        r.engine
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn the_cleaner_reclaims_overwritten_segments_and_reports_amplification() {
+    for policy in [CleanerPolicy::Greedy, CleanerPolicy::CostBenefit] {
+        let mut cfg = log_config();
+        cfg.log.cleaner = policy;
+        let mut r = Rig::new(cfg);
+        let mut rng = Lcg(42);
+        // 160 MiB of 4 KiB writes into 32 MiB of a 96 MiB pool: without cleaning the log
+        // would run out of segments several times over.
+        let region = 32 * MIB;
+        let mut model = vec![0u8; region as usize];
+        for i in 0..40_960u64 {
+            let off = rng.next(region / 4096) * 4096;
+            let d = pattern((i % 251) as u8, 4096);
+            let c = r.req(
+                "thin",
+                ReqKind::Write,
+                off,
+                4096,
+                Some(bytes::Bytes::copy_from_slice(&d)),
+            );
+            assert_eq!(
+                c.result,
+                Ok(()),
+                "write {i}: {:?} owners {:?}",
+                log_report(&r, 1),
+                r.engine.chunk_owners()
+            );
+            model[off as usize..off as usize + 4096].copy_from_slice(&d);
+            if i % 4096 == 0 {
+                r.tick(2_000_000_000);
+            }
+        }
+        let l = log_report(&r, 1);
+        assert!(l.segments_cleaned > 10, "{policy:?}: {l:?}");
+        assert!(l.segments_freed > 40, "{policy:?}: {l:?}");
+        assert!(l.write_amplification > 1.0, "{policy:?}: {l:?}");
+        assert!(
+            l.home_fallbacks < l.user_writes / 10,
+            "{policy:?}: the cleaner kept up: {l:?}"
+        );
+        assert_eq!(r.read("thin", 0, region), model);
+        r.flush("thin");
+        r.crash_and_mount();
+        assert_eq!(r.read("thin", 0, region), model, "{policy:?} after mount");
+        r.engine
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn large_sequential_writes_go_home_and_reads_stitch_both() {
+    let mut r = Rig::new(log_config());
+    // A sequential run of 256 KiB writes: home, not the log.
+    let big = pattern(3, 4 * MIB as usize);
+    for (i, c) in big.chunks(256 << 10).enumerate() {
+        r.write("thin", i as u64 * (256 << 10), c);
+    }
+    let before = log_report(&r, 1).user_writes;
+    assert_eq!(before, 0, "sequential large writes were logged");
+    // Small writes on top, logged.
+    let mut want = big.clone();
+    for i in 0..64u64 {
+        let off = (i * 61 * 1024) & !511;
+        let d = pattern(100 + i as u8, 1024);
+        r.write("thin", off, &d);
+        want[off as usize..off as usize + 1024].copy_from_slice(&d);
+    }
+    assert_eq!(log_report(&r, 1).user_writes, 64);
+    // One read spans logged and home data.
+    assert_eq!(r.read("thin", 0, 4 * MIB), want);
+    // A large write over logged data supersedes it.
+    let over = pattern(9, MIB as usize);
+    r.write("thin", 0, &over);
+    want[..MIB as usize].copy_from_slice(&over);
+    assert_eq!(r.read("thin", 0, 4 * MIB), want);
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 0, 4 * MIB), want);
+    r.engine
+        .check_invariants()
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_volume_can_opt_out_of_its_pools_log() {
+    let mut cfg = log_config();
+    cfg.volumes[0].log = Some(false);
+    let mut r = Rig::new(cfg);
+    r.write("thin", 0, &pattern(1, 4096));
+    r.write("thick", 0, &pattern(2, 4096));
+    assert_eq!(log_report(&r, 1).user_writes, 0);
+    assert_eq!(log_report(&r, 0).user_writes, 1);
+}

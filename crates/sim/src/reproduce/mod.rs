@@ -1,0 +1,46 @@
+//! Paper experiments, run from the scenario files in `scenarios/`: each scenario is an
+//! ordinary `tiervisor sim` input, and these modules run a set of them and tabulate the
+//! figures the paper reports.
+
+mod logwrite;
+mod tiering;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use logwrite::{LogwriteRow, logwrite};
+pub use tiering::{TieringRow, tiering};
+
+use crate::{RunOptions, Scenario, SimReport, Simulation};
+
+/// Run `files` on up to `jobs` threads; results in the order of `files`.
+pub fn run_scenarios(files: &[PathBuf], jobs: usize) -> Result<Vec<SimReport>, String> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<SimReport, String>>>> =
+        Mutex::new(vec![None; files.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, files.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(f) = files.get(i) else { break };
+                    let r = Scenario::load(f)
+                        .map_err(|e| e.to_string())
+                        .and_then(|sc| Simulation::new(sc, &RunOptions::default()))
+                        .and_then(|sim| sim.run())
+                        .map_err(|e| format!("{}: {e}", f.display()));
+                    if let Ok(mut g) = results.lock() {
+                        g[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .map_err(|_| "a simulation thread panicked".to_string())?
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("a simulation did not run".into())))
+        .collect()
+}
