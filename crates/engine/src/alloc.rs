@@ -97,14 +97,17 @@ impl ChunkAllocator {
         (first..first + n).all(|c| !self.is_used(c))
     }
 
-    /// Groups of `n` chunks, aligned to `n`, that are entirely free.
+    /// Groups of `n` chunks, aligned to `n`, that are entirely free and that data may
+    /// take (the metadata reserve stays out of reach).
     pub fn free_aligned_groups(&self, n: u64) -> u64 {
-        if self.free < n {
+        let room = self.available_chunks() / n;
+        if room == 0 {
             return 0;
         }
-        (0..self.chunks / n)
+        ((0..self.chunks / n)
             .filter(|g| self.run_free(g * n, n))
-            .count() as u64
+            .count() as u64)
+            .min(room)
     }
 
     /// Allocate an aligned group of `n` chunks (first fit from group `hint`). Returns the

@@ -118,6 +118,10 @@ pub struct Simulation {
     done_ios: u64,
     progress: Option<indicatif::ProgressBar>,
     max_sim_ns: u64,
+    timeline: Vec<crate::report::Sample>,
+    next_sample_ns: u64,
+    /// Counters at the last sample: VM bytes written, log VM bytes, appended, cleaned.
+    last_sample: [u64; 4],
 }
 
 /// Map engine device operations onto model operations.
@@ -272,6 +276,9 @@ impl Simulation {
             done_ios: 0,
             progress,
             max_sim_ns: opts.max_sim_ns.unwrap_or(u64::MAX),
+            timeline: Vec::new(),
+            next_sample_ns: 0,
+            last_sample: [0; 4],
         })
     }
 
@@ -392,7 +399,43 @@ impl Simulation {
         }
     }
 
+    /// Close every sampling interval that ends at or before `t`.
+    fn sample_until(&mut self, t: u64) {
+        let every = self.scenario.sample_interval_ns;
+        if every == 0 || self.t0 == 0 {
+            return;
+        }
+        while self.next_sample_ns <= t {
+            let written: u64 = self.vms.iter().map(|v| v.write_bytes).sum();
+            let (mut user, mut appended, mut cleaned, mut free) = (0, 0, 0, 0);
+            for p in self.engine.report().pools {
+                if let Some(l) = p.log {
+                    user += l.user_bytes;
+                    appended += l.append_bytes;
+                    cleaned += l.cleaner_bytes;
+                    free += l.free_segments;
+                }
+            }
+            let [w0, u0, a0, c0] = self.last_sample;
+            let secs = every as f64 / 1e9;
+            self.timeline.push(crate::report::Sample {
+                t_s: (self.next_sample_ns - self.t0) as f64 / 1e9,
+                write_mb_per_s: (written - w0) as f64 / secs / 1e6,
+                cleaner_mb_per_s: (cleaned - c0) as f64 / secs / 1e6,
+                log_waf: if user > u0 {
+                    (appended - a0) as f64 / (user - u0) as f64
+                } else {
+                    0.0
+                },
+                free_segments: free,
+            });
+            self.last_sample = [written, user, appended, cleaned];
+            self.next_sample_ns += every;
+        }
+    }
+
     fn step(&mut self, t: u64, kind: u8, payload: u64) {
+        self.sample_until(t);
         self.now = t;
         match kind {
             EV_DEV => {
@@ -465,6 +508,7 @@ impl Simulation {
         }
         self.prefill()?;
         self.t0 = self.now;
+        self.next_sample_ns = self.t0 + self.scenario.sample_interval_ns;
         for vm in 0..self.vms.len() {
             if self.vms[vm].timed {
                 self.schedule_arrival(vm);
@@ -616,6 +660,7 @@ impl Simulation {
             .collect();
         SimReport {
             logs,
+            timeline: self.timeline.clone(),
             scenario: self.scenario.source.clone(),
             seed: self.seed,
             sim_time_s: secs(end - t0),

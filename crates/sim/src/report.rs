@@ -126,6 +126,24 @@ pub struct SimReport {
     pub devices: BTreeMap<String, DeviceReport>,
     /// The log-structured write path, per pool that has one.
     pub logs: BTreeMap<String, tiervisor_engine::LogReport>,
+    /// Throughput over time (scenarios with `sample_interval_s`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<Sample>,
+}
+
+/// One interval of a run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Sample {
+    /// End of the interval, from the start of the workloads.
+    pub t_s: f64,
+    /// VM bytes written per second during the interval.
+    pub write_mb_per_s: f64,
+    /// Bytes the cleaner copied per second during the interval.
+    pub cleaner_mb_per_s: f64,
+    /// Log write amplification over the interval (appended / VM bytes logged).
+    pub log_waf: f64,
+    /// Free log segments at the end of the interval (summed over pools).
+    pub free_segments: u64,
 }
 
 impl SimReport {

@@ -52,6 +52,8 @@ struct RawScenario {
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<u64>,
+    /// Record throughput and log counters every this many simulated seconds.
+    sample_interval_s: Option<Spanned<f64>>,
     tiering: Option<TieringToml>,
     log: Option<LogToml>,
     #[serde(default, rename = "pool")]
@@ -123,6 +125,7 @@ struct RawFio {
     runtime_s: Option<Spanned<f64>>,
     random_map: Option<bool>,
     end_fsync: Option<bool>,
+    random_distribution: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -182,6 +185,8 @@ pub struct Scenario {
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ns: u64,
+    /// 0: no timeline.
+    pub sample_interval_ns: u64,
     pub tiering: tiervisor_engine::TieringConfig,
     pub log: tiervisor_engine::LogConfig,
     pub pools: Vec<PoolSpec>,
@@ -542,7 +547,27 @@ impl Scenario {
                         Some(r) => Some((r.get_ref() * 1e9) as u64),
                         None => None,
                     };
+                    let zoned = match &f.random_distribution {
+                        None => None,
+                        Some(d) => {
+                            let parse = |s: &str| -> Option<(u32, u32)> {
+                                let (a, b) = s.strip_prefix("zoned:")?.split_once('/')?;
+                                let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                                (a <= 100 && b <= 100).then_some((a, b))
+                            };
+                            match d.get_ref().as_str() {
+                                "random" => None,
+                                s => Some(parse(s).ok_or_else(|| {
+                                    cx.error(
+                                        d.span(),
+                                        format!("random_distribution {s:?}: expected \"random\" or \"zoned:A/B\" (A % of I/Os to the first B % of the region)"),
+                                    )
+                                })?),
+                            }
+                        }
+                    };
                     WorkloadSpec::Fio(FioJob {
+                        zoned,
                         rw,
                         bs,
                         iodepth: f.iodepth.unwrap_or(1).max(1),
@@ -573,6 +598,13 @@ impl Scenario {
             chunk_bytes,
             journal_bytes,
             commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
+            sample_interval_ns: match &raw.sample_interval_s {
+                Some(s) if !(s.get_ref().is_finite() && *s.get_ref() > 0.0) => {
+                    return cx.err(s.span(), "sample_interval_s: expected a positive number");
+                }
+                Some(s) => (s.get_ref() * 1e9) as u64,
+                None => 0,
+            },
             tiering: TieringToml::resolve(raw.tiering.as_ref(), &cx)?,
             log: LogToml::resolve(raw.log.as_ref(), &cx)?,
             pools,

@@ -62,6 +62,9 @@ pub struct FioJob {
     /// Issue one flush after the last I/O (fio's `end_fsync`), so a run's time includes
     /// making its writes durable.
     pub end_fsync: bool,
+    /// fio's `random_distribution=zoned:A/B`: A % of random I/Os go to the first B % of
+    /// the region, the rest to the remainder (hot and cold data).
+    pub zoned: Option<(u32, u32)>,
 }
 
 /// A pseudo-random permutation of `0..n` (n >= 1): an invertible mix of `bits`-bit
@@ -176,6 +179,13 @@ impl Workload for FioWorkload {
         let bs = j.bs.max(512);
         let slot = if let Some(p) = &self.perm {
             p.get(self.issued % self.slots)
+        } else if let (true, Some((io_pct, region_pct))) = (j.rw.random(), j.zoned) {
+            let hot = (self.slots * region_pct as u64 / 100).clamp(1, self.slots);
+            if below(&mut self.rng, 100) < io_pct as u64 || hot == self.slots {
+                below(&mut self.rng, hot)
+            } else {
+                hot + below(&mut self.rng, self.slots - hot)
+            }
         } else if j.rw.random() {
             below(&mut self.rng, self.slots)
         } else {
@@ -223,7 +233,25 @@ mod tests {
             seed: 42,
             random_map: false,
             end_fsync: false,
+            zoned: None,
         }
+    }
+
+    #[test]
+    fn zoned_distribution_sends_most_io_to_the_hot_zone() {
+        let mut w = FioWorkload::new(FioJob {
+            size_bytes: 1000 * 4096,
+            ios: Some(20_000),
+            zoned: Some((80, 20)),
+            ..job(FioRw::RandWrite)
+        });
+        let hot = std::iter::from_fn(|| w.next(0))
+            .filter(|r| r.offset_bytes < (1 << 20) + 200 * 4096)
+            .count();
+        assert!(
+            (15_500..16_500).contains(&hot),
+            "{hot} of 20000 in the hot 20 %"
+        );
     }
 
     #[test]

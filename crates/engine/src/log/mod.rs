@@ -142,9 +142,10 @@ impl VolLog {
     }
 }
 
-/// Overlay extents a logging volume may hold: one per 4 KiB.
+/// Overlay extents a logging volume may hold: two per 4 KiB (4 KiB random writes over
+/// the whole volume need one each). Its checkpoint reserve is sized on twice this.
 pub(crate) fn max_extents_for(size_bytes: u64) -> u64 {
-    size_bytes.div_ceil(4096).max(64)
+    size_bytes.div_ceil(2048).max(64)
 }
 
 /// How a piece of a read is served.

@@ -196,7 +196,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         .iter()
         .map(|v| {
             let overlay = if v.log.unwrap_or(any_log) {
-                2 * v.size_bytes.div_ceil(4096).max(64) * 32
+                2 * v.size_bytes.div_ceil(2048).max(64) * 32
             } else {
                 0
             };
