@@ -10,4 +10,4 @@ pub mod scenario;
 
 pub use driver::{RunOptions, Simulation};
 pub use report::SimReport;
-pub use scenario::{Scenario, ScenarioError};
+pub use scenario::{Scenario, ScenarioError, WorkloadSpec};

@@ -100,10 +100,22 @@ fn regression_seeds_pass() {
     // another volume reused it (epochs were taken at dispatch, not at creation).
     // 134: a checkpoint header write failed but landed; its chain had been freed and reused.
     // 359: heavy trimming grew checkpoints until the metadata pool had no room for one.
-    for seed in [134, 174, 359, 584, 697] {
+    // With the log (3000 steps): 39, the cleaner copied a victim whose append was in
+    // flight; 75, a whole-chunk trim unmapped a chunk under an in-flight write; 2166,
+    // failed appends exhausted the reserve segments.
+    for (seed, steps) in [
+        (134, CI_STEPS),
+        (174, CI_STEPS),
+        (359, CI_STEPS),
+        (584, CI_STEPS),
+        (697, CI_STEPS),
+        (39, 3000),
+        (75, 3000),
+        (2166, 3000),
+    ] {
         run_seed(&DstConfig {
             seed,
-            steps: CI_STEPS,
+            steps,
             faults: Faults::Latent,
             bug: None,
         })

@@ -298,6 +298,27 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     io["errors"].as_u64().unwrap_or(0)
                 );
             }
+            for p in v["engine"]["pools"].as_array().into_iter().flatten() {
+                let l = &p["log"];
+                if l.is_null() {
+                    continue;
+                }
+                let n = |k: &str| l[k].as_u64().unwrap_or(0);
+                println!(
+                    "log {:<8} {} segments ({} free), {:.1} MiB live; {} writes, {:.1} MiB taken in {} appends; cleaner: {} segments, {:.1} MiB copied; {} to home; write amplification {:.2}",
+                    p["name"].as_str().unwrap_or("?"),
+                    n("segments"),
+                    n("free_segments"),
+                    n("live_bytes") as f64 / 1048576.0,
+                    n("user_writes"),
+                    n("user_bytes") as f64 / 1048576.0,
+                    n("appends"),
+                    n("segments_cleaned"),
+                    n("cleaner_bytes") as f64 / 1048576.0,
+                    n("home_fallbacks"),
+                    l["write_amplification"].as_f64().unwrap_or(0.0)
+                );
+            }
             Ok(())
         }
     }
