@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::run_scenarios;
+use super::{run_scenarios, scenario_files};
 
 /// One run of the experiment.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -45,20 +45,7 @@ fn paper_speedup(device: &str, record_bytes: u64) -> Option<f64> {
 
 /// Every `{device}-{n}k-{on|off}.toml` in `dir`.
 pub fn logwrite(dir: &Path, jobs: usize) -> Result<Vec<LogwriteRow>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut runs: Vec<((String, u64, String), PathBuf)> = Vec::new();
-    for e in entries {
-        let path = e.map_err(|e| format!("{}: {e}", dir.display()))?.path();
-        if let Some(key) = parse_name(&path) {
-            runs.push((key, path));
-        }
-    }
-    if runs.is_empty() {
-        return Err(format!(
-            "{}: no scenarios named <device>-<n>k-<on|off>.toml",
-            dir.display()
-        ));
-    }
+    let mut runs = scenario_files(dir, parse_name, "<device>-<n>k-<on|off>.toml")?;
     // Device, record size, then off before on.
     runs.sort_by(|a, b| (&a.0.0, a.0.1, a.0.2 == "on").cmp(&(&b.0.0, b.0.1, b.0.2 == "on")));
     let files: Vec<PathBuf> = runs.iter().map(|r| r.1.clone()).collect();

@@ -14,6 +14,27 @@ pub use tiering::{TieringRow, tiering};
 
 use crate::{RunOptions, Scenario, SimReport, Simulation};
 
+/// The scenarios in `dir` whose names `parse` accepts, with what it made of them; an
+/// error naming `pattern` if there are none.
+fn scenario_files<K>(
+    dir: &std::path::Path,
+    parse: fn(&std::path::Path) -> Option<K>,
+    pattern: &str,
+) -> Result<Vec<(K, PathBuf)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut runs = Vec::new();
+    for e in entries {
+        let path = e.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if let Some(key) = parse(&path) {
+            runs.push((key, path));
+        }
+    }
+    if runs.is_empty() {
+        return Err(format!("{}: no scenarios named {pattern}", dir.display()));
+    }
+    Ok(runs)
+}
+
 /// Run `files` on up to `jobs` threads; results in the order of `files`.
 pub fn run_scenarios(files: &[PathBuf], jobs: usize) -> Result<Vec<SimReport>, String> {
     let next = AtomicUsize::new(0);

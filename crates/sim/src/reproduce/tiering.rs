@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::run_scenarios;
+use super::{run_scenarios, scenario_files};
 
 /// One run of seed 000's experiment (Figures 4-7).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -41,7 +41,6 @@ fn parse_name(path: &Path) -> Option<(String, u32, String)> {
 
 /// Seed 000's experiment: every `{trace}-{n}vm-{config}.toml` in `dir`.
 pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     struct Run {
         order: (usize, u32, usize),
         trace: String,
@@ -49,31 +48,25 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
         config: String,
         path: PathBuf,
     }
-    let mut runs: Vec<Run> = Vec::new();
-    for e in entries {
-        let path = e.map_err(|e| format!("{}: {e}", dir.display()))?.path();
-        if let Some((trace, vms, config)) = parse_name(&path) {
+    let found = scenario_files(dir, parse_name, "<trace>-<n>vm-<hdd|ssd|split|hot>.toml")?;
+    let mut runs: Vec<Run> = found
+        .into_iter()
+        .map(|((trace, vms, config), path)| {
             // The paper's order: WebSearch, then OLTP; HDD, SSD, 50/50, then ours.
             let t = TRACES
                 .iter()
                 .position(|x| *x == trace)
                 .unwrap_or(TRACES.len());
             let c = CONFIGS.iter().position(|x| *x == config).unwrap_or(0);
-            runs.push(Run {
+            Run {
                 order: (t, vms, c),
                 trace,
                 vms,
                 config,
                 path,
-            });
-        }
-    }
-    if runs.is_empty() {
-        return Err(format!(
-            "{}: no scenarios named <trace>-<n>vm-<hdd|ssd|split|hot>.toml",
-            dir.display()
-        ));
-    }
+            }
+        })
+        .collect();
     runs.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.trace.cmp(&b.trace)));
     let files: Vec<PathBuf> = runs.iter().map(|r| r.path.clone()).collect();
     let reports = run_scenarios(&files, jobs)?;
