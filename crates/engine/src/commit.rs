@@ -281,7 +281,7 @@ impl Engine {
                             mount_generation: j.header.mount_generation,
                             checkpoint: chunks.first().copied(),
                             checkpoint_seq: c.last_seq,
-                            replay_pos: (j.head % j.ring_blocks) * BLOCK_BYTES,
+                            mount_block_seq: j.header.mount_block_seq,
                             replay_block_seq: j.head,
                             replay_prev_crc: j.last_crc,
                         };

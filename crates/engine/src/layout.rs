@@ -21,7 +21,7 @@ pub const SUPERBLOCK_BACKUP_OFFSET: u64 = BLOCK_BYTES;
 pub const VOLTAB_SLOT_BYTES: u64 = 64 * 1024;
 pub const VOLTAB_OFFSETS: [u64; 2] = [64 * 1024, 128 * 1024];
 pub const DATA_START_BYTES: u64 = 1 << 20;
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const SB_MAGIC: &[u8; 8] = b"TVPOOL01";
 const VT_MAGIC: &[u8; 8] = b"TVVOLTAB";
@@ -284,8 +284,11 @@ pub struct JournalHeader {
     pub checkpoint: Option<(PoolId, u64)>,
     /// Records with sequence numbers up to this are in the checkpoint.
     pub checkpoint_seq: u64,
-    /// Byte offset in the ring of the first block to replay.
-    pub replay_pos: u64,
+    /// Block sequence at which the current mount generation's blocks begin (the ring
+    /// head when this generation mounted). Blocks from there on must carry
+    /// `mount_generation`: a block an earlier mount did not replay (torn, say) is dead,
+    /// even if a later torn write at its slot happens to complete it.
+    pub mount_block_seq: u64,
     /// Sequence number that block must carry.
     pub replay_block_seq: u64,
     /// CRC the first replayed block must name as its predecessor.
@@ -305,7 +308,7 @@ impl JournalHeader {
             None => e.u8(0).u16(0).u64(0),
         };
         e.u64(self.checkpoint_seq)
-            .u64(self.replay_pos)
+            .u64(self.mount_block_seq)
             .u64(self.replay_block_seq)
             .u32(self.replay_prev_crc);
         e.seal(BLOCK_BYTES as usize)
@@ -335,7 +338,7 @@ impl JournalHeader {
             mount_generation,
             checkpoint: (has == 1).then_some((pool, chunk)),
             checkpoint_seq: d.u64()?,
-            replay_pos: d.u64()?,
+            mount_block_seq: d.u64()?,
             replay_block_seq: d.u64()?,
             replay_prev_crc: d.u32()?,
         })
@@ -418,7 +421,7 @@ mod tests {
             mount_generation: 2,
             checkpoint: Some((PoolId(1), 77)),
             checkpoint_seq: 1000,
-            replay_pos: 8192,
+            mount_block_seq: 50,
             replay_block_seq: 55,
             replay_prev_crc: 0xdead_beef,
         };

@@ -403,7 +403,7 @@ impl Engine {
             mount_generation: 1,
             checkpoint: None,
             checkpoint_seq: 0,
-            replay_pos: 0,
+            mount_block_seq: 0,
             replay_block_seq: 0,
             replay_prev_crc: chain_seed(&self.cfg.system_uuid, id),
         };
@@ -991,6 +991,7 @@ impl Engine {
             let mut h = j.header.clone();
             h.generation += 1;
             h.mount_generation += 1;
+            h.mount_block_seq = j.head;
             let off = j.next_header_offset();
             let pool = j.pool;
             j.header = h.clone();
@@ -1014,7 +1015,15 @@ impl Engine {
                 break;
             };
             let Some(b) = Block::decode(buf) else { break };
+            // Blocks past the last mount's replay end belong to that mount's generation;
+            // before it, to earlier ones (that mount replayed them).
+            let gen_ok = if seq >= h.mount_block_seq {
+                b.mount_generation == h.mount_generation
+            } else {
+                b.mount_generation < h.mount_generation
+            };
             if b.volume_id != vol.rec.id
+                || !gen_ok
                 || b.block_seq != seq
                 || b.prev_crc != prev
                 || b.first_record_seq != next_rec

@@ -102,7 +102,8 @@ fn regression_seeds_pass() {
     // 359: heavy trimming grew checkpoints until the metadata pool had no room for one.
     // With the log (3000 steps): 39, the cleaner copied a victim whose append was in
     // flight; 75, a whole-chunk trim unmapped a chunk under an in-flight write; 2166,
-    // failed appends exhausted the reserve segments.
+    // failed appends exhausted the reserve segments; 8634, a journal block torn at one
+    // power loss (not replayed) was completed by a torn write at the next and replayed.
     for (seed, steps) in [
         (134, CI_STEPS),
         (174, CI_STEPS),
@@ -112,6 +113,7 @@ fn regression_seeds_pass() {
         (39, 3000),
         (75, 3000),
         (2166, 3000),
+        (8634, 1443),
     ] {
         run_seed(&DstConfig {
             seed,

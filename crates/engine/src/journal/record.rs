@@ -1,8 +1,8 @@
 //! Journal records and the 4 KiB blocks that carry them.
 //!
 //! A block: magic, volume id, block sequence number, mount generation, the CRC of the
-//! previous block (so blocks form a chain and a stale block from an earlier lap or an
-//! earlier mount never continues a new chain), the sequence number of its first record,
+//! previous block (so blocks form a chain and a stale block from an earlier lap never
+//! continues a new one), the sequence number of its first record,
 //! a record count, 32-byte records, and its own CRC32C in the last 4 bytes.
 
 use crate::codec::{Dec, Enc, sealed_ok};
