@@ -15,6 +15,7 @@ pub struct LogToml {
     threshold: Option<Spanned<SizeVal>>,
     append: Option<Spanned<SizeVal>>,
     appends_in_flight: Option<u32>,
+    gather_us: Option<u64>,
     cleaner: Option<Spanned<String>>,
     clean_below_free_segments: Option<u64>,
     reserve_segments: Option<u64>,
@@ -45,6 +46,9 @@ impl LogToml {
             threshold_bytes: size(&t.threshold, "threshold", d.threshold_bytes)?,
             append_bytes: size(&t.append, "append", d.append_bytes)?,
             appends_in_flight: t.appends_in_flight.unwrap_or(d.appends_in_flight),
+            gather_ns: t
+                .gather_us
+                .map_or(d.gather_ns, |us| us.saturating_mul(1000)),
             cleaner,
             clean_below_free_segments: t
                 .clean_below_free_segments

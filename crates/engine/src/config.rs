@@ -147,6 +147,11 @@ pub struct LogConfig {
     pub append_bytes: u64,
     /// Appends in flight per stream; more writes wait in RAM (acknowledged).
     pub appends_in_flight: u32,
+    /// How long an idle stream's first buffered write waits for others to join it
+    /// before the buffer is appended (a full buffer and a commit do not wait). Writes
+    /// are acknowledged from RAM either way; on a fast device, appending at once would
+    /// send nearly every write as its own small append.
+    pub gather_ns: u64,
     pub cleaner: CleanerPolicy,
     /// The cleaner runs while a pool has fewer free segments than this.
     pub clean_below_free_segments: u64,
@@ -162,6 +167,7 @@ impl Default for LogConfig {
             threshold_bytes: 64 << 10,
             append_bytes: 1 << 20,
             appends_in_flight: 2,
+            gather_ns: 500_000,
             cleaner: CleanerPolicy::CostBenefit,
             clean_below_free_segments: 16,
             reserve_segments: 4,
@@ -336,6 +342,12 @@ impl EngineConfig {
         }
         if l.appends_in_flight == 0 {
             return err("log appends in flight must be at least 1".into());
+        }
+        if l.gather_ns > 1_000_000_000 {
+            return err(format!(
+                "log gather time {} ns is over a second: buffered writes would sit in RAM that long",
+                l.gather_ns
+            ));
         }
         let mut names = std::collections::BTreeSet::new();
         for p in &self.pools {

@@ -162,6 +162,8 @@ pub struct Engine {
     pub(crate) commit_timer_at: Option<u64>,
     pub(crate) last_now_ns: u64,
     pub(crate) tier_timer_at: Option<u64>,
+    /// When the log's gather timer next fires.
+    pub(crate) log_gather_at: Option<u64>,
     pub(crate) tier_last_ns: u64,
     pub(crate) tier_tokens: u64,
     pub(crate) tier_rr: usize,
@@ -209,6 +211,7 @@ impl Engine {
             commit_timer_at: None,
             last_now_ns: 0,
             tier_timer_at: None,
+            log_gather_at: None,
             tier_last_ns: 0,
             tier_tokens: 0,
             tier_rr: 0,
@@ -459,6 +462,9 @@ impl Engine {
             if self.pools[p].wait_until.is_some_and(|t| t <= now) {
                 self.pump(now, p, out);
             }
+        }
+        if self.log_gather_at.is_some_and(|t| t <= now) {
+            self.log_gather_tick(now, out);
         }
         if self.tier_timer_at.is_some_and(|t| t <= now) {
             self.tier_timer_at = None;

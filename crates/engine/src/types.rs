@@ -187,7 +187,9 @@ pub enum EngineEvent {
 pub struct Outputs {
     pub completions: Vec<VmCompletion>,
     pub ops: Vec<DeviceOp>,
-    /// Call [`crate::Engine::tick`] at (or after) the earliest of these times.
+    /// Call [`crate::Engine::tick`] at (or after) each of these times. Each is asked
+    /// for once: a driver that kept only the earliest would lose the others (a commit
+    /// timer armed while a sooner gather timer was pending, say) for good.
     pub wakeups: Vec<u64>,
     pub events: Vec<EngineEvent>,
 }

@@ -46,8 +46,13 @@ fn logged_writes_are_acknowledged_early_and_read_from_ram_until_they_land() {
     r.hold = true;
     let data = pattern(7, 4096);
     let id = r.submit("thin", ReqKind::Write, 12288, Some(&data), 4096);
-    // Acknowledged although its append is still held.
+    // Acknowledged at once; its append waits the gather time for others to join.
     assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())));
+    assert!(r.held.is_empty(), "appended before the gather time");
+    let gather_ns = r.cfg.log.gather_ns;
+    r.tick(gather_ns / 2);
+    assert!(r.held.is_empty(), "appended before the gather time");
+    r.tick(gather_ns / 2);
     assert_eq!(r.held.len(), 1, "one append in flight");
     let append = r.held[0].clone();
     assert_eq!(append.kind, DevKind::Write);
@@ -68,6 +73,7 @@ fn logged_writes_are_acknowledged_early_and_read_from_ram_until_they_land() {
     // They wait in RAM while the first append is in flight, then go out as one.
     assert_eq!(r.held.len(), 1);
     r.release_one();
+    r.tick(gather_ns);
     assert_eq!(r.held.len(), 1, "the eight writes became one append");
     assert_eq!(r.held[0].len_bytes, 8 * 4096);
     assert_eq!(r.held[0].offset_bytes, append.offset_bytes + 4096);
@@ -271,4 +277,53 @@ fn a_volume_can_opt_out_of_its_pools_log() {
     r.write("thick", 0, &pattern(2, 4096));
     assert_eq!(log_report(&r, 1).user_writes, 0);
     assert_eq!(log_report(&r, 0).user_writes, 1);
+}
+
+#[test]
+fn a_full_buffer_or_a_flush_appends_without_waiting_to_gather() {
+    let mut cfg = log_config();
+    cfg.log.gather_ns = 10_000_000_000 / 20; // half a second: never reached here
+    let mut r = Rig::new(cfg);
+    r.hold = true;
+    let append_bytes = r.cfg.log.append_bytes;
+    // One write short of a full buffer: still gathering.
+    for i in 0..append_bytes / 4096 - 1 {
+        r.submit(
+            "thin",
+            ReqKind::Write,
+            i * 8192,
+            Some(&pattern(i as u8, 4096)),
+            4096,
+        );
+    }
+    assert!(r.held.is_empty());
+    // The write that fills it sends it.
+    let last = append_bytes / 4096 - 1;
+    r.submit(
+        "thin",
+        ReqKind::Write,
+        last * 8192,
+        Some(&pattern(9, 4096)),
+        4096,
+    );
+    assert_eq!(r.held.len(), 1);
+    assert_eq!(r.held[0].len_bytes, append_bytes);
+    // A flush sends what is gathering at once, and waits for it.
+    r.submit(
+        "thin",
+        ReqKind::Write,
+        30 * MIB,
+        Some(&pattern(10, 4096)),
+        4096,
+    );
+    assert_eq!(r.held.len(), 1, "a lone write still gathers");
+    let fl = r.submit("thin", ReqKind::Flush, 0, None, 0);
+    assert_eq!(r.held.len(), 2, "the flush appended the gathering write");
+    assert_eq!(r.held[1].len_bytes, 4096);
+    r.hold = false;
+    while r.release_one().is_some() {}
+    assert_eq!(r.take_done(fl).map(|c| c.result), Some(Ok(())));
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 30 * MIB, 4096), pattern(10, 4096));
+    assert_eq!(r.read("thin", last * 8192, 4096), pattern(9, 4096));
 }

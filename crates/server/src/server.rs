@@ -112,7 +112,8 @@ pub struct Server {
     /// Connections whose last read got data: read again on the next pass.
     reread: Vec<usize>,
     t0: Instant,
-    next_wake: Option<u64>,
+    /// Times the engine asked to be ticked at (all of them: see `Outputs::wakeups`).
+    wakes: std::collections::BTreeSet<u64>,
     generation: u64,
     signal_rx: mio::net::UnixStream,
     _signal_ids: Vec<signal_hook::SigId>,
@@ -265,7 +266,7 @@ impl Server {
             dirty: Vec::new(),
             reread: Vec::new(),
             t0: Instant::now(),
-            next_wake: None,
+            wakes: Default::default(),
             generation: 0,
             signal_rx,
             _signal_ids: ids,
@@ -401,11 +402,7 @@ impl Server {
                 self.backend.submit(op);
             }
             let now = self.now();
-            for t in self.out.wakeups.drain(..) {
-                if self.next_wake.is_none_or(|w| t < w) {
-                    self.next_wake = Some(t);
-                }
-            }
+            self.wakes.extend(self.out.wakeups.drain(..));
             let comps = std::mem::take(&mut self.out.completions);
             for c in comps {
                 self.route_completion(c);
@@ -651,8 +648,9 @@ impl Server {
             if self.reread.is_empty() || passes_without_poll >= 3 {
                 passes_without_poll = 0;
                 let timeout = if self.reread.is_empty() {
-                    self.next_wake
-                        .map(|w| Duration::from_nanos(w.saturating_sub(self.now())))
+                    self.wakes
+                        .first()
+                        .map(|&w| Duration::from_nanos(w.saturating_sub(self.now())))
                 } else {
                     Some(Duration::ZERO)
                 };
@@ -700,8 +698,9 @@ impl Server {
                 }
             }
             let now = self.now();
-            if self.next_wake.is_some_and(|w| w <= now) {
-                self.next_wake = None;
+            if self.wakes.first().is_some_and(|&w| w <= now) {
+                // One tick runs everything due; later times stay asked for.
+                self.wakes = self.wakes.split_off(&(now + 1));
                 self.engine.tick(now, &mut self.out);
             }
             self.drive();

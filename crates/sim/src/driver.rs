@@ -112,7 +112,8 @@ pub struct Simulation {
     vms: Vec<VmRun>,
     devs: Vec<DevRun>,
     inflight: Slab<(u32, u64)>,
-    wake_at: Option<u64>,
+    /// Wake-up times already in the event heap.
+    wakes: std::collections::BTreeSet<u64>,
     failure: Option<String>,
     total_expected: Option<u64>,
     done_ios: u64,
@@ -270,7 +271,7 @@ impl Simulation {
             vms,
             devs: vec![DevRun::default(); npools],
             inflight: Slab::new(),
-            wake_at: None,
+            wakes: Default::default(),
             failure: None,
             total_expected: total,
             done_ios: 0,
@@ -306,10 +307,10 @@ impl Simulation {
                 self.push(done, EV_DEV, payload);
             }
             self.out.ops.clear();
+            // Every time asked for is kept (see `Outputs::wakeups`), once.
             for i in 0..self.out.wakeups.len() {
                 let t = self.out.wakeups[i];
-                if self.wake_at.is_none_or(|w| t < w) {
-                    self.wake_at = Some(t);
+                if self.wakes.insert(t) {
                     self.push(t, EV_WAKE, 0);
                 }
             }
@@ -460,9 +461,7 @@ impl Simulation {
                 self.schedule_arrival(vm);
             }
             _ => {
-                if self.wake_at == Some(t) {
-                    self.wake_at = None;
-                }
+                self.wakes.remove(&t);
                 self.engine.tick(t, &mut self.out);
             }
         }

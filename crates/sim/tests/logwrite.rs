@@ -69,6 +69,17 @@ fn steady_state_cleaning_amplifies_and_cost_benefit_wins_on_skew() {
         assert!(l.write_amplification > 1.02, "{name}: {l:?}");
         assert_eq!(l.home_fallbacks, 0, "{name}: {l:?}");
         assert!(r.timeline.len() > 10, "{name}: timeline");
+        // No second without progress (the driver once dropped a commit timer's wake-up
+        // asked for while a sooner one was pending; writers parked for free segments
+        // then waited seconds for the commit that released them).
+        let writing_s = r.vms["writer"].exec_time_s;
+        let stalled: Vec<f64> = r
+            .timeline
+            .iter()
+            .filter(|s| s.t_s + 1.0 < writing_s && s.write_mb_per_s < 5.0)
+            .map(|s| s.t_s)
+            .collect();
+        assert!(stalled.is_empty(), "{name}: stalled at {stalled:?} s");
         let v = &r.vms["writer"];
         mbps.push(v.write_bytes as f64 / v.exec_time_s / 1e6);
     }

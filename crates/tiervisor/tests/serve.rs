@@ -494,3 +494,41 @@ fn bad_config_exits_2_with_file_and_line() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("c.toml:6:") && e.contains("tape"), "{e}");
 }
+
+/// Every timer the engine asks for fires, not only the soonest: a small logged write
+/// arms both the log's gather timer (soon) and the commit timer (later); with no further
+/// traffic and no flush, the background commit must still happen.
+#[test]
+fn background_commit_runs_on_an_idle_server() {
+    let d = TempDir::new("idle");
+    let conf = d.path().join("log.toml");
+    std::fs::write(
+        &conf,
+        "[[pool]]\nname = \"ssd\"\npath = \"ssd.pool\"\nsize = \"256m\"\nkind = \"ssd\"\nlog = true\n\
+         [[volume]]\nname = \"vm1\"\nsize = \"64m\"\npool = \"ssd\"\n",
+    )
+    .unwrap();
+    let s = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
+    let mut c = handshake(&s.addr, "vm1");
+    send_req(&mut c, MAGIC, 1, 7, 8192, 4096, &[0x5a; 4096]); // NBD_CMD_WRITE
+    assert_eq!(read_reply(&mut c), (0, 7));
+    let commits = || -> u64 {
+        let st: serde_json::Value = serde_json::from_str(&run(Command::new(bin())
+            .args(["ctl", "stat", "--json", "--data-dir"])
+            .arg(d.path())))
+        .unwrap();
+        st["engine"]["volumes"][0]["journal_commits"]
+            .as_u64()
+            .expect("journal_commits")
+    };
+    let t0 = std::time::Instant::now();
+    while commits() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no background commit 5 s after an unflushed write (the commit timer's wake-up was lost)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(c);
+    assert_eq!(s.term(), Some(0));
+}

@@ -201,6 +201,9 @@ impl Engine {
         );
         let st = &mut self.vols[v as usize].log.streams[si];
         debug_assert!(st.buf.last().is_none_or(|p| p.dev + p.len == dev));
+        if st.buf.is_empty() {
+            st.buf_since_ns = now;
+        }
         st.buf.push(BufPiece {
             lba: s,
             dev,
@@ -219,15 +222,36 @@ impl Engine {
         );
     }
 
-    /// Send the buffer when the stream is idle or the buffer is full (and the stream has
-    /// room for another append in flight).
+    /// Send the buffer when it is full, or when the stream is idle and the buffer has
+    /// gathered long enough (and the stream has room for another append in flight).
     pub(crate) fn log_maybe_seal(&mut self, now: u64, v: u32, si: usize, out: &mut Outputs) {
         let st = &self.vols[v as usize].log.streams[si];
-        if !st.buf.is_empty()
-            && st.in_flight < self.cfg.log.appends_in_flight
-            && (st.in_flight == 0 || st.buf_bytes >= self.cfg.log.append_bytes)
-        {
+        if st.buf.is_empty() || st.in_flight >= self.cfg.log.appends_in_flight {
+            return;
+        }
+        let due = st.buf_since_ns.saturating_add(self.cfg.log.gather_ns);
+        if st.buf_bytes >= self.cfg.log.append_bytes || (st.in_flight == 0 && now >= due) {
             self.log_seal(now, v, si, out);
+        } else if st.in_flight == 0 {
+            // A busy stream is looked at again when its append completes.
+            self.arm_gather_timer(due, out);
+        }
+    }
+
+    fn arm_gather_timer(&mut self, at: u64, out: &mut Outputs) {
+        if self.log_gather_at.is_none_or(|t| t > at) {
+            self.log_gather_at = Some(at);
+            out.wakeups.push(at);
+        }
+    }
+
+    /// The gather timer fired: append every buffer that has waited long enough.
+    pub(crate) fn log_gather_tick(&mut self, now: u64, out: &mut Outputs) {
+        self.log_gather_at = None;
+        for v in 0..self.vols.len() {
+            for si in 0..self.vols[v].log.streams.len() {
+                self.log_maybe_seal(now, v as u32, si, out);
+            }
         }
     }
 

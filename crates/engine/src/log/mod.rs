@@ -112,6 +112,8 @@ pub(crate) struct Stream {
     pub seg: Option<u64>,
     pub buf: Vec<BufPiece>,
     pub buf_bytes: u64,
+    /// When the first write in `buf` arrived.
+    pub buf_since_ns: u64,
     pub in_flight: u32,
 }
 

@@ -188,6 +188,11 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         },
         clean_below_free_segments: 2 + below(&mut lrng, 6),
         reserve_segments: 1 + below(&mut lrng, 2),
+        // Its own stream, so adding it left every other choice of a seed as it was.
+        gather_ns: {
+            let mut grng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x6a7_u64.rotate_left(44));
+            [0, 50_000, 2_000_000][below(&mut grng, 3) as usize]
+        },
     };
     let any_log = pool_log.iter().any(|&l| l) || volumes.iter().any(|v| v.log == Some(true));
     let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
