@@ -123,8 +123,15 @@ pub fn decode_superblock_pair(buf: &[u8]) -> Result<Superblock, String> {
     }
     match buf.get(BLOCK_BYTES as usize..).map(Superblock::decode) {
         Some(Ok(sb)) => Ok(sb),
+        // A pool of another format version must be recognised as one, torn primary or not.
+        Some(Err(e)) if is_other_version(&e) => Err(e),
         _ => primary,
     }
+}
+
+/// Whether a superblock decode error says the pool holds another format version.
+pub fn is_other_version(decode_error: &str) -> bool {
+    decode_error.starts_with("unsupported format version")
 }
 
 /// Number of whole chunks in a pool of `capacity_bytes`.

@@ -19,7 +19,7 @@ use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
 use crate::layout::{
     BLOCK_BYTES, JournalHeader, SUPERBLOCK_BACKUP_OFFSET, SUPERBLOCK_OFFSET, Superblock,
     VOLTAB_OFFSETS, VOLTAB_SLOT_BYTES, VolumeRecord, VolumeTable, chunk_offset,
-    decode_superblock_pair,
+    decode_superblock_pair, is_other_version,
 };
 use crate::overlay::Overlay;
 use crate::stats::VolumeStats;
@@ -632,6 +632,17 @@ impl Engine {
         let is_blank =
             |d: &Result<Superblock, String>| matches!(d, Err(e) if e.contains("bad magic"));
         let meta = self.cfg.meta_pool.0 as usize;
+        // Never format over a system another version wrote (an upgrade or a downgrade).
+        if let Some((i, Err(e))) = decoded
+            .iter()
+            .enumerate()
+            .find(|(_, d)| matches!(d, Err(e) if is_other_version(e)))
+        {
+            return Err(format!(
+                "pool {}: {e}: it holds a tiervisor system of another format version; refusing to format over it (use the tiervisor release that wrote it)",
+                self.cfg.pools[i].name
+            ));
+        }
         // The metadata pool's superblock is written last by a format and never again:
         // if it is missing or torn, the format never finished, and is redone unless some
         // other pool holds a completed system.

@@ -219,13 +219,25 @@ fn mount_refuses_mismatched_configuration() {
     r.write("thin", 0, b"x");
     let mut cfg = r.cfg.clone();
     cfg.volumes[0].size_bytes = 80 * MIB;
+    let (state, writes) = start_on_rig_devices(&r, cfg);
+    match state {
+        EngineState::Failed(m) => assert!(m.contains("resizing"), "{m}"),
+        s => panic!("mount should fail, state {s:?}"),
+    }
+    assert_eq!(writes, 0, "a refused mount wrote to a pool");
+}
+
+/// Start a new engine on the rig's devices, serving its reads from them (writes are
+/// counted, not done). Returns the state it ends in and the writes it issued.
+fn start_on_rig_devices(r: &Rig, cfg: EngineConfig) -> (EngineState, usize) {
     let mut e = Engine::new(cfg).unwrap();
     let mut out = Outputs::default();
     e.start(0, StartMode::Auto, &mut out);
-    // Serve the superblock reads from the rig's devices.
+    let mut writes = 0;
     let mut q: VecDeque<DeviceOp> = out.ops.drain(..).collect();
     while let Some(op) = q.pop_front() {
         let dev = &r.devs[op.pool.0 as usize];
+        writes += usize::from(op.kind != DevKind::Read && op.kind != DevKind::Flush);
         let data = (op.kind == DevKind::Read).then(|| {
             Bytes::copy_from_slice(
                 &dev[op.offset_bytes as usize..(op.offset_bytes + op.len_bytes) as usize],
@@ -243,10 +255,40 @@ fn mount_refuses_mismatched_configuration() {
         );
         q.extend(o2.ops.drain(..));
     }
-    match e.state() {
-        EngineState::Failed(m) => assert!(m.contains("resizing"), "{m}"),
-        s => panic!("mount should fail, state {s:?}"),
+    (e.state().clone(), writes)
+}
+
+#[test]
+fn mount_refuses_pools_of_another_format_version_and_writes_nothing() {
+    use tiervisor_engine::layout::{BLOCK_BYTES, FORMAT_VERSION};
+    let mut r = Rig::new(config(1 << 20));
+    r.write("thin", 0, b"precious");
+    r.flush("thin");
+    // Every superblock copy, as an older release would have written it: version 1.
+    for dev in &mut r.devs {
+        let mut patched = 0;
+        for slot in [0usize, BLOCK_BYTES as usize] {
+            let b = &mut dev[slot..slot + BLOCK_BYTES as usize];
+            if b[8..12] != FORMAT_VERSION.to_le_bytes() {
+                continue; // no copy in this slot
+            }
+            patched += 1;
+            b[8..12].copy_from_slice(&1u32.to_le_bytes());
+            let crc = crc32c::crc32c(&b[..BLOCK_BYTES as usize - 4]);
+            let n = b.len();
+            b[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        }
+        assert!(patched > 0, "a pool without a superblock");
     }
+    let (state, writes) = start_on_rig_devices(&r, r.cfg.clone());
+    match state {
+        EngineState::Failed(m) => {
+            assert!(m.contains("another format version"), "{m}");
+            assert!(m.contains("version 1"), "{m}");
+        }
+        s => panic!("mount should refuse, state {s:?}"),
+    }
+    assert_eq!(writes, 0, "a refused mount wrote to a pool");
 }
 
 /// Hold device operations until the next journal block write; return it unexecuted.
