@@ -18,6 +18,7 @@ pub struct LogToml {
     gather_us: Option<u64>,
     cleaner: Option<Spanned<String>>,
     clean_below_free_segments: Option<u64>,
+    clean_bytes_per_s: Option<Spanned<SizeVal>>,
     reserve_segments: Option<u64>,
 }
 
@@ -54,6 +55,11 @@ impl LogToml {
                 .clean_below_free_segments
                 .unwrap_or(d.clean_below_free_segments),
             reserve_segments: t.reserve_segments.unwrap_or(d.reserve_segments),
+            clean_bytes_per_s: size(
+                &t.clean_bytes_per_s,
+                "clean_bytes_per_s",
+                d.clean_bytes_per_s,
+            )?,
         })
     }
 }

@@ -155,6 +155,9 @@ pub struct LogConfig {
     pub cleaner: CleanerPolicy,
     /// The cleaner runs while a pool has fewer free segments than this.
     pub clean_below_free_segments: u64,
+    /// The cleaner's bandwidth cap (bytes read plus bytes copied, per second) while free
+    /// segments are not short; 0: no cap. Below the urgency mark it runs uncapped.
+    pub clean_bytes_per_s: u64,
     /// Free segments kept for the cleaner and for retries: below this, new writes go to
     /// their home location instead of the log.
     pub reserve_segments: u64,
@@ -170,6 +173,7 @@ impl Default for LogConfig {
             gather_ns: 500_000,
             cleaner: CleanerPolicy::CostBenefit,
             clean_below_free_segments: 16,
+            clean_bytes_per_s: 64 << 20,
             reserve_segments: 4,
         }
     }

@@ -164,8 +164,7 @@ pub struct Engine {
     pub(crate) tier_timer_at: Option<u64>,
     /// When the log's gather timer next fires.
     pub(crate) log_gather_at: Option<u64>,
-    pub(crate) tier_last_ns: u64,
-    pub(crate) tier_tokens: u64,
+    pub(crate) tier_bucket: crate::bucket::TokenBucket,
     pub(crate) tier_rr: usize,
     pub(crate) moves_in_flight: u32,
     /// Demotions in flight out of each pool: room that is on its way.
@@ -212,8 +211,7 @@ impl Engine {
             last_now_ns: 0,
             tier_timer_at: None,
             log_gather_at: None,
-            tier_last_ns: 0,
-            tier_tokens: 0,
+            tier_bucket: Default::default(),
             tier_rr: 0,
             moves_in_flight: 0,
             demotions_in_flight: vec![0; n_pools],
@@ -466,6 +464,7 @@ impl Engine {
         if self.log_gather_at.is_some_and(|t| t <= now) {
             self.log_gather_tick(now, out);
         }
+        self.clean_wait_tick(now, out);
         if self.tier_timer_at.is_some_and(|t| t <= now) {
             self.tier_timer_at = None;
             if self.state == EngineState::Ready {

@@ -7,6 +7,7 @@
 //! (virtual clock, device models) and the server (NBD, real files, real clock).
 
 mod alloc;
+mod bucket;
 pub mod chunkmap;
 mod codec;
 mod commit;

@@ -99,6 +99,8 @@ pub struct LogReport {
     /// extents).
     pub home_fallbacks: u64,
     pub relocations: u64,
+    /// Times the cleaner waited for its bandwidth cap (`clean_bytes_per_s`).
+    pub cleaner_waits: u64,
     /// Device bytes the log wrote per VM byte it took (1.0 = no cleaning).
     pub write_amplification: f64,
     /// Acknowledged data waiting in RAM for its append.

@@ -129,18 +129,14 @@ impl Engine {
     /// Reconsider placement; start moves within the rate limit.
     pub(crate) fn tier_tick(&mut self, now: u64, out: &mut Outputs) {
         let t = &self.cfg.tiering;
-        let elapsed = now.saturating_sub(self.tier_last_ns);
-        self.tier_last_ns = now;
         let burst = (t.bytes_per_s / 4).max(self.cfg.chunk_bytes * 2);
-        self.tier_tokens = (self.tier_tokens
-            + (t.bytes_per_s as u128 * elapsed as u128 / 1_000_000_000) as u64)
-            .min(burst);
+        self.tier_bucket.refill(now, t.bytes_per_s, burst);
         let epoch = self.decay_epoch(now);
         let n = self.vols.len();
         let mut idle = 0;
         // Round-robin over volumes so none monopolises the budget.
         while self.moves_in_flight < self.cfg.tiering.max_moves
-            && self.tier_tokens >= self.cfg.chunk_bytes
+            && self.tier_bucket.tokens() >= self.cfg.chunk_bytes
             && idle < n
         {
             let v = self.tier_rr % n.max(1);
@@ -284,7 +280,7 @@ impl Engine {
         } else {
             self.vols[v].promoting += 1;
         }
-        self.tier_tokens = self.tier_tokens.saturating_sub(cb);
+        self.tier_bucket.take(cb);
         let off = chunk_offset(src, cb);
         self.queue_op(
             now,

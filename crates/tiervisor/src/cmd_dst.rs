@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned ({} cleaner waits for its cap)",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -80,7 +80,8 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.checkpoints,
                 s.chunk_moves,
                 s.log_appends,
-                s.segments_cleaned
+                s.segments_cleaned,
+                s.cleaner_waits
             );
             Ok(())
         }

@@ -305,7 +305,7 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                 }
                 let n = |k: &str| l[k].as_u64().unwrap_or(0);
                 println!(
-                    "log {:<8} {} segments ({} free), {:.1} MiB live; {} writes, {:.1} MiB taken in {} appends; cleaner: {} segments, {:.1} MiB copied; {} to home; write amplification {:.2}",
+                    "log {:<8} {} segments ({} free), {:.1} MiB live; {} writes, {:.1} MiB taken in {} appends; cleaner: {} segments, {:.1} MiB copied, {} waits for its cap; {} to home; write amplification {:.2}",
                     p["name"].as_str().unwrap_or("?"),
                     n("segments"),
                     n("free_segments"),
@@ -315,6 +315,7 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     n("appends"),
                     n("segments_cleaned"),
                     n("cleaner_bytes") as f64 / 1048576.0,
+                    n("cleaner_waits"),
                     n("home_fallbacks"),
                     l["write_amplification"].as_f64().unwrap_or(0.0)
                 );

@@ -49,6 +49,9 @@ impl Engine {
         let Some(g) = self.clean_victim(now, pool) else {
             return;
         };
+        if !self.clean_budget(now, pool, g, out) {
+            return;
+        }
         let base = self.seg_base(g);
         let pid = PoolId(pool as u16);
         let seg = self.logs[pool].segments.get_mut(&g).expect("victim exists");
@@ -115,6 +118,41 @@ impl Engine {
                 owner,
                 out,
             );
+        }
+    }
+
+    /// Whether the bandwidth cap lets victim `g` be cleaned now; if not, a wake-up is
+    /// asked for when it will. Uncapped while free segments are short.
+    fn clean_budget(&mut self, now: u64, pool: usize, g: u64, out: &mut Outputs) -> bool {
+        let rate = self.cfg.log.clean_bytes_per_s;
+        if rate == 0 || self.cleaner_urgent(pool) {
+            return true;
+        }
+        let sb = self.cfg.log.segment_bytes;
+        let pl = &mut self.logs[pool];
+        // Read it, then write it again.
+        let cost = 2 * pl.segments.get(&g).map_or(0, |s| s.live_bytes);
+        pl.clean_bucket.refill(now, rate, (rate / 4).max(2 * sb));
+        if pl.clean_bucket.tokens() >= cost {
+            pl.clean_bucket.take(cost);
+            return true;
+        }
+        let at = pl.clean_bucket.ready_at(cost, rate);
+        if pl.clean_wait_at.is_none_or(|t| t > at) {
+            pl.clean_wait_at = Some(at);
+            out.wakeups.push(at);
+        }
+        pl.stats.cleaner_waits += 1;
+        false
+    }
+
+    /// The cap's wait is over: clean if still needed.
+    pub(crate) fn clean_wait_tick(&mut self, now: u64, out: &mut Outputs) {
+        for p in 0..self.logs.len() {
+            if self.logs[p].clean_wait_at.is_some_and(|t| t <= now) {
+                self.logs[p].clean_wait_at = None;
+                self.clean_maybe(now, p, out);
+            }
         }
     }
 

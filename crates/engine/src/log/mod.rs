@@ -87,6 +87,7 @@ pub(crate) struct LogStats {
     pub segments_freed: u64,
     pub home_fallbacks: u64,
     pub relocations: u64,
+    pub cleaner_waits: u64,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +97,9 @@ pub(crate) struct PoolLog {
     pub stats: LogStats,
     pub clean: Option<Clean>,
     pub next_group: u64,
+    /// The cleaner's bandwidth budget, and when it waits for it.
+    pub clean_bucket: crate::bucket::TokenBucket,
+    pub clean_wait_at: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -204,6 +208,7 @@ impl Engine {
             segments_freed: s.segments_freed,
             home_fallbacks: s.home_fallbacks,
             relocations: s.relocations,
+            cleaner_waits: s.cleaner_waits,
             write_amplification: if s.user_bytes == 0 {
                 0.0
             } else {

@@ -51,6 +51,7 @@ pub fn run_range(
                             t.chunk_moves += st.chunk_moves;
                             t.log_appends += st.log_appends;
                             t.segments_cleaned += st.segments_cleaned;
+                            t.cleaner_waits += st.cleaner_waits;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -45,6 +45,8 @@ pub struct DstStats {
     /// Log appends and segments the cleaner emptied.
     pub log_appends: u64,
     pub segments_cleaned: u64,
+    /// Times the cleaner waited for its bandwidth cap.
+    pub cleaner_waits: u64,
 }
 
 /// A failed run, with everything needed to replay it.
@@ -175,6 +177,8 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
     let seg_chunks = 1u64 << below(&mut lrng, 3);
     let segment_bytes = seg_chunks * chunk_bytes;
     let append_bytes = [4096, 16 << 10, segment_bytes][below(&mut lrng, 3) as usize];
+    // Its own stream, so adding these left every other choice of a seed as it was.
+    let mut grng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x6a7_u64.rotate_left(44));
     let log = LogConfig {
         segment_bytes,
         append_bytes,
@@ -188,11 +192,9 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         },
         clean_below_free_segments: 2 + below(&mut lrng, 6),
         reserve_segments: 1 + below(&mut lrng, 2),
-        // Its own stream, so adding it left every other choice of a seed as it was.
-        gather_ns: {
-            let mut grng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x6a7_u64.rotate_left(44));
-            [0, 50_000, 2_000_000][below(&mut grng, 3) as usize]
-        },
+        gather_ns: [0, 50_000, 2_000_000][below(&mut grng, 3) as usize],
+        // No cap, a cap tight enough to hold the cleaner back often, the default.
+        clean_bytes_per_s: [0, 256 << 10, 64 << 20][below(&mut grng, 3) as usize],
     };
     let any_log = pool_log.iter().any(|&l| l) || volumes.iter().any(|v| v.log == Some(true));
     let journals = nvols as u64 * journal_bytes.div_ceil(chunk_bytes) * chunk_bytes;
@@ -633,6 +635,7 @@ impl Sim {
         for l in r.pools.iter().filter_map(|p| p.log.as_ref()) {
             self.stats.log_appends += l.appends;
             self.stats.segments_cleaned += l.segments_cleaned;
+            self.stats.cleaner_waits += l.cleaner_waits;
         }
     }
 
