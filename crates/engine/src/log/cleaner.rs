@@ -210,8 +210,9 @@ impl Engine {
             return;
         };
         c.pending -= 1;
-        let (dev0, _, first, count) = c.reads[idx];
-        let failed = result.is_err();
+        let (dev0, len, first, count) = c.reads[idx];
+        // A short read is a failed one (no driver should return one).
+        let failed = result.is_err() || data.as_ref().is_some_and(|d| (d.len() as u64) < len);
         c.failed |= failed;
         for p in &mut c.pieces[first..first + count] {
             if failed {
