@@ -3,6 +3,7 @@
 
 mod log;
 mod size;
+mod switch;
 mod tiering;
 
 use std::fmt;
@@ -11,6 +12,7 @@ use std::ops::Range;
 pub use log::LogToml;
 use serde::Deserialize;
 pub use size::parse_size;
+pub use switch::Switch;
 pub use tiering::TieringToml;
 pub use toml::Spanned;
 

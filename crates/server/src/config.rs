@@ -80,7 +80,7 @@ struct RawPool {
     kind: Spanned<String>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<String>>,
-    log: Option<bool>,
+    log: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Deserialize)]
@@ -96,7 +96,7 @@ struct RawVolume {
     fast_budget: Option<Spanned<SizeVal>>,
     priority: Option<u8>,
     description: Option<String>,
-    log: Option<bool>,
+    log: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Clone, Debug)]
@@ -260,7 +260,7 @@ impl ServerConfig {
                 medium,
                 queue_depth,
                 scheduler,
-                log: p.log.unwrap_or(false),
+                log: p.log.is_some_and(|s| s.0),
             });
         }
         if pools.is_empty() {
@@ -390,7 +390,7 @@ impl ServerConfig {
                 placement,
                 fast_pool,
                 description: v.description.clone().unwrap_or_default(),
-                log: v.log,
+                log: v.log.map(|s| s.0),
             });
         }
         let rel = |s: Option<String>| {

@@ -73,7 +73,7 @@ struct RawPool {
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<String>>,
     /// Gather small and random writes into log appends (seed 002).
-    log: Option<bool>,
+    log: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -93,7 +93,7 @@ struct RawVolume {
     /// Map the chunks the volume's workloads touch before the run, as an existing disk.
     prefill: Option<bool>,
     /// Override the pools' `log`.
-    log: Option<bool>,
+    log: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -308,7 +308,7 @@ impl Scenario {
                 preset: pr,
                 capacity_bytes,
                 queue_depth,
-                log: p.log.unwrap_or(false),
+                log: p.log.is_some_and(|s| s.0),
                 scheduler,
             });
         }
@@ -413,7 +413,7 @@ impl Scenario {
                 placement,
                 fast_pool,
                 prefill: v.prefill.unwrap_or(false),
-                log: v.log,
+                log: v.log.map(|s| s.0),
             });
         }
         let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
