@@ -349,8 +349,8 @@ impl EngineConfig {
         }
         if l.gather_ns > 1_000_000_000 {
             return err(format!(
-                "log gather time {} ns is over a second: buffered writes would sit in RAM that long",
-                l.gather_ns
+                "log gather time (gather_us) {} us is over a second: buffered writes would sit in RAM that long",
+                l.gather_ns / 1000
             ));
         }
         let mut names = std::collections::BTreeSet::new();

@@ -206,6 +206,18 @@ impl Server {
             )
         })?;
         let pools: Vec<PoolFile> = cfg.pools.iter().map(open_pool).collect::<Result<_, _>>()?;
+        let engine = match Engine::new(engine_config(&cfg, &pools)) {
+            Ok(e) => e,
+            Err(e) => {
+                // A configuration refused: leave no empty pool files behind.
+                for (d, p) in cfg.pools.iter().zip(&pools) {
+                    if p.created {
+                        let _ = std::fs::remove_file(&d.path);
+                    }
+                }
+                return Err(format!("configuration: {e}"));
+            }
+        };
         for p in &pools {
             if p.created {
                 log(&format!(
@@ -216,8 +228,6 @@ impl Server {
         }
         let fds = pools.iter().map(|p| p.file.as_raw_fd()).collect();
         let backend = io::open(cfg.io, fds).map_err(|e| format!("cannot set up I/O: {e}"))?;
-        let engine =
-            Engine::new(engine_config(&cfg, &pools)).map_err(|e| format!("configuration: {e}"))?;
         let poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
         let (sig_tx, sig_rx) =
             std::os::unix::net::UnixStream::pair().map_err(|e| format!("signal pipe: {e}"))?;

@@ -493,6 +493,29 @@ fn bad_config_exits_2_with_file_and_line() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("c.toml:6:") && e.contains("tape"), "{e}");
+
+    // Well-formed but refused by the engine: exit 2, the reason, no pool file left.
+    let data = d.path().join("data");
+    std::fs::write(
+        &p,
+        format!(
+            "data_dir = \"{}\"\n[log]\ngather_us = 5000000\n[[pool]]\nname = \"a\"\npath = \"a.pool\"\nsize = \"256m\"\nkind = \"ssd\"\nlog = \"on\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("gather_us"), "{e}");
+    assert!(
+        !data.join("a.pool").exists(),
+        "a refused start left a pool file"
+    );
 }
 
 /// Every timer the engine asks for fires, not only the soonest: a small logged write
