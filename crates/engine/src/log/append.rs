@@ -156,6 +156,7 @@ impl Engine {
                 clean_failed: false,
                 stuck: false,
                 summary: Vec::new(),
+                live: super::livemap::LiveMap::new(sb),
             },
         );
         self.vols[v as usize].log.streams[si].seg = Some(g);
@@ -189,6 +190,7 @@ impl Engine {
             seg_off: seg.written_bytes as u32,
             len: len as u32,
         });
+        seg.live.set(seg.written_bytes, len);
         seg.written_bytes += len;
         seg.live_bytes += len;
         seg.last_write_ns = now;

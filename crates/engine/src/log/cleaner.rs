@@ -59,12 +59,25 @@ impl Engine {
         let owner = seg.owner;
         let live_bytes = seg.live_bytes;
         let summary = std::mem::take(&mut seg.summary);
-        // What the overlay still points at, in log order.
+        // What the overlay still points at, in log order: from the live-sector map when
+        // it is exact, else from the overlay itself.
+        let live_map = (!seg.live.inexact).then(|| seg.live.clone());
+
         let ov = &self.vols[owner as usize].overlay;
         let mut pieces = Vec::new();
         let mut kept = Vec::new();
         for p in &summary {
             let dev0 = base + p.seg_off as u64;
+            if let Some(m) = &live_map {
+                let runs = m.runs(p.seg_off as u64, p.len as u64);
+                if !runs.is_empty() {
+                    kept.push(*p);
+                }
+                for (o, l) in runs {
+                    pieces.push((p.lba + (o - p.seg_off as u64), base + o, l, None));
+                }
+                continue;
+            }
             let mut any = false;
             for (s, e, val) in ov.overlapping(p.lba, p.lba + p.len as u64) {
                 let dev = dev0 + (s - p.lba);

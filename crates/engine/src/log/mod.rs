@@ -17,6 +17,7 @@
 
 pub(crate) mod append;
 mod cleaner;
+mod livemap;
 mod recover;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -65,6 +66,8 @@ pub(crate) struct Segment {
     /// Cleaning could not copy everything (no room): wait for a segment to be freed.
     pub stuck: bool,
     pub summary: Vec<Piece>,
+    /// Its live sectors (kept with `live_bytes`).
+    pub live: livemap::LiveMap,
 }
 
 /// Data acknowledged to the VM whose append has not landed yet.
@@ -308,6 +311,7 @@ impl Engine {
                 Some(seg) => {
                     debug_assert_eq!(seg.owner, v, "log data of another volume");
                     seg.live_bytes -= n.min(seg.live_bytes);
+                    seg.live.clear(pos - (seg_end - sb), n);
                     seg.live_bytes == 0 && !seg.open
                 }
                 None => false,

@@ -95,6 +95,7 @@ impl Engine {
             *pl = Default::default();
         }
         for ((p, g), (owner, held, live, summary)) in self.log_census()? {
+            let live_map = live_map_of(&summary, sb);
             self.logs[p as usize].segments.insert(
                 g,
                 Segment {
@@ -108,6 +109,7 @@ impl Engine {
                     clean_failed: false,
                     stuck: false,
                     summary,
+                    live: live_map,
                 },
             );
         }
@@ -129,6 +131,20 @@ impl Engine {
                     return Err(format!(
                         "pool {p} log segment {g}: table says owner {} live {} held {:#x}, overlays say owner {owner} live {live} held {held:#x}",
                         seg.owner, seg.live_bytes, seg.held
+                    ));
+                }
+                let want = census.get(&(p as u16, g)).map_or_else(
+                    || super::livemap::LiveMap::new(self.cfg.log.segment_bytes),
+                    |c| live_map_of(&c.3, self.cfg.log.segment_bytes),
+                );
+                let ok = if seg.live.inexact {
+                    seg.live.covers(&want)
+                } else {
+                    seg.live.same_sectors(&want)
+                };
+                if !ok {
+                    return Err(format!(
+                        "pool {p} log segment {g}: its live-sector map disagrees with the overlays"
                     ));
                 }
                 if live == 0 && !seg.open && !seg.cleaning {
@@ -157,4 +173,13 @@ impl Engine {
         }
         Ok(claims)
     }
+}
+
+/// The live-sector map of a segment holding `pieces`.
+fn live_map_of(pieces: &[Piece], segment_bytes: u64) -> super::livemap::LiveMap {
+    let mut m = super::livemap::LiveMap::new(segment_bytes);
+    for p in pieces {
+        m.set(p.seg_off as u64, p.len as u64);
+    }
+    m
 }
