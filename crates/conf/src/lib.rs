@@ -5,6 +5,7 @@ mod log;
 mod size;
 mod switch;
 mod tiering;
+pub mod volume;
 
 use std::fmt;
 use std::ops::Range;

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml};
+use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml, volume};
 use tiervisor_engine::{Medium, Placement, Provisioning, SchedulerKind};
 
 use crate::io::IoKind;
@@ -299,80 +299,23 @@ impl ServerConfig {
                     "size: expected a positive multiple of 512 bytes",
                 );
             }
-            let pool = pools
-                .iter()
-                .position(|p| p.name == *v.pool.get_ref())
-                .map_or_else(
-                    || {
-                        src.err(
-                            v.pool.span(),
-                            format!(
-                                "pool {:?} is not defined; pools: {}",
-                                v.pool.get_ref(),
-                                pools
-                                    .iter()
-                                    .map(|p| p.name.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        )
-                    },
-                    Ok,
-                )?;
-            let provisioning = match v.provisioning.as_ref().map(|s| s.get_ref().as_str()) {
-                None | Some("thin") => Provisioning::Thin,
-                Some("thick") => Provisioning::Thick,
-                Some(o) => {
-                    return src.err(
-                        v.provisioning.as_ref().map_or(0..0, |s| s.span()),
-                        format!("provisioning {o:?}: expected \"thin\" or \"thick\""),
-                    );
-                }
-            };
-            let fast_pool = match &v.fast_pool {
-                Some(f) => Some(
-                    pools
-                        .iter()
-                        .position(|p| p.name == *f.get_ref())
-                        .map_or_else(
-                            || {
-                                src.err(
-                                    f.span(),
-                                    format!("fast_pool {:?} is not defined", f.get_ref()),
-                                )
-                            },
-                            Ok,
-                        )?,
-                ),
-                None => pools
-                    .iter()
-                    .enumerate()
-                    .position(|(i, p)| i != pool && p.medium == Medium::Ssd),
-            };
-            if let Some(f) = &v.fast_percent
-                && *f.get_ref() > 100
-            {
-                return src.err(f.span(), "fast_percent: expected 0 to 100");
-            }
-            let placement = match v.placement.as_ref().map(|s| s.get_ref().as_str()) {
-                None | Some("pinned") => Placement::Pinned,
-                Some("split") => Placement::Split {
-                    fast_percent: v.fast_percent.as_ref().map_or(50, |f| *f.get_ref()),
+            let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            let pool = volume::pool_named(&src, &v.pool, &pool_names)?;
+            let provisioning =
+                volume::provisioning(&src, v.provisioning.as_ref(), Provisioning::Thin)?;
+            let fast_pool =
+                volume::fast_pool(&src, v.fast_pool.as_ref(), &pool_names, pool, |i| {
+                    pools[i].medium == Medium::Ssd
+                })?;
+            let placement = volume::placement(
+                &src,
+                volume::PlacementKeys {
+                    placement: v.placement.as_ref(),
+                    fast_percent: v.fast_percent.as_ref(),
+                    fast_budget: v.fast_budget.as_ref(),
+                    priority: v.priority,
                 },
-                Some("hot") => Placement::Hot {
-                    fast_budget_bytes: match &v.fast_budget {
-                        Some(b) => src.size(b, "fast_budget")?,
-                        None => 0,
-                    },
-                    priority: v.priority.unwrap_or(0),
-                },
-                Some(o) => {
-                    return src.err(
-                        v.placement.as_ref().map_or(0..0, |s| s.span()),
-                        format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
-                    );
-                }
-            };
+            )?;
             if placement != Placement::Pinned && fast_pool.is_none_or(|f| f == pool) {
                 return src.err(
                     v.name.span(),

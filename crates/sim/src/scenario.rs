@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml};
+use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, volume};
 use tiervisor_engine::{Medium, SchedulerKind};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{
@@ -317,16 +317,8 @@ impl Scenario {
         }
         let mut volumes = Vec::new();
         for v in &raw.volumes {
-            let Some(pool) = pools.iter().position(|p| p.name == *v.pool.get_ref()) else {
-                return cx.err(
-                    v.pool.span(),
-                    format!(
-                        "unknown pool {:?}; defined pools: {}",
-                        v.pool.get_ref(),
-                        names(&pools)
-                    ),
-                );
-            };
+            let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            let pool = volume::pool_named(&cx, &v.pool, &pool_names)?;
             if volumes
                 .iter()
                 .any(|w: &VolumeSpec| w.name == *v.name.get_ref())
@@ -343,65 +335,23 @@ impl Scenario {
                     "size: expected a positive multiple of 512 bytes",
                 );
             }
-            let provisioning = match v.provisioning.as_ref().map(|s| s.get_ref().as_str()) {
-                None | Some("thick") => tiervisor_engine::Provisioning::Thick,
-                Some("thin") => tiervisor_engine::Provisioning::Thin,
-                Some(o) => {
-                    return cx.err(
-                        v.provisioning.as_ref().map_or(0..0, |s| s.span()),
-                        format!("provisioning {o:?}: expected \"thick\" or \"thin\""),
-                    );
-                }
-            };
-            let fast_pool = match &v.fast_pool {
-                Some(f) => Some(
-                    pools
-                        .iter()
-                        .position(|p| p.name == *f.get_ref())
-                        .map_or_else(
-                            || {
-                                cx.err(
-                                    f.span(),
-                                    format!(
-                                        "unknown pool {:?}; defined pools: {}",
-                                        f.get_ref(),
-                                        names(&pools)
-                                    ),
-                                )
-                            },
-                            Ok,
-                        )?,
-                ),
-                // Default: the first SSD pool other than the home pool.
-                None => pools
-                    .iter()
-                    .enumerate()
-                    .position(|(i, p)| i != pool && p.preset.kind() == DeviceKind::Ssd),
-            };
-            if let Some(f) = &v.fast_percent
-                && *f.get_ref() > 100
-            {
-                return cx.err(f.span(), "fast_percent: expected 0 to 100");
-            }
-            let placement = match v.placement.as_ref().map(|p| p.get_ref().as_str()) {
-                None | Some("pinned") => tiervisor_engine::Placement::Pinned,
-                Some("split") => tiervisor_engine::Placement::Split {
-                    fast_percent: v.fast_percent.as_ref().map_or(50, |f| *f.get_ref()),
+            let provisioning = volume::provisioning(
+                &cx,
+                v.provisioning.as_ref(),
+                tiervisor_engine::Provisioning::Thick,
+            )?;
+            let fast_pool = volume::fast_pool(&cx, v.fast_pool.as_ref(), &pool_names, pool, |i| {
+                pools[i].preset.kind() == DeviceKind::Ssd
+            })?;
+            let placement = volume::placement(
+                &cx,
+                volume::PlacementKeys {
+                    placement: v.placement.as_ref(),
+                    fast_percent: v.fast_percent.as_ref(),
+                    fast_budget: v.fast_budget.as_ref(),
+                    priority: v.priority,
                 },
-                Some("hot") => tiervisor_engine::Placement::Hot {
-                    fast_budget_bytes: match &v.fast_budget {
-                        Some(b) => cx.size(b, "fast_budget")?,
-                        None => 0,
-                    },
-                    priority: v.priority.unwrap_or(0),
-                },
-                Some(o) => {
-                    return cx.err(
-                        v.placement.as_ref().map_or(0..0, |p| p.span()),
-                        format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
-                    );
-                }
-            };
+            )?;
             if placement != tiervisor_engine::Placement::Pinned && fast_pool.is_none() {
                 return cx.err(v.name.span(), format!("volume {:?}: {} placement needs a fast pool (an SSD pool other than its home)", v.name.get_ref(), placement.name()));
             }
@@ -612,14 +562,6 @@ impl Scenario {
             vms,
         })
     }
-}
-
-fn names(pools: &[PoolSpec]) -> String {
-    pools
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]
