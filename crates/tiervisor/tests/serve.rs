@@ -484,33 +484,28 @@ fn thread_pool_backend_serves_too() {
 fn bad_config_exits_2_with_file_and_line() {
     let d = TempDir::new("conf");
     let p = d.path().join("c.toml");
-    std::fs::write(&p, "data_dir = \"x\"\n[[pool]]\nname = \"a\"\npath = \"a.pool\"\nsize = \"1g\"\nkind = \"tape\"\n").unwrap();
-    let o = Command::new(bin())
-        .args(["serve", "--config"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let e = String::from_utf8_lossy(&o.stderr);
+    // Start `serve` on `text`; it must exit 2. Returns what it printed.
+    let refused = |text: &str| {
+        std::fs::write(&p, text).unwrap();
+        let o = Command::new(bin())
+            .args(["serve", "--config"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = refused(
+        "data_dir = \"x\"\n[[pool]]\nname = \"a\"\npath = \"a.pool\"\nsize = \"1g\"\nkind = \"tape\"\n",
+    );
     assert!(e.contains("c.toml:6:") && e.contains("tape"), "{e}");
 
     // Well-formed but refused by the engine: exit 2, the reason, no pool file left.
     let data = d.path().join("data");
-    std::fs::write(
-        &p,
-        format!(
-            "data_dir = \"{}\"\n[log]\ngather_us = 5000000\n[[pool]]\nname = \"a\"\npath = \"a.pool\"\nsize = \"256m\"\nkind = \"ssd\"\nlog = \"on\"\n",
-            data.display()
-        ),
-    )
-    .unwrap();
-    let o = Command::new(bin())
-        .args(["serve", "--config"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let e = String::from_utf8_lossy(&o.stderr);
+    let e = refused(&format!(
+        "data_dir = \"{}\"\n[log]\ngather_us = 5000000\n[[pool]]\nname = \"a\"\npath = \"a.pool\"\nsize = \"256m\"\nkind = \"ssd\"\nlog = \"on\"\n",
+        data.display()
+    ));
     assert!(e.contains("gather_us"), "{e}");
     assert!(
         !data.join("a.pool").exists(),

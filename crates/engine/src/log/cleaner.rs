@@ -61,14 +61,14 @@ impl Engine {
         let summary = std::mem::take(&mut seg.summary);
         // What the overlay still points at, in log order: from the live-sector map when
         // it is exact, else from the overlay itself.
-        let live_map = (!seg.live.inexact).then(|| seg.live.clone());
-
+        let seg = &self.logs[pool].segments[&g];
+        let live_map = (!seg.live.inexact).then_some(&seg.live);
         let ov = &self.vols[owner as usize].overlay;
         let mut pieces = Vec::new();
         let mut kept = Vec::new();
         for p in &summary {
             let dev0 = base + p.seg_off as u64;
-            if let Some(m) = &live_map {
+            if let Some(m) = live_map {
                 let runs = m.runs(p.seg_off as u64, p.len as u64);
                 if !runs.is_empty() {
                     kept.push(*p);
