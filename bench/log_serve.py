@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbd_peers import free_port, tiervisor_bin, wait_port  # noqa: E402
+from nbd_peers import serve_one_volume, tiervisor_bin  # noqa: E402
 
 JOBS = [
     ("randwrite-4k-qd1", "randwrite", 1),
@@ -30,31 +30,8 @@ SIZE = 1 << 30
 
 
 def start(work, log):
-    port = free_port()
     d = os.path.join(work, f"log-{log}")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    cfg = os.path.join(d, "bench.toml")
-    with open(cfg, "w") as f:
-        f.write(f"""data_dir = "{d}"
-listen = "127.0.0.1:{port}"
-unix_socket = ""
-admin_socket = "admin.sock"
-[[pool]]
-name = "data"
-path = "data.pool"
-size = "2600m"
-kind = "ssd"
-log = {"true" if log else "false"}
-[[volume]]
-name = "vm1"
-size = "1g"
-pool = "data"
-provisioning = "thick"
-""")
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
+    p, port = serve_one_volume(d, "2600m", f"log = {'true' if log else 'false'}")
     return p, f"nbd://127.0.0.1:{port}/vm1", d
 
 

@@ -59,9 +59,10 @@ def tiervisor_bin():
     return b
 
 
-def start_tiervisor(work, raw):
+def serve_one_volume(d, pool_size, pool_keys=""):
+    """Start `tiervisor serve` in a fresh `d`: one SSD pool file of `pool_size` (plus
+    `pool_keys` lines), one 1 GiB thick volume vm1. Returns (process, port)."""
     port = free_port()
-    d = os.path.join(work, "tv")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     cfg = os.path.join(d, "bench.toml")
@@ -73,8 +74,9 @@ admin_socket = "admin.sock"
 [[pool]]
 name = "data"
 path = "data.pool"
-size = "1100m"
+size = "{pool_size}"
 kind = "ssd"
+{pool_keys}
 [[volume]]
 name = "vm1"
 size = "1g"
@@ -83,6 +85,11 @@ provisioning = "thick"
 """)
     p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
+    return p, port
+
+
+def start_tiervisor(work, raw):
+    p, port = serve_one_volume(os.path.join(work, "tv"), "1100m")
     # Same bytes as the peers serve.
     subprocess.run(["qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", raw, f"nbd://127.0.0.1:{port}/vm1"], check=True)
     return p, f"nbd://127.0.0.1:{port}/vm1"
