@@ -2,6 +2,7 @@
 //! written with units, and errors that say `file:line: what was expected`.
 
 mod log;
+pub mod sched;
 mod size;
 mod switch;
 mod tiering;

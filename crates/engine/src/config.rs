@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::sched::SchedulerKind;
+use crate::sched::{SchedSpec, VolumeQos};
 use crate::types::PoolId;
 
 /// The medium behind a pool; placement policies use it.
@@ -20,7 +20,7 @@ pub struct PoolConfig {
     pub capacity_bytes: u64,
     /// Operations the engine keeps outstanding on the device at once.
     pub queue_depth: u32,
-    pub scheduler: SchedulerKind,
+    pub scheduler: SchedSpec,
     /// Gather small and random writes into log appends on this pool (seed 002).
     pub log: bool,
 }
@@ -106,6 +106,8 @@ pub struct VolumeConfig {
     pub placement: Placement,
     /// Override the pool's `log` setting for this volume.
     pub log: Option<bool>,
+    /// Reservation, limit and weight for schedulers that share a device by volume.
+    pub qos: VolumeQos,
 }
 
 /// How the segment cleaner picks its victim.
@@ -318,6 +320,11 @@ impl EngineConfig {
         }
         if self.journal_bytes < 64 * 1024 || !self.journal_bytes.is_multiple_of(4096) {
             return err("journal size must be a multiple of 4 KiB and at least 64 KiB".into());
+        }
+        for p in &self.pools {
+            if let Err(e) = p.scheduler.build() {
+                return err(format!("pool {}: {}", p.name, e.message));
+            }
         }
         let l = &self.log;
         if l.segment_bytes == 0

@@ -180,19 +180,24 @@ impl Engine {
         let pools = cfg
             .pools
             .iter()
-            .map(|p| Pool {
-                cfg: p.clone(),
-                alloc: ChunkAllocator::new(crate::layout::chunks_in(
-                    p.capacity_bytes,
-                    cfg.chunk_bytes,
-                )),
-                sched: p.scheduler.build(),
-                in_flight: 0,
-                stats: PoolStats::default(),
-                wait_until: None,
-                background: Default::default(),
+            .map(|p| {
+                Ok(Pool {
+                    cfg: p.clone(),
+                    alloc: ChunkAllocator::new(crate::layout::chunks_in(
+                        p.capacity_bytes,
+                        cfg.chunk_bytes,
+                    )),
+                    sched: p
+                        .scheduler
+                        .build()
+                        .map_err(|e| ConfigError(format!("pool {}: {}", p.name, e.message)))?,
+                    in_flight: 0,
+                    stats: PoolStats::default(),
+                    wait_until: None,
+                    background: Default::default(),
+                })
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, ConfigError>>()?;
         let n_pools = pools.len();
         Ok(Engine {
             cfg,
@@ -245,6 +250,28 @@ impl Engine {
 
     pub fn volume_size(&self, v: VolumeId) -> Option<u64> {
         self.vols.get(v.0 as usize).map(|v| v.rec.size_bytes)
+    }
+
+    /// Change a volume's QoS on every pool's scheduler (takes effect at the next
+    /// dispatch). Not durable: configuration restores it at the next start.
+    pub fn set_volume_qos(&mut self, v: VolumeId, qos: crate::sched::VolumeQos) {
+        for p in &mut self.pools {
+            p.sched.set_volume_qos(v.0, qos);
+        }
+    }
+
+    /// Tell the schedulers the configured QoS of the volume just added at index `v`.
+    pub(crate) fn apply_configured_qos(&mut self, v: usize) {
+        let name = &self.vols[v].rec.name;
+        if let Some(q) = self
+            .cfg
+            .volumes
+            .iter()
+            .find(|c| &c.name == name)
+            .map(|c| c.qos)
+        {
+            self.set_volume_qos(VolumeId(v as u32), q);
+        }
     }
 
     /// Requests accepted and not yet completed.

@@ -36,5 +36,5 @@ pub use config::{
 };
 pub use engine::{Engine, EngineState, StartMode};
 pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
-pub use sched::SchedulerKind;
+pub use sched::{SchedSpec, VolumeQos};
 pub use types::*;

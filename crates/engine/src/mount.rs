@@ -418,6 +418,7 @@ impl Engine {
             ExtentMap::new(),
             header,
         ));
+        self.apply_configured_qos(self.vols.len() - 1);
         Ok(rec)
     }
 
@@ -757,6 +758,7 @@ impl Engine {
             let v = self.volume_from(r.clone(), map, ExtentMap::new(), header);
             self.vols.push(v);
             debug_assert_eq!(self.vols.len(), i + 1);
+            self.apply_configured_qos(i);
         }
         self.voltab = table;
         let n = self.vols.len();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml, volume};
-use tiervisor_engine::{Medium, Placement, Provisioning, SchedulerKind};
+use tiervisor_engine::{Medium, Placement, Provisioning, SchedSpec};
 
 use crate::io::IoKind;
 
@@ -79,7 +79,7 @@ struct RawPool {
     size: Option<Spanned<SizeVal>>,
     kind: Spanned<String>,
     queue_depth: Option<Spanned<u32>>,
-    scheduler: Option<Spanned<String>>,
+    scheduler: Option<Spanned<toml::Value>>,
     log: Option<tiervisor_conf::Switch>,
 }
 
@@ -97,6 +97,10 @@ struct RawVolume {
     priority: Option<u8>,
     description: Option<String>,
     log: Option<tiervisor_conf::Switch>,
+    /// QoS for schedulers that share a device by volume (mclock, bfq).
+    reservation_iops: Option<Spanned<u32>>,
+    limit_iops: Option<Spanned<u32>>,
+    weight: Option<Spanned<u32>>,
 }
 
 #[derive(Clone, Debug)]
@@ -107,7 +111,7 @@ pub struct PoolDef {
     pub size_bytes: Option<u64>,
     pub medium: Medium,
     pub queue_depth: u32,
-    pub scheduler: SchedulerKind,
+    pub scheduler: SchedSpec,
     /// Gather small and random writes into log appends.
     pub log: bool,
 }
@@ -123,6 +127,7 @@ pub struct VolumeDef {
     pub description: String,
     /// Override the pool's `log`.
     pub log: Option<bool>,
+    pub qos: tiervisor_engine::VolumeQos,
 }
 
 #[derive(Clone, Debug)]
@@ -231,22 +236,7 @@ impl ServerConfig {
                 Some(q) => *q.get_ref(),
                 None => 64,
             };
-            let scheduler = match &p.scheduler {
-                Some(s) => SchedulerKind::parse(s.get_ref()).map_or_else(
-                    || {
-                        src.err(
-                            s.span(),
-                            format!(
-                                "scheduler {:?}: expected one of {}",
-                                s.get_ref(),
-                                SchedulerKind::names().join(", ")
-                            ),
-                        )
-                    },
-                    Ok,
-                )?,
-                None => SchedulerKind::Fifo,
-            };
+            let scheduler = tiervisor_conf::sched::scheduler(&src, p.scheduler.as_ref())?;
             let path = PathBuf::from(p.path.get_ref());
             let path = if path.is_absolute() {
                 path
@@ -325,6 +315,14 @@ impl ServerConfig {
                     ),
                 );
             }
+            let qos = tiervisor_conf::sched::qos(
+                &src,
+                tiervisor_conf::sched::QosKeys {
+                    reservation_iops: v.reservation_iops.as_ref(),
+                    limit_iops: v.limit_iops.as_ref(),
+                    weight: v.weight.as_ref(),
+                },
+            )?;
             volumes.push(VolumeDef {
                 name,
                 size_bytes,
@@ -334,6 +332,7 @@ impl ServerConfig {
                 fast_pool,
                 description: v.description.clone().unwrap_or_default(),
                 log: v.log.map(|s| s.0),
+                qos,
             });
         }
         let rel = |s: Option<String>| {

@@ -154,7 +154,7 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
                 medium: d.medium,
                 capacity_bytes: f.size_bytes,
                 queue_depth: d.queue_depth,
-                scheduler: d.scheduler,
+                scheduler: d.scheduler.clone(),
                 log: d.log,
             })
             .collect(),
@@ -169,6 +169,7 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
                 provisioning: v.provisioning,
                 placement: v.placement.clone(),
                 log: v.log,
+                qos: v.qos,
             })
             .collect(),
         meta_pool: PoolId(cfg.metadata_pool as u16),

@@ -159,7 +159,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
                 medium: p.medium(),
                 capacity_bytes: p.capacity_bytes,
                 queue_depth: p.queue_depth,
-                scheduler: p.scheduler,
+                scheduler: p.scheduler.clone(),
                 log: p.log,
             })
             .collect(),
@@ -174,6 +174,7 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
                 provisioning: v.provisioning,
                 placement: v.placement.clone(),
                 log: v.log,
+                qos: v.qos,
             })
             .collect(),
         meta_pool: tiervisor_engine::PoolId(

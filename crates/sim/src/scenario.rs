@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, volume};
-use tiervisor_engine::{Medium, SchedulerKind};
+use tiervisor_engine::{Medium, SchedSpec};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{
     FioJob, FioRw, ReplayMode, Trace, TraceFormat, TraceWorkload, Workload, WorkloadError,
@@ -71,7 +71,7 @@ struct RawPool {
     model: Spanned<String>,
     capacity: Option<Spanned<SizeVal>>,
     queue_depth: Option<Spanned<u32>>,
-    scheduler: Option<Spanned<String>>,
+    scheduler: Option<Spanned<toml::Value>>,
     /// Gather small and random writes into log appends (seed 002).
     log: Option<tiervisor_conf::Switch>,
 }
@@ -94,6 +94,10 @@ struct RawVolume {
     prefill: Option<bool>,
     /// Override the pools' `log`.
     log: Option<tiervisor_conf::Switch>,
+    /// QoS for schedulers that share a device by volume (mclock, bfq).
+    reservation_iops: Option<Spanned<u32>>,
+    limit_iops: Option<Spanned<u32>>,
+    weight: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -134,7 +138,7 @@ pub struct PoolSpec {
     pub preset: Preset,
     pub capacity_bytes: u64,
     pub queue_depth: u32,
-    pub scheduler: SchedulerKind,
+    pub scheduler: SchedSpec,
     pub log: bool,
 }
 
@@ -157,6 +161,7 @@ pub struct VolumeSpec {
     pub fast_pool: Option<usize>,
     pub prefill: bool,
     pub log: Option<bool>,
+    pub qos: tiervisor_engine::VolumeQos,
 }
 
 #[derive(Clone, Debug)]
@@ -287,22 +292,7 @@ impl Scenario {
                 None if pr.kind() == DeviceKind::Hdd => 1,
                 None => 32,
             };
-            let scheduler = match &p.scheduler {
-                Some(s) => SchedulerKind::parse(s.get_ref()).map_or_else(
-                    || {
-                        cx.err(
-                            s.span(),
-                            format!(
-                                "unknown scheduler {:?}; expected one of: {}",
-                                s.get_ref(),
-                                SchedulerKind::names().join(", ")
-                            ),
-                        )
-                    },
-                    Ok,
-                )?,
-                None => SchedulerKind::Fifo,
-            };
+            let scheduler = tiervisor_conf::sched::scheduler(&cx, p.scheduler.as_ref())?;
             pools.push(PoolSpec {
                 name: p.name.get_ref().clone(),
                 preset: pr,
@@ -355,6 +345,14 @@ impl Scenario {
             if placement != tiervisor_engine::Placement::Pinned && fast_pool.is_none() {
                 return cx.err(v.name.span(), format!("volume {:?}: {} placement needs a fast pool (an SSD pool other than its home)", v.name.get_ref(), placement.name()));
             }
+            let qos = tiervisor_conf::sched::qos(
+                &cx,
+                tiervisor_conf::sched::QosKeys {
+                    reservation_iops: v.reservation_iops.as_ref(),
+                    limit_iops: v.limit_iops.as_ref(),
+                    weight: v.weight.as_ref(),
+                },
+            )?;
             volumes.push(VolumeSpec {
                 name: v.name.get_ref().clone(),
                 pool,
@@ -364,6 +362,7 @@ impl Scenario {
                 fast_pool,
                 prefill: v.prefill.unwrap_or(false),
                 log: v.log.map(|s| s.0),
+                qos,
             });
         }
         let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();

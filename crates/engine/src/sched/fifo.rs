@@ -2,7 +2,14 @@
 
 use std::collections::VecDeque;
 
-use super::{Dispatch, QueuedOp, Scheduler};
+use super::{Dispatch, QueuedOp, Registration, Scheduler};
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "fifo",
+    aliases: &["noop", "none"],
+    about: "arrival order (the kernel's none/noop)",
+    build: |_| Ok(Box::new(Fifo::default())),
+};
 
 #[derive(Default)]
 pub struct Fifo {

@@ -32,7 +32,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 medium: Medium::Ssd,
                 capacity_bytes: 64 * MIB,
                 queue_depth: 8,
-                scheduler: SchedulerKind::Fifo,
+                scheduler: SchedSpec::default(),
                 log: false,
             },
             PoolConfig {
@@ -40,7 +40,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 medium: Medium::Hdd,
                 capacity_bytes: 96 * MIB,
                 queue_depth: 2,
-                scheduler: SchedulerKind::Fifo,
+                scheduler: SchedSpec::default(),
                 log: false,
             },
         ],
@@ -53,6 +53,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 provisioning: Provisioning::Thin,
                 placement: Placement::Pinned,
                 log: None,
+                qos: Default::default(),
             },
             VolumeConfig {
                 name: "thick".into(),
@@ -62,6 +63,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 provisioning: Provisioning::Thick,
                 placement: Placement::Pinned,
                 log: None,
+                qos: Default::default(),
             },
         ],
         ..EngineConfig::default()

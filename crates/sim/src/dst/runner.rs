@@ -13,8 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::{
     CleanerPolicy, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState,
     Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
-    Provisioning, ReqKind, SchedulerKind, StartMode, TieringConfig, VmRequest, VolumeConfig,
-    VolumeId,
+    Provisioning, ReqKind, SchedSpec, StartMode, TieringConfig, VmRequest, VolumeConfig, VolumeId,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -172,6 +171,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 1 => Some(false),
                 _ => None,
             },
+            qos: Default::default(),
         });
     }
     let seg_chunks = 1u64 << below(&mut lrng, 3);
@@ -232,7 +232,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 medium: Medium::Ssd,
                 capacity_bytes: cap(thick_bytes[0], journals + reserve + slack),
                 queue_depth: 1 + below(rng, 16) as u32,
-                scheduler: SchedulerKind::Fifo,
+                scheduler: SchedSpec::default(),
                 log: pool_log[0],
             },
             PoolConfig {
@@ -240,7 +240,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 medium: Medium::Hdd,
                 capacity_bytes: cap(thick_bytes[1], slack),
                 queue_depth: 1 + below(rng, 4) as u32,
-                scheduler: SchedulerKind::Fifo,
+                scheduler: SchedSpec::default(),
                 log: pool_log[1],
             },
         ],
