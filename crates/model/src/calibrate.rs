@@ -185,6 +185,25 @@ pub fn run() -> Vec<CalRow> {
             "1 MiB chunks, read then write",
         ));
     }
+    // Seed 003 section 5: random single-page reads on the Cheetah 15K.4, cache off.
+    if let Some(crate::Preset::Hdd { params, .. }) = preset("cheetah-15k4") {
+        let bands = crate::seekline::measure(&params, 20_000, 3);
+        let n = bands.len().max(1) as f64;
+        let model_ms = bands.iter().map(|b| b.model_ms).sum::<f64>() / n;
+        let paper_ms = bands.iter().map(|b| b.paper_ms).sum::<f64>() / n;
+        rows.push(row(
+            "seed 003 sec. 5",
+            format!(
+                "cheetah-15k4 random 4 KB read vs 4.25 + 5.25 d/D ms (mean over {} bands; mean band error {:.1} %)",
+                bands.len(),
+                100.0 * crate::seekline::mean_relative_error(&bands)
+            ),
+            "ms",
+            model_ms,
+            Some(paper_ms),
+            "cache off, QD1, bands of d/D",
+        ));
+    }
     rows
 }
 

@@ -10,6 +10,7 @@
 pub mod calibrate;
 pub mod hdd;
 pub mod presets;
+pub mod seekline;
 pub mod ssd;
 mod units;
 
