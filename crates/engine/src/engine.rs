@@ -355,7 +355,11 @@ impl Engine {
             self.pump(now, pool.0 as usize, out);
         } else {
             let q = self.ops[key].queued;
-            self.pools[pool.0 as usize].sched.add(now, q);
+            let p = &mut self.pools[pool.0 as usize];
+            p.sched.add(now, q);
+            // A scheduler idling for a request (CFQ's, BFQ's, CATS's anticipation) must
+            // see the arrival now, not when its wait runs out.
+            p.wait_until = None;
             self.pump(now, pool.0 as usize, out);
         }
         key
