@@ -14,7 +14,7 @@ use crate::sched::{Dispatch, QueuedOp, Scheduler};
 use crate::stats::PoolStats;
 use crate::types::{
     DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId,
-    ReqKind, VmCompletion, VolumeId,
+    ReqKind, Tag, VmCompletion, VolumeId,
 };
 use crate::volume::Volume;
 
@@ -428,6 +428,7 @@ impl Engine {
             payload: op.payload.take(),
             class: op.class,
             volume: (op.volume != u32::MAX).then_some(VolumeId(op.volume)),
+            tag: Tag::for_op(op.kind, op.class, op.volume),
         });
     }
 

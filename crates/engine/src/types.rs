@@ -130,6 +130,42 @@ pub enum IoClass {
     Cleaner,
 }
 
+/// The flush domain an operation belongs to (seed 001's vTag / hTag).
+///
+/// Data a volume writes carries that volume's tag; journal records, checkpoints and
+/// other metadata shared by the engine carry the host tag. A device FLUSH carries the
+/// tag of the flush domain that asked for it; an engine-wide flush (mount, checkpoint of
+/// every volume, shutdown) carries the host tag and means "everything".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tag {
+    #[default]
+    Host,
+    Volume(VolumeId),
+}
+
+impl Tag {
+    /// The tag of an operation of `class` and `kind` working for `volume` (u32::MAX:
+    /// engine-wide work).
+    pub fn for_op(kind: DevKind, class: IoClass, volume: u32) -> Tag {
+        let shared = volume == u32::MAX || (class == IoClass::Metadata && kind != DevKind::Flush);
+        if shared {
+            Tag::Host
+        } else {
+            Tag::Volume(VolumeId(volume))
+        }
+    }
+
+    /// The one-number form devices see: 0 for the host, volume index + 1 otherwise (the
+    /// paper's prototype also reserves the all-zero tag for the host).
+    pub fn code(self) -> u32 {
+        match self {
+            Tag::Host => 0,
+            Tag::Volume(v) => v.0.saturating_add(1),
+        }
+    }
+}
+
 /// An operation the driver must perform on a pool's device.
 #[derive(Clone, Debug)]
 pub struct DeviceOp {
@@ -145,6 +181,9 @@ pub struct DeviceOp {
     pub class: IoClass,
     /// The volume the operation works for, if any (schedulers may use it).
     pub volume: Option<VolumeId>,
+    /// Flush domain: what the operation's data belongs to, or which domain a FLUSH
+    /// makes durable.
+    pub tag: Tag,
 }
 
 /// The driver's report that a device operation finished.

@@ -40,7 +40,14 @@ pub struct DevRequest {
     pub len_bytes: u64,
     /// Force unit access: the write is on stable media when it completes.
     pub fua: bool,
+    /// Flush domain (seed 001's vTag/hTag): who the data belongs to, or which domain a
+    /// FLUSH makes durable. [`HOST_TAG`] is shared host metadata; a FLUSH with it
+    /// drains everything. Devices without tag support ignore it.
+    pub tag: u32,
 }
+
+/// The tag of host (engine-wide) data and of a FLUSH that covers every domain.
+pub const HOST_TAG: u32 = 0;
 
 impl DevRequest {
     pub fn read(offset_bytes: u64, len_bytes: u64) -> Self {
@@ -49,6 +56,7 @@ impl DevRequest {
             offset_bytes,
             len_bytes,
             fua: false,
+            tag: HOST_TAG,
         }
     }
     pub fn write(offset_bytes: u64, len_bytes: u64) -> Self {
@@ -57,7 +65,12 @@ impl DevRequest {
             offset_bytes,
             len_bytes,
             fua: false,
+            tag: HOST_TAG,
         }
+    }
+    /// The same request in flush domain `tag`.
+    pub fn tagged(self, tag: u32) -> Self {
+        DevRequest { tag, ..self }
     }
     pub fn flush() -> Self {
         DevRequest {
@@ -65,6 +78,7 @@ impl DevRequest {
             offset_bytes: 0,
             len_bytes: 0,
             fua: false,
+            tag: HOST_TAG,
         }
     }
 }

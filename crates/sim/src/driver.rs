@@ -127,7 +127,8 @@ pub struct Simulation {
 
 /// Map engine device operations onto model operations.
 #[inline]
-fn dev_request(kind: DevKind, offset_bytes: u64, len_bytes: u64, fua: bool) -> DevRequest {
+fn dev_request(op: &tiervisor_engine::DeviceOp) -> DevRequest {
+    let (kind, offset_bytes, len_bytes, fua) = (op.kind, op.offset_bytes, op.len_bytes, op.fua);
     let kind = match kind {
         DevKind::Read => DevOpKind::Read,
         // Raw devices zero a range by writing it.
@@ -140,6 +141,7 @@ fn dev_request(kind: DevKind, offset_bytes: u64, len_bytes: u64, fua: bool) -> D
         offset_bytes,
         len_bytes,
         fua,
+        tag: op.tag.code(),
     }
 }
 
@@ -296,7 +298,7 @@ impl Simulation {
             for i in 0..self.out.ops.len() {
                 let op = &self.out.ops[i];
                 let p = op.pool.0 as usize;
-                let req = dev_request(op.kind, op.offset_bytes, op.len_bytes, op.fua);
+                let req = dev_request(op);
                 let done = self.models[p].submit(self.now, &req).max(self.now);
                 let payload = op.id.0 << 8 | p as u64;
                 let d = &mut self.devs[p];

@@ -468,6 +468,7 @@ mod tests {
                 offset_bytes: 0,
                 len_bytes: 64 * KIB,
                 fua: false,
+                tag: crate::HOST_TAG,
             },
         );
         assert!(!s.is_mapped(0) && !s.is_mapped(60 * KIB) && s.is_mapped(64 * KIB));

@@ -286,6 +286,7 @@ mod tests {
             payload: data.map(Bytes::copy_from_slice),
             class: IoClass::Foreground,
             volume: None,
+            tag: Default::default(),
         }
     }
 
