@@ -5,13 +5,14 @@
 //! by the configuration layer and built here through the [`SCHEDULERS`] registry. Adding a
 //! scheduler is one new module plus one line in that table.
 
+mod cfq;
 mod deadline;
 mod fifo;
-// Its sweep helpers are used by the schedulers landing next (cfq, bfq, cats).
-#[allow(dead_code)]
+mod flowq;
 mod sorted;
 mod spec;
 
+pub use cfq::{Cfq, CfqParams};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
 pub use spec::{ParamValue, Params, SchedSpec, SpecError};
@@ -91,7 +92,11 @@ pub struct Registration {
 }
 
 /// Every scheduler tiervisor has. Register a new one here.
-pub static SCHEDULERS: &[Registration] = &[fifo::REGISTRATION, deadline::REGISTRATION];
+pub static SCHEDULERS: &[Registration] = &[
+    fifo::REGISTRATION,
+    deadline::REGISTRATION,
+    cfq::REGISTRATION,
+];
 
 /// The registry entry for a name or alias.
 pub fn lookup(name: &str) -> Option<&'static Registration> {

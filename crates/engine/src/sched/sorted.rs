@@ -104,6 +104,48 @@ pub(super) mod testing {
         }
     }
 
+    /// A device serving one request at a time in `service_ns`, with `arrivals` (time, op)
+    /// added as time passes, until `end_ns` or nothing is left. Returns (dispatch time, op).
+    pub fn run_serial(
+        s: &mut dyn Scheduler,
+        service_ns: u64,
+        mut arrivals: Vec<(u64, QueuedOp)>,
+        end_ns: u64,
+    ) -> Vec<(u64, QueuedOp)> {
+        // Popped from the end: latest last, and in the given order among equal times.
+        arrivals.reverse();
+        arrivals.sort_by_key(|a| std::cmp::Reverse(a.0));
+        let mut now = 0;
+        let mut out = Vec::new();
+        while now < end_ns {
+            while arrivals.last().is_some_and(|a| a.0 <= now) {
+                let (_, op) = arrivals.pop().expect("checked");
+                s.add(now, op);
+            }
+            let next_arrival = arrivals.last().map(|a| a.0);
+            match s.dispatch(now) {
+                Dispatch::Op(o) => {
+                    out.push((now, o));
+                    now += service_ns;
+                    // Arrivals during the service are seen before the completion.
+                    while arrivals.last().is_some_and(|a| a.0 <= now) {
+                        let (t, op) = arrivals.pop().expect("checked");
+                        s.add(t, op);
+                    }
+                    s.completed(now, &o);
+                }
+                Dispatch::WaitUntil(t) => {
+                    now = next_arrival.map_or(t, |a| a.min(t)).max(now + 1);
+                }
+                Dispatch::Idle => match next_arrival {
+                    Some(a) => now = a,
+                    None => break,
+                },
+            }
+        }
+        out
+    }
+
     /// Drain everything dispatchable at `now` (completing each at once).
     pub fn drain(s: &mut dyn Scheduler, now: u64) -> Vec<QueuedOp> {
         let mut out = Vec::new();
