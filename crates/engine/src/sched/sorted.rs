@@ -3,19 +3,8 @@
 //! CATS's writes and its READDELAY sweep).
 
 use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Unbounded};
 
 use super::QueuedOp;
-
-/// Sector (512 B) of a byte offset: the unit of every seek and budget in this module.
-pub(super) fn sector(offset_bytes: u64) -> u64 {
-    offset_bytes / 512
-}
-
-/// Sectors a request covers (at least one).
-pub(super) fn sectors(op: &QueuedOp) -> u64 {
-    op.len_bytes.div_ceil(512).max(1)
-}
 
 #[derive(Default)]
 pub(super) struct SortedQueue {
@@ -38,10 +27,6 @@ impl SortedQueue {
         had
     }
 
-    pub fn len(&self) -> usize {
-        self.by_pos.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.by_pos.is_empty()
     }
@@ -60,29 +45,10 @@ impl SortedQueue {
             .map(|(_, op)| *op)
     }
 
-    /// The first request strictly after `op`'s place in sector order (no wrap).
-    pub fn after(&self, offset_bytes: u64, key: usize) -> Option<QueuedOp> {
-        self.by_pos
-            .range((Excluded((offset_bytes, key)), Unbounded))
-            .next()
-            .map(|(_, op)| *op)
-    }
-
     /// Circular scan: the next request at or after `pos_bytes`, else the lowest one.
     pub fn cscan_from(&self, pos_bytes: u64) -> Option<QueuedOp> {
         self.at_or_after(pos_bytes)
             .or_else(|| self.by_pos.values().next().copied())
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &QueuedOp> {
-        self.by_pos.values()
-    }
-
-    /// Remove and return the circular-scan next request from `pos_bytes`.
-    pub fn pop_cscan(&mut self, pos_bytes: u64) -> Option<QueuedOp> {
-        let op = self.cscan_from(pos_bytes)?;
-        self.remove(&op);
-        Some(op)
     }
 }
 
@@ -169,9 +135,11 @@ mod tests {
         q.insert(op(2, 10, false, 0, 10));
         q.insert(op(3, 90, false, 0, 20));
         assert_eq!(q.oldest().map(|o| o.key), Some(2));
-        assert_eq!(q.pop_cscan(60 * 512).map(|o| o.key), Some(3));
-        assert_eq!(q.pop_cscan(95 * 512).map(|o| o.key), Some(2));
+        assert_eq!(q.cscan_from(60 * 512).map(|o| o.key), Some(3));
+        assert!(q.remove(&op(3, 90, false, 0, 20)));
+        assert_eq!(q.cscan_from(95 * 512).map(|o| o.key), Some(2));
+        assert!(q.remove(&op(2, 10, false, 0, 10)));
         assert_eq!(q.oldest().map(|o| o.key), Some(1));
-        assert_eq!(q.len(), 1);
+        assert!(!q.is_empty());
     }
 }
