@@ -9,12 +9,14 @@ mod cfq;
 mod deadline;
 mod fifo;
 mod flowq;
+mod mclock;
 mod sorted;
 mod spec;
 
 pub use cfq::{Cfq, CfqParams};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
+pub use mclock::MClock;
 pub use spec::{ParamValue, Params, SchedSpec, SpecError};
 
 use crate::types::IoClass;
@@ -96,6 +98,7 @@ pub static SCHEDULERS: &[Registration] = &[
     fifo::REGISTRATION,
     deadline::REGISTRATION,
     cfq::REGISTRATION,
+    mclock::REGISTRATION,
 ];
 
 /// The registry entry for a name or alias.
