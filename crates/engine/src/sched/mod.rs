@@ -5,6 +5,7 @@
 //! by the configuration layer and built here through the [`SCHEDULERS`] registry. Adding a
 //! scheduler is one new module plus one line in that table.
 
+mod bfq;
 mod cfq;
 mod deadline;
 mod fifo;
@@ -13,6 +14,7 @@ mod mclock;
 mod sorted;
 mod spec;
 
+pub use bfq::{Bfq, BfqParams};
 pub use cfq::{Cfq, CfqParams};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
@@ -99,6 +101,7 @@ pub static SCHEDULERS: &[Registration] = &[
     deadline::REGISTRATION,
     cfq::REGISTRATION,
     mclock::REGISTRATION,
+    bfq::REGISTRATION,
 ];
 
 /// The registry entry for a name or alias.
