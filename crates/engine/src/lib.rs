@@ -26,6 +26,7 @@ mod reclaim;
 mod report;
 pub mod sched;
 pub mod stats;
+pub mod status;
 mod tiering;
 pub mod types;
 mod volume;
@@ -37,4 +38,5 @@ pub use config::{
 pub use engine::{Engine, EngineState, StartMode};
 pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
 pub use sched::{SchedSpec, VolumeQos};
+pub use status::StatusExtent;
 pub use types::*;

@@ -96,6 +96,7 @@ struct RawVolume {
     fast_budget: Option<Spanned<SizeVal>>,
     priority: Option<u8>,
     description: Option<String>,
+    read_only: Option<bool>,
     log: Option<tiervisor_conf::Switch>,
     /// QoS for schedulers that share a device by volume (mclock, bfq).
     reservation_iops: Option<Spanned<u32>>,
@@ -125,6 +126,8 @@ pub struct VolumeDef {
     pub placement: Placement,
     pub fast_pool: Option<usize>,
     pub description: String,
+    /// Served read-only: writes, trims and zeroing fail with EPERM.
+    pub read_only: bool,
     /// Override the pool's `log`.
     pub log: Option<bool>,
     pub qos: tiervisor_engine::VolumeQos,
@@ -331,6 +334,7 @@ impl ServerConfig {
                 placement,
                 fast_pool,
                 description: v.description.clone().unwrap_or_default(),
+                read_only: v.read_only.unwrap_or(false),
                 log: v.log.map(|s| s.0),
                 qos,
             });

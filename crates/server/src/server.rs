@@ -182,6 +182,21 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
     }
 }
 
+/// Answer the block-status queries a connection parsed, from the mapping table.
+fn answer_status_queries(engine: &Engine, conn: &mut Conn) {
+    for q in std::mem::take(&mut conn.status_queries) {
+        let max = if q.req_one {
+            1
+        } else {
+            crate::nbd::meta::MAX_STATUS_EXTENTS
+        };
+        conn.status_reply(
+            q.handle,
+            engine.block_status(q.volume, q.offset, q.length, max),
+        );
+    }
+}
+
 fn bind_unix(path: &std::path::Path, what: &str) -> Result<UnixListener, String> {
     if path.as_os_str().len() >= 108 {
         return Err(format!(
@@ -323,6 +338,7 @@ impl Server {
                     volume: tiervisor_engine::VolumeId(i as u32),
                     size_bytes: size,
                     rotational,
+                    read_only: def.is_some_and(|d| d.read_only),
                 }
             })
             .collect();
@@ -533,6 +549,7 @@ impl Server {
             unsafe { buf.set_len(buf.len() + n as usize) };
             let mut wire = std::mem::take(&mut self.wire);
             slot.conn.process(&self.exports, &mut wire);
+            answer_status_queries(&self.engine, &mut slot.conn);
             if slot.counted_export.is_none()
                 && let Some(e) = slot.conn.export().filter(|_| slot.conn.in_transmission())
             {

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tiervisor_engine::{Errno, ReqKind, VolumeId};
 
+use super::meta;
 use super::proto::*;
 
 /// An export the server offers: a volume under a name.
@@ -17,6 +18,19 @@ pub struct Export {
     pub volume: VolumeId,
     pub size_bytes: u64,
     pub rotational: bool,
+    /// Writes, trims and zeroing fail with EPERM.
+    pub read_only: bool,
+}
+
+/// A `NBD_CMD_BLOCK_STATUS` the server answers from the engine's mapping table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusQuery {
+    pub handle: u64,
+    pub volume: VolumeId,
+    pub offset: u64,
+    pub length: u64,
+    /// `NBD_CMD_FLAG_REQ_ONE`: a single run.
+    pub req_one: bool,
 }
 
 /// A request decoded from the wire, ready for the engine.
@@ -62,6 +76,10 @@ pub struct Conn {
     pub out_bytes: usize,
     pub in_flight: u32,
     pub closing: Option<Closing>,
+    /// The export `base:allocation` was selected for (`NBD_OPT_SET_META_CONTEXT`).
+    meta_export: Option<usize>,
+    /// Block-status queries for the server to answer (then `status_reply`).
+    pub status_queries: Vec<StatusQuery>,
 }
 
 impl Default for Conn {
@@ -84,6 +102,8 @@ impl Conn {
             out_bytes: 0,
             in_flight: 0,
             closing: None,
+            meta_export: None,
+            status_queries: Vec::new(),
         };
         c.send(greeting());
         c
@@ -152,7 +172,10 @@ impl Conn {
         if self.structured {
             f |= TFLAG_SEND_DF;
         }
-        f
+        if e.read_only {
+            f |= TFLAG_READ_ONLY;
+        }
+        f | TFLAG_SEND_CACHE
     }
 
     fn find(exports: &[Export], name: &[u8]) -> Option<usize> {
@@ -241,6 +264,7 @@ impl Conn {
                 }
             }
             OPT_INFO | OPT_GO => return self.info_or_go(opt, &data, exports),
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, &data, exports),
             OPT_STARTTLS => self.send(option_error(
                 opt,
                 REP_ERR_UNSUP,
@@ -311,6 +335,10 @@ impl Conn {
         }
         self.send(option_reply(opt, REP_ACK, &[]));
         if opt == OPT_GO {
+            // Contexts chosen for another export do not carry over.
+            if self.meta_export != Some(i) {
+                self.meta_export = None;
+            }
             self.export = Some(i);
             self.phase = Phase::Transmission;
         }
@@ -365,6 +393,9 @@ impl Conn {
             return self.abort("request before an export was chosen");
         };
         let volume = e.volume;
+        if let Some(progressed) = self.local_command(&h, e) {
+            return progressed;
+        }
         let allowed = match h.cmd {
             CMD_READ if self.structured => CMD_FLAG_DF,
             CMD_WRITE | CMD_TRIM => CMD_FLAG_FUA,
@@ -417,6 +448,87 @@ impl Conn {
             payload,
         });
         true
+    }
+
+    /// Options `NBD_OPT_LIST_META_CONTEXT` and `NBD_OPT_SET_META_CONTEXT`.
+    fn meta_context(&mut self, opt: u32, data: &[u8], exports: &[Export]) {
+        let set = opt == OPT_SET_META_CONTEXT;
+        if set && !self.structured {
+            let msg = "NBD_OPT_SET_META_CONTEXT needs NBD_OPT_STRUCTURED_REPLY first";
+            return self.send(option_error(opt, REP_ERR_INVALID, msg));
+        }
+        let req = match meta::parse_request(data) {
+            Ok(r) => r,
+            Err((kind, msg)) => return self.send(option_error(opt, kind, msg)),
+        };
+        let Some(i) = Self::find(exports, req.export) else {
+            let name = String::from_utf8_lossy(req.export);
+            return self.send(option_error(
+                opt,
+                REP_ERR_UNKNOWN,
+                &format!("no export named {name:?}"),
+            ));
+        };
+        let chosen = meta::selects_allocation(&req.queries, !set);
+        if set {
+            self.meta_export = chosen.then_some(i);
+        }
+        if chosen {
+            self.send(meta::context_reply(opt));
+        }
+        self.send(option_reply(opt, REP_ACK, &[]));
+    }
+
+    /// Commands answered without the engine's I/O path: refused writes to a read-only
+    /// export, `NBD_CMD_CACHE` (a hint: nothing to do) and block status. `None` for the
+    /// commands the engine runs.
+    fn local_command(&mut self, h: &RequestHeader, e: &Export) -> Option<bool> {
+        let bad_flags = |allowed: u16| h.flags & !allowed != 0;
+        let in_bounds = h
+            .offset
+            .checked_add(h.length as u64)
+            .is_some_and(|end| end <= e.size_bytes);
+        match h.cmd {
+            CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => {
+                self.error_reply(h.handle, h.cmd, EPERM, "the export is read-only");
+            }
+            CMD_CACHE if bad_flags(0) || !in_bounds => {
+                self.error_reply(h.handle, h.cmd, EINVAL, "bad NBD_CMD_CACHE");
+            }
+            CMD_CACHE => self.send(simple_reply_header(0, h.handle)),
+            CMD_BLOCK_STATUS if self.meta_export.is_none() || !self.structured => {
+                let msg = "NBD_CMD_BLOCK_STATUS needs a metadata context (base:allocation)";
+                self.error_reply(h.handle, h.cmd, EINVAL, msg);
+            }
+            CMD_BLOCK_STATUS if bad_flags(CMD_FLAG_REQ_ONE) || h.length == 0 || !in_bounds => {
+                self.error_reply(h.handle, h.cmd, EINVAL, "bad NBD_CMD_BLOCK_STATUS");
+            }
+            CMD_BLOCK_STATUS => {
+                self.in_flight += 1;
+                self.status_queries.push(StatusQuery {
+                    handle: h.handle,
+                    volume: e.volume,
+                    offset: h.offset,
+                    length: h.length as u64,
+                    req_one: h.flags & CMD_FLAG_REQ_ONE != 0,
+                });
+            }
+            _ => return None,
+        }
+        Some(true)
+    }
+
+    /// Queue the answer to a block-status query.
+    pub fn status_reply(
+        &mut self,
+        handle: u64,
+        result: Result<Vec<tiervisor_engine::StatusExtent>, Errno>,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match result {
+            Ok(ext) => self.send(meta::block_status_reply(handle, &ext)),
+            Err(e) => self.error_reply(handle, CMD_BLOCK_STATUS, e.code(), errno_message(e)),
+        }
     }
 
     /// Queue the reply to a request the engine finished.
@@ -500,6 +612,7 @@ mod tests {
                 volume: VolumeId(0),
                 size_bytes: 1 << 30,
                 rotational: false,
+                read_only: false,
             },
             Export {
                 name: "vm2".into(),
@@ -507,6 +620,7 @@ mod tests {
                 volume: VolumeId(1),
                 size_bytes: 2 << 30,
                 rotational: true,
+                read_only: false,
             },
         ]
     }
@@ -768,5 +882,95 @@ mod tests {
         c.reply(7, CMD_FLUSH, 0, Ok(()), None);
         assert_eq!(out(&mut c).len(), 16);
         let _ = ex;
+    }
+
+    fn meta_data(export: &str, queries: &[&str]) -> Vec<u8> {
+        let mut d = (export.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(export.as_bytes());
+        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for q in queries {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        d
+    }
+
+    #[test]
+    fn meta_contexts_are_negotiated_and_gate_block_status() {
+        let ex = exports();
+        let mut c = Conn::new();
+        out(&mut c);
+        c.inbuf.extend_from_slice(&3u32.to_be_bytes());
+        // SET before structured replies: refused. LIST works and names the context.
+        let set = meta_data("vm1", &["base:allocation", "qemu:other"]);
+        c.inbuf.extend_from_slice(&opt(OPT_SET_META_CONTEXT, &set));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_LIST_META_CONTEXT, &meta_data("vm1", &[])));
+        c.inbuf.extend_from_slice(&opt(OPT_STRUCTURED_REPLY, &[]));
+        c.inbuf.extend_from_slice(&opt(
+            OPT_SET_META_CONTEXT,
+            &meta_data("nope", &["base:allocation"]),
+        ));
+        c.inbuf.extend_from_slice(&opt(OPT_SET_META_CONTEXT, &set));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm1", &[])));
+        c.process(&ex, &mut Vec::new());
+        let r = replies(&out(&mut c));
+        let types: Vec<u32> = r.iter().map(|x| x.1).collect();
+        assert_eq!(
+            types,
+            vec![
+                REP_ERR_INVALID,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_ACK,
+                REP_ERR_UNKNOWN,
+                REP_META_CONTEXT,
+                REP_ACK,
+                REP_INFO,
+                REP_ACK
+            ]
+        );
+        assert_eq!(&r[5].2[..4], &1u32.to_be_bytes());
+        assert_eq!(&r[5].2[4..], b"base:allocation");
+        let tf = u16::from_be_bytes([r[7].2[10], r[7].2[11]]);
+        assert!(tf & TFLAG_SEND_CACHE != 0 && tf & TFLAG_READ_ONLY == 0);
+        let mut reqs = Vec::new();
+        c.inbuf
+            .extend_from_slice(&req(CMD_FLAG_REQ_ONE, CMD_BLOCK_STATUS, 4, 4096, 8192));
+        c.inbuf
+            .extend_from_slice(&req(0, CMD_BLOCK_STATUS, 5, 1 << 30, 1)); // beyond the end
+        c.process(&ex, &mut reqs);
+        assert!(reqs.is_empty());
+        assert_eq!(
+            c.status_queries,
+            vec![StatusQuery {
+                handle: 4,
+                volume: VolumeId(0),
+                offset: 4096,
+                length: 8192,
+                req_one: true
+            }]
+        );
+        assert_eq!(c.in_flight, 1);
+        let o = out(&mut c);
+        assert_eq!(u32::from_be_bytes(o[4..8].try_into().unwrap()), EINVAL);
+        // Contexts chosen for vm1 do not apply to a connection that went to vm2.
+        let mut d = Conn::new();
+        out(&mut d);
+        d.inbuf.extend_from_slice(&3u32.to_be_bytes());
+        d.inbuf.extend_from_slice(&opt(OPT_STRUCTURED_REPLY, &[]));
+        d.inbuf.extend_from_slice(&opt(OPT_SET_META_CONTEXT, &set));
+        d.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm2", &[])));
+        d.inbuf
+            .extend_from_slice(&req(0, CMD_BLOCK_STATUS, 6, 0, 4096));
+        d.process(&ex, &mut Vec::new());
+        assert!(d.status_queries.is_empty());
+        let o = out(&mut d);
+        assert_eq!(
+            u32::from_be_bytes(o[o.len() - 12..o.len() - 8].try_into().unwrap()),
+            EINVAL
+        );
     }
 }

@@ -23,11 +23,14 @@ pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 // Option replies.
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
@@ -41,6 +44,7 @@ pub const INFO_BLOCK_SIZE: u16 = 3;
 
 // Transmission flags.
 pub const TFLAG_HAS_FLAGS: u16 = 1;
+pub const TFLAG_READ_ONLY: u16 = 1 << 1;
 pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
 pub const TFLAG_SEND_FUA: u16 = 1 << 3;
 pub const TFLAG_ROTATIONAL: u16 = 1 << 4;
@@ -48,6 +52,7 @@ pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
 pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
 pub const TFLAG_SEND_DF: u16 = 1 << 7;
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+pub const TFLAG_SEND_CACHE: u16 = 1 << 10;
 
 // Commands and command flags.
 pub const CMD_READ: u16 = 0;
@@ -55,18 +60,27 @@ pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
+pub const CMD_CACHE: u16 = 5;
 pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_BLOCK_STATUS: u16 = 7;
 pub const CMD_FLAG_FUA: u16 = 1;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 
 // Structured reply flags and types.
 pub const REPLY_FLAG_DONE: u16 = 1;
 pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 
+// Block status flags of `base:allocation`.
+pub const STATE_HOLE: u32 = 1;
+pub const STATE_ZERO: u32 = 2;
+
 // Errors on the wire.
+pub const EPERM: u32 = 1;
 pub const EINVAL: u32 = 22;
 pub const EOVERFLOW: u32 = 75;
 
