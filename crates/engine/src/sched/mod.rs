@@ -10,6 +10,7 @@ mod cfq;
 mod deadline;
 mod fifo;
 mod flowq;
+mod kyber;
 mod mclock;
 mod sorted;
 mod spec;
@@ -18,6 +19,7 @@ pub use bfq::{Bfq, BfqParams};
 pub use cfq::{Cfq, CfqParams};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
+pub use kyber::{Kyber, KyberParams};
 pub use mclock::MClock;
 pub use spec::{ParamValue, Params, SchedSpec, SpecError};
 
@@ -102,6 +104,7 @@ pub static SCHEDULERS: &[Registration] = &[
     cfq::REGISTRATION,
     mclock::REGISTRATION,
     bfq::REGISTRATION,
+    kyber::REGISTRATION,
 ];
 
 /// The registry entry for a name or alias.
