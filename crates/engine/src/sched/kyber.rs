@@ -148,7 +148,7 @@ impl Kyber {
                 .percentile(IO, 90, now_ns)
                 .is_some_and(|b| b >= GOOD_BUCKETS)
         });
-        for d in 0..DOMAINS {
+        for (d, max_depth) in MAX_DEPTH.into_iter().enumerate() {
             let mut p99 = self.histo[d].percentile(TOTAL, 99, now_ns);
             if bad {
                 p99 = p99.or(self.last_p99[d]);
@@ -159,7 +159,7 @@ impl Kyber {
             let Some(p99) = p99 else { continue };
             if bad || p99 >= GOOD_BUCKETS {
                 let depth = (self.depth[d] as u64 * (p99 as u64 + 1)) >> 2;
-                self.depth[d] = (depth as u32).clamp(1, MAX_DEPTH[d]);
+                self.depth[d] = (depth as u32).clamp(1, max_depth);
             }
         }
     }
