@@ -6,6 +6,8 @@
 //! scheduler is one new module plus one line in that table.
 
 mod bfq;
+mod cats;
+mod cats_table;
 mod cfq;
 mod deadline;
 mod fifo;
@@ -16,6 +18,7 @@ mod sorted;
 mod spec;
 
 pub use bfq::{Bfq, BfqParams};
+pub use cats::{Cats, CatsParams};
 pub use cfq::{Cfq, CfqParams};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
@@ -105,6 +108,7 @@ pub static SCHEDULERS: &[Registration] = &[
     mclock::REGISTRATION,
     bfq::REGISTRATION,
     kyber::REGISTRATION,
+    cats::REGISTRATION,
 ];
 
 /// The registry entry for a name or alias.

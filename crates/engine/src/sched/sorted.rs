@@ -45,6 +45,11 @@ impl SortedQueue {
             .map(|(_, op)| *op)
     }
 
+    /// Every request, in sector order.
+    pub fn iter(&self) -> impl Iterator<Item = &QueuedOp> {
+        self.by_pos.values()
+    }
+
     /// Circular scan: the next request at or after `pos_bytes`, else the lowest one.
     pub fn cscan_from(&self, pos_bytes: u64) -> Option<QueuedOp> {
         self.at_or_after(pos_bytes)
