@@ -98,6 +98,8 @@ struct Segment {
 #[derive(Clone, Copy, Debug)]
 struct ReadAhead {
     segment: usize,
+    /// Where the read that started this stream began: the segment holds nothing before it.
+    stream_start_lba: u64,
     from_lba: u64,
     at_ns: u64,
     max_end_lba: u64,
@@ -372,8 +374,14 @@ impl Hdd {
             let pos = Self::readahead_pos(&ra, t_ns);
             let seg = &mut self.segments[ra.segment];
             seg.end_lba = pos;
-            if seg.end_lba - seg.start_lba > self.segment_sectors {
-                seg.start_lba = seg.end_lba - self.segment_sectors;
+            if seg.start_lba > pos {
+                // Hits slid the window towards where the stream was heading, past what it had
+                // read: keep the last segment's worth of what was really read.
+                seg.start_lba = ra
+                    .stream_start_lba
+                    .max(pos.saturating_sub(self.segment_sectors));
+            } else if pos - seg.start_lba > self.segment_sectors {
+                seg.start_lba = pos - self.segment_sectors;
             }
             if pos > ra.from_lba {
                 let loc = self.locate(pos - 1);
@@ -487,6 +495,7 @@ impl Hdd {
         if ra_sectors > 0 {
             self.readahead = Some(ReadAhead {
                 segment: victim,
+                stream_start_lba: lba,
                 from_lba: end,
                 at_ns: done,
                 max_end_lba: end + ra_sectors,
@@ -616,6 +625,38 @@ mod tests {
     fn outer_zone_transfers_faster_than_inner() {
         let h = hdd();
         assert!(h.media_rate_at(0) > h.media_rate_at(h.capacity_bytes() - MIB));
+    }
+
+    /// A hit near the end of a read-ahead stream slides the segment's window past what the
+    /// stream has read; stopping the stream then must not underflow (issue 11: debug builds
+    /// panicked, release builds wrapped) nor claim sectors the stream never read.
+    #[test]
+    fn stopping_readahead_after_the_window_slid_ahead_keeps_only_what_was_read() {
+        let mut h = hdd();
+        let first = h.submit(0, &DevRequest::read(0, 4 * KIB));
+        let ra = h.readahead.expect("a miss starts a read-ahead stream");
+        // At once, before the stream has read anything more, keep asking for the sectors at
+        // its end: each hit pushes the window further ahead.
+        for _ in 0..64 {
+            let max_end_lba = h.readahead.expect("hits keep the stream").max_end_lba;
+            if h.segments[ra.segment].start_lba > Hdd::readahead_pos(&ra, first) {
+                break;
+            }
+            h.submit(
+                first,
+                &DevRequest::read((max_end_lba - 8) * SECTOR_BYTES, 4 * KIB),
+            );
+        }
+        assert!(
+            h.segments[ra.segment].start_lba > Hdd::readahead_pos(&ra, first),
+            "the test needs the window to have slid past the stream"
+        );
+        // A far miss stops the stream.
+        h.submit(first, &DevRequest::read(h.capacity_bytes() / 2, 4 * KIB));
+        let seg = h.segments[ra.segment];
+        assert!(seg.start_lba <= seg.end_lba, "{seg:?}");
+        assert!(seg.end_lba - seg.start_lba <= h.segment_sectors, "{seg:?}");
+        assert!(seg.start_lba >= ra.stream_start_lba, "{seg:?}");
     }
 
     #[test]
