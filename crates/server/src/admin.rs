@@ -163,7 +163,11 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
     let mut family = |name: &str, help: &str, kind: &str, rows: Vec<(String, f64)>| {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (labels, v) in rows {
-            let _ = writeln!(s, "{name}{{{labels}}} {v}");
+            if labels.is_empty() {
+                let _ = writeln!(s, "{name} {v}");
+            } else {
+                let _ = writeln!(s, "{name}{{{labels}}} {v}");
+            }
         }
     };
     let vol = |f: &dyn Fn(&tiervisor_engine::VolumeReport) -> Vec<(String, f64)>| {
@@ -184,7 +188,7 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
             .iter()
             .map(|(k, s)| {
                 (
-                    format!("volume=\"{}\",kind=\"{k}\"", v.name),
+                    format!("volume=\"{}\",kind=\"{k}\"", label(&v.name)),
                     s.requests as f64,
                 )
             })
@@ -198,11 +202,11 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         vol(&|v| {
             vec![
                 (
-                    format!("volume=\"{}\",kind=\"read\"", v.name),
+                    format!("volume=\"{}\",kind=\"read\"", label(&v.name)),
                     v.read.bytes as f64,
                 ),
                 (
-                    format!("volume=\"{}\",kind=\"write\"", v.name),
+                    format!("volume=\"{}\",kind=\"write\"", label(&v.name)),
                     v.write.bytes as f64,
                 ),
             ]
@@ -214,7 +218,7 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         vol(&|v| {
             vec![(
-                format!("volume=\"{}\"", v.name),
+                format!("volume=\"{}\"", label(&v.name)),
                 (v.read.errors
                     + v.write.errors
                     + v.flush.errors
@@ -234,7 +238,12 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
                 ("0.999", v.latency.p999_us),
             ]
             .iter()
-            .map(|(q, us)| (format!("volume=\"{}\",quantile=\"{q}\"", v.name), us / 1e6))
+            .map(|(q, us)| {
+                (
+                    format!("volume=\"{}\",quantile=\"{q}\"", label(&v.name)),
+                    us / 1e6,
+                )
+            })
             .collect()
         }),
     );
@@ -245,7 +254,12 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         vol(&|v| {
             v.chunks_by_pool
                 .iter()
-                .map(|(p, n)| (format!("volume=\"{}\",pool=\"{p}\"", v.name), *n as f64))
+                .map(|(p, n)| {
+                    (
+                        format!("volume=\"{}\",pool=\"{}\"", label(&v.name), label(p)),
+                        *n as f64,
+                    )
+                })
                 .collect()
         }),
     );
@@ -255,7 +269,7 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "gauge",
         r.pools
             .iter()
-            .map(|p| (format!("pool=\"{}\"", p.name), p.used_bytes as f64))
+            .map(|p| (format!("pool=\"{}\"", label(&p.name)), p.used_bytes as f64))
             .collect(),
     );
     family(
@@ -264,7 +278,12 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "gauge",
         r.pools
             .iter()
-            .map(|p| (format!("pool=\"{}\"", p.name), p.capacity_bytes as f64))
+            .map(|p| {
+                (
+                    format!("pool=\"{}\"", label(&p.name)),
+                    p.capacity_bytes as f64,
+                )
+            })
             .collect(),
     );
     family(
@@ -284,11 +303,11 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
                 .flat_map(|(c, k)| {
                     [
                         (
-                            format!("pool=\"{}\",dir=\"read\",class=\"{c}\"", p.name),
+                            format!("pool=\"{}\",dir=\"read\",class=\"{c}\"", label(&p.name)),
                             k.read_bytes as f64,
                         ),
                         (
-                            format!("pool=\"{}\",dir=\"write\",class=\"{c}\"", p.name),
+                            format!("pool=\"{}\",dir=\"write\",class=\"{c}\"", label(&p.name)),
                             k.write_bytes as f64,
                         ),
                     ]
@@ -304,7 +323,7 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         server
             .connections_per_export
             .iter()
-            .map(|(e, n)| (format!("export=\"{e}\""), *n as f64))
+            .map(|(e, n)| (format!("export=\"{}\"", label(e)), *n as f64))
             .collect(),
     );
     family(
@@ -313,7 +332,22 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         vec![(String::new(), server.protocol_errors as f64)],
     );
-    s.replace("{}", "")
+    s
+}
+
+/// A label value in the Prometheus text format: backslash, double quote and line feed are
+/// escaped, so a volume named `a"b` cannot break the scrape.
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 pub fn metrics_reply(engine: &Engine, server: &ServerStats) -> Reply {
@@ -342,4 +376,126 @@ pub fn request(socket: &Path, cmd: &str) -> Result<String, String> {
     s.read_to_string(&mut out)
         .map_err(|e| format!("reading the answer: {e}"))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use tiervisor_engine::{
+        DevKind, DeviceCompletion, EngineConfig, EngineState, Medium, Outputs, Placement,
+        PoolConfig, PoolId, Provisioning, SchedSpec, StartMode, VolumeConfig, VolumeQos,
+    };
+
+    /// Format and mount `engine` on zeroed in-memory pools, completing I/O in order.
+    fn mount_in_memory(engine: &mut Engine, pool_bytes: &[u64]) {
+        let mut devs: Vec<Vec<u8>> = pool_bytes.iter().map(|&b| vec![0; b as usize]).collect();
+        let mut out = Outputs::default();
+        engine.start(0, StartMode::Auto, &mut out);
+        let mut now = 0;
+        while let Some(op) = out.ops.pop() {
+            now += 1000;
+            let dev = &mut devs[op.pool.0 as usize];
+            let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
+            let mut data = None;
+            match op.kind {
+                DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
+                DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),
+                DevKind::WriteZeroes | DevKind::Discard => dev[o..o + l].fill(0),
+                DevKind::Flush => {}
+            }
+            let done = DeviceCompletion {
+                id: op.id,
+                result: Ok(()),
+                data,
+            };
+            engine.device_done(now, done, &mut out);
+        }
+        assert_eq!(engine.state(), &EngineState::Ready, "{:?}", out.events);
+    }
+
+    /// Checks one exposition line against the text format's grammar for label sets:
+    /// `name{k="v",...} value`, where a value escapes only `\\`, `\"` and `\n`.
+    fn well_formed(line: &str) -> Result<(), String> {
+        let Some(open) = line.find('{') else {
+            return match line.split_once(' ') {
+                Some((_, v)) if v.parse::<f64>().is_ok() => Ok(()),
+                _ => Err(format!("no value in {line:?}")),
+            };
+        };
+        let mut chars = line[open + 1..].chars();
+        loop {
+            let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("bad label name {key:?} in {line:?}"));
+            }
+            if chars.next() != Some('"') {
+                return Err(format!("unquoted value in {line:?}"));
+            }
+            loop {
+                match chars.next() {
+                    Some('\\') => match chars.next() {
+                        Some('\\' | '"' | 'n') => {}
+                        c => return Err(format!("bad escape {c:?} in {line:?}")),
+                    },
+                    Some('"') => break,
+                    Some('\n') | None => return Err(format!("unterminated value in {line:?}")),
+                    Some(_) => {}
+                }
+            }
+            match chars.next() {
+                Some(',') => continue,
+                Some('}') => break,
+                c => return Err(format!("unexpected {c:?} after a value in {line:?}")),
+            }
+        }
+        let rest: String = chars.collect();
+        match rest.strip_prefix(' ') {
+            Some(v) if v.parse::<f64>().is_ok() => Ok(()),
+            _ => Err(format!("no value after labels in {line:?}")),
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped_per_the_text_format() {
+        let pool = |name: &str, medium| PoolConfig {
+            name: name.into(),
+            medium,
+            capacity_bytes: 64 << 20,
+            queue_depth: 8,
+            scheduler: SchedSpec::named("fifo"),
+            log: false,
+        };
+        let weird = "we\"ird\\vol\nname{}";
+        let mut engine = Engine::new(EngineConfig {
+            pools: vec![pool("ssd", Medium::Ssd), pool("h\"d\\d", Medium::Hdd)],
+            volumes: vec![VolumeConfig {
+                name: weird.into(),
+                size_bytes: 16 << 20,
+                home_pool: PoolId(1),
+                fast_pool: None,
+                provisioning: Provisioning::Thin,
+                placement: Placement::Pinned,
+                log: None,
+                qos: VolumeQos::default(),
+            }],
+            ..EngineConfig::default()
+        })
+        .expect("a valid engine configuration");
+        mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
+        let server = ServerStats {
+            connections_per_export: vec![("ex\"port".into(), 1)],
+            ..ServerStats::default()
+        };
+        let text = metrics_text(&engine, &server);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            well_formed(line).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        assert!(
+            text.contains(r#"volume="we\"ird\\vol\nname{}""#),
+            "the name is escaped, not dropped:\n{text}"
+        );
+        assert!(text.contains(r#"export="ex\"port""#), "{text}");
+        assert!(text.contains("tiervisor_protocol_errors_total 0"), "{text}");
+    }
 }
