@@ -54,6 +54,12 @@ pub fn run(cmd: TraceCmd) -> Result<(), Failure> {
                 i.writes,
                 i.read_fraction * 100.0
             );
+            if i.zero_length_records > 0 {
+                println!(
+                    "zero-length   {} records of 0 bytes left out (nothing to replay)",
+                    i.zero_length_records
+                );
+            }
             println!(
                 "bytes         {} read, {} written, mean request {:.0} bytes",
                 i.read_bytes, i.write_bytes, i.mean_size_bytes

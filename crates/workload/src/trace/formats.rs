@@ -154,8 +154,65 @@ fn fields(line: &str, sep: Option<char>, n: usize, fmt: TraceFormat) -> Result<V
     Ok(f)
 }
 
-fn secs_to_ns(s: f64) -> u64 {
-    (s * 1e9).round() as u64
+/// Largest request a trace may describe. Real traces stay far below; the bound keeps a
+/// corrupt size from making summaries walk billions of chunks.
+pub const MAX_RECORD_BYTES: u64 = 1 << 40;
+
+/// `v * unit`, or a message naming the field if it does not fit in 64 bits.
+fn times(v: u64, unit: u64, what: &str, unit_name: &str) -> Result<u64, String> {
+    v.checked_mul(unit).ok_or_else(|| {
+        format!(
+            "{what} {v} {unit_name} does not fit in 64 bits (at most {} {unit_name})",
+            u64::MAX / unit
+        )
+    })
+}
+
+fn sectors(s: &str, what: &str) -> Result<u64, String> {
+    times(int(s, what)?, 512, what, "sectors")
+}
+
+fn small(s: &str, what: &str) -> Result<u32, String> {
+    let v = int(s, what)?;
+    u32::try_from(v).map_err(|_| format!("{what} {v} is too large (at most {})", u32::MAX))
+}
+
+/// A record whose size is within [`MAX_RECORD_BYTES`] and whose end fits in 64 bits.
+fn record(
+    arrival_ns: u64,
+    device: u32,
+    offset_bytes: u64,
+    len_bytes: u64,
+    op: TraceOp,
+) -> Result<Option<TraceRecord>, String> {
+    if len_bytes > MAX_RECORD_BYTES {
+        return Err(format!(
+            "request size {len_bytes} bytes is over the {MAX_RECORD_BYTES}-byte limit"
+        ));
+    }
+    if offset_bytes.checked_add(len_bytes).is_none() {
+        return Err(format!(
+            "request at byte {offset_bytes} of {len_bytes} bytes ends beyond 2^64"
+        ));
+    }
+    Ok(Some(TraceRecord {
+        arrival_ns,
+        device,
+        offset_bytes,
+        len_bytes,
+        op,
+    }))
+}
+
+/// A time in `unit_ns` units (fractions allowed) as nanoseconds, if it fits in 64 bits.
+fn time_ns(s: &str, what: &str, unit_ns: f64) -> Result<u64, String> {
+    let ns = (float(s, what)? * unit_ns).round();
+    if ns >= u64::MAX as f64 {
+        return Err(format!(
+            "{what} {s:?} is too far in the future (over 2^64 ns)"
+        ));
+    }
+    Ok(ns as u64)
 }
 
 /// Parse one line. `Ok(None)` for lines that carry no request (headers, other events).
@@ -168,24 +225,18 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
         TraceFormat::Disksim => {
             let f = fields(line, None, 5, fmt)?;
             let arrival_ns = if f[0].contains('.') || f[0].contains('e') {
-                (float(f[0], "ArrivalTime")? * 1e6).round() as u64
+                time_ns(f[0], "ArrivalTime", 1e6)?
             } else {
                 int(f[0], "ArrivalTime")?
             };
-            let device = int(f[1], "Device")? as u32;
-            let lba = int(f[2], "StartLBA")?;
-            let sectors = int(f[3], "SizeInSectors")?;
+            let device = small(f[1], "Device")?;
+            let offset_bytes = sectors(f[2], "StartLBA")?;
+            let len_bytes = sectors(f[3], "SizeInSectors")?;
             let op = match int(f[4], "Type")? & 1 {
                 1 => TraceOp::Read,
                 _ => TraceOp::Write,
             };
-            Ok(Some(TraceRecord {
-                arrival_ns,
-                device,
-                offset_bytes: lba * 512,
-                len_bytes: (sectors * 512) as u32,
-                op,
-            }))
+            record(arrival_ns, device, offset_bytes, len_bytes, op)
         }
         TraceFormat::Spc => {
             let f = fields(line, Some(','), 5, fmt)?;
@@ -194,13 +245,13 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 "w" | "W" => TraceOp::Write,
                 o => return Err(format!("Opcode {o:?} is not r or w")),
             };
-            Ok(Some(TraceRecord {
-                arrival_ns: secs_to_ns(float(f[4], "Timestamp")?),
-                device: int(f[0], "ASU")? as u32,
-                offset_bytes: int(f[1], "LBA")? * 512,
-                len_bytes: int(f[2], "Size")? as u32,
+            record(
+                time_ns(f[4], "Timestamp", 1e9)?,
+                small(f[0], "ASU")?,
+                sectors(f[1], "LBA")?,
+                int(f[2], "Size")?,
                 op,
-            }))
+            )
         }
         TraceFormat::Msr => {
             let f = fields(line, Some(','), 7, fmt)?;
@@ -209,14 +260,14 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 "write" => TraceOp::Write,
                 o => return Err(format!("Type {o:?} is not Read or Write")),
             };
-            Ok(Some(TraceRecord {
+            record(
                 // FILETIME ticks are 100 ns; the caller rebases to the first record.
-                arrival_ns: int(f[0], "Timestamp")?.saturating_mul(100),
-                device: int(f[2], "DiskNumber")? as u32,
-                offset_bytes: int(f[4], "Offset")?,
-                len_bytes: int(f[5], "Size")? as u32,
+                times(int(f[0], "Timestamp")?, 100, "Timestamp", "ticks")?,
+                small(f[2], "DiskNumber")?,
+                int(f[4], "Offset")?,
+                int(f[5], "Size")?,
                 op,
-            }))
+            )
         }
         TraceFormat::Blkparse => {
             let f = fields(line, None, 10, fmt)?;
@@ -233,13 +284,20 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
             let (maj, min) = f[0]
                 .split_once(',')
                 .ok_or_else(|| format!("device {:?} is not maj,min", f[0]))?;
-            Ok(Some(TraceRecord {
-                arrival_ns: secs_to_ns(float(f[3], "time")?),
-                device: ((int(maj, "major")? << 8) | int(min, "minor")?) as u32,
-                offset_bytes: int(f[7], "sector")? * 512,
-                len_bytes: (int(f[9], "count")? * 512) as u32,
+            let (major, minor) = (int(maj, "major")?, int(min, "minor")?);
+            if major > 0xff_ffff || minor > 0xff {
+                return Err(format!(
+                    "device {}: expected major at most {} and minor at most 255",
+                    f[0], 0xff_ffff
+                ));
+            }
+            record(
+                time_ns(f[3], "time", 1e9)?,
+                ((major << 8) | minor) as u32,
+                sectors(f[7], "sector")?,
+                sectors(f[9], "count")?,
                 op,
-            }))
+            )
         }
         TraceFormat::FioIolog => {
             if line.starts_with("fio version") {
@@ -248,21 +306,21 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
             let f: Vec<&str> = line.split_whitespace().collect();
             // v3 lines start with a time in ms.
             let (t, rest) = match f.first().map(|s| s.parse::<u64>()) {
-                Some(Ok(ms)) if f.len() >= 3 => (ms * 1_000_000, &f[1..]),
+                Some(Ok(ms)) if f.len() >= 3 => (times(ms, 1_000_000, "time", "ms")?, &f[1..]),
                 _ => (0, &f[..]),
             };
             match rest.get(1).copied() {
-                Some("read") | Some("write") if rest.len() >= 4 => Ok(Some(TraceRecord {
-                    arrival_ns: t,
-                    device: 0,
-                    offset_bytes: int(rest[2], "offset")?,
-                    len_bytes: int(rest[3], "length")? as u32,
-                    op: if rest[1] == "read" {
+                Some("read") | Some("write") if rest.len() >= 4 => record(
+                    t,
+                    0,
+                    int(rest[2], "offset")?,
+                    int(rest[3], "length")?,
+                    if rest[1] == "read" {
                         TraceOp::Read
                     } else {
                         TraceOp::Write
                     },
-                })),
+                ),
                 Some("read") | Some("write") => {
                     Err(format!("expected {}, got {:?}", fmt.expected(), line))
                 }
@@ -277,13 +335,13 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 "1" => TraceOp::Write,
                 o => return Err(format!("IOType {o:?} is not 0 or 1")),
             };
-            Ok(Some(TraceRecord {
-                arrival_ns: int(f[0], "Timestamp")?.saturating_mul(1_000_000_000),
-                device: int(f[4], "VolumeID")? as u32,
-                offset_bytes: int(f[1], "Offset")? * 512,
-                len_bytes: (int(f[2], "Size")? * 512) as u32,
+            record(
+                times(int(f[0], "Timestamp")?, 1_000_000_000, "Timestamp", "s")?,
+                small(f[4], "VolumeID")?,
+                sectors(f[1], "Offset")?,
+                sectors(f[2], "Size")?,
                 op,
-            }))
+            )
         }
         TraceFormat::Systor17 => {
             if line.to_ascii_lowercase().starts_with("timestamp") {
@@ -295,13 +353,13 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 "W" | "w" => TraceOp::Write,
                 o => return Err(format!("IOType {o:?} is not R or W")),
             };
-            Ok(Some(TraceRecord {
-                arrival_ns: secs_to_ns(float(f[0], "Timestamp")?),
-                device: int(f[3], "LUN")? as u32,
-                offset_bytes: int(f[4], "Offset")?,
-                len_bytes: int(f[5], "Size")? as u32,
+            record(
+                time_ns(f[0], "Timestamp", 1e9)?,
+                small(f[3], "LUN")?,
+                int(f[4], "Offset")?,
+                int(f[5], "Size")?,
                 op,
-            }))
+            )
         }
     }
 }

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use formats::{TraceFormat, parse_line};
+pub use formats::{MAX_RECORD_BYTES, TraceFormat, parse_line};
 use serde::Serialize;
 
 use crate::error::WorkloadError;
@@ -28,7 +28,9 @@ pub struct TraceRecord {
     /// Device, ASU, disk number or LUN.
     pub device: u32,
     pub offset_bytes: u64,
-    pub len_bytes: u32,
+    /// Never 0 (such records are counted in [`Trace::zero_length_records`]), at most
+    /// [`MAX_RECORD_BYTES`], and `offset_bytes + len_bytes` fits in a `u64`.
+    pub len_bytes: u64,
     pub op: TraceOp,
 }
 
@@ -38,6 +40,8 @@ pub struct Trace {
     pub source: String,
     pub format: TraceFormat,
     pub records: Vec<TraceRecord>,
+    /// Records of zero bytes, left out of `records` (nothing to replay) but reported.
+    pub zero_length_records: u64,
 }
 
 /// Open a file, decompressing xz, gzip, bzip2 or zstd by its magic bytes.
@@ -85,6 +89,7 @@ impl Trace {
     ) -> Result<Trace, WorkloadError> {
         let mut fmt = format;
         let mut records = Vec::new();
+        let mut zero_length_records = 0;
         for (i, line) in reader.lines().enumerate() {
             let lineno = i as u64 + 1;
             let line = line
@@ -112,6 +117,7 @@ impl Trace {
             };
             if let Some(r) = parse_line(f, t).map_err(|m| WorkloadError::at(name, lineno, m))? {
                 if r.len_bytes == 0 {
+                    zero_length_records += 1;
                     continue;
                 }
                 records.push(r);
@@ -134,6 +140,7 @@ impl Trace {
             source: name.to_string(),
             format,
             records,
+            zero_length_records,
         })
     }
 
@@ -161,6 +168,8 @@ pub struct TraceInfo {
     pub source: String,
     pub format: TraceFormat,
     pub requests: u64,
+    /// Zero-byte records in the file, not counted in `requests` and not replayed.
+    pub zero_length_records: u64,
     pub reads: u64,
     pub writes: u64,
     pub read_fraction: f64,
@@ -181,6 +190,8 @@ pub struct TraceInfo {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DeviceInfo {
     pub requests: u64,
+    /// Zero-byte records in the file, not counted in `requests` and not replayed.
+    pub zero_length_records: u64,
     pub reads: u64,
     pub writes: u64,
     pub last_byte: u64,
@@ -201,7 +212,7 @@ impl TraceInfo {
         let (mut reads, mut writes, mut rb, mut wb) = (0, 0, 0, 0);
         let (mut first, mut last) = (u64::MAX, 0);
         for r in &t.records {
-            let len = r.len_bytes as u64;
+            let len = r.len_bytes;
             match r.op {
                 TraceOp::Read => {
                     reads += 1;
@@ -240,6 +251,7 @@ impl TraceInfo {
             source: t.source.clone(),
             format: t.format,
             requests: n,
+            zero_length_records: t.zero_length_records,
             reads,
             writes,
             read_fraction: if n > 0 { reads as f64 / n as f64 } else { 0.0 },
@@ -329,7 +341,7 @@ impl Workload for TraceWorkload {
         }
         let r = self.trace.records[self.picks[self.pos] as usize];
         self.pos += 1;
-        let len = (r.len_bytes as u64).min(self.volume_bytes);
+        let len = r.len_bytes.min(self.volume_bytes);
         // Fit the request inside the volume, sector aligned.
         let room = self.volume_bytes - len;
         let offset_bytes = if r.offset_bytes <= room {
@@ -406,6 +418,64 @@ mod tests {
                 .starts_with("x.csv:1: unrecognised trace format"),
             "{e}"
         );
+    }
+
+    /// Issue 11: `0 0 36028797018963968 8 1` overflowed `lba * 512` (a panic in debug, a
+    /// wrapped offset in release); every reader checks its arithmetic and says where.
+    #[test]
+    fn out_of_range_fields_are_errors_with_file_and_line() {
+        let cases = [
+            ("1 0 8 8 1\n0 0 36028797018963968 8 1\n", "StartLBA"),
+            ("0 0 8 36028797018963968 1\n", "SizeInSectors"),
+            ("0 4294967296 8 8 1\n", "Device"),
+            ("0 0 36028797018963960 8 1\n", "ends beyond 2^64"),
+            ("1e30 0 8 8 1\n", "ArrivalTime"),
+            ("0,36028797018963968,4096,W,0.5\n", "LBA"),
+            ("0,8,4096,W,1e30\n", "Timestamp"),
+            ("200000000000000000,h,0,Read,0,4096,1\n", "Timestamp"),
+            ("18446744073709551615,h,0,Read,1,4096,1\n", "Timestamp"),
+            (
+                "0,h,0,Read,18446744073709551615,4096,1\n",
+                "ends beyond 2^64",
+            ),
+            ("0,h,0,Read,0,2199023255553,1\n", "limit"),
+            ("8,16 0 1 0.5 7 Q W 36028797018963968 + 8 [x]\n", "sector"),
+            ("16777216,16 0 1 0.5 7 Q W 8 + 8 [x]\n", "major"),
+            ("18446744073709551615 /dev/x write 0 4096\n", "time"),
+            ("18446744073709551615,0,8,1,0\n", "Timestamp"),
+            ("0,0,36028797018963968,1,0\n", "Size"),
+            ("0,0,W,4294967296,0,4096\n", "LUN"),
+        ];
+        for (text, what) in cases {
+            let e = Trace::parse("big.trace", text.as_bytes(), None)
+                .expect_err(&format!("{text:?} must be rejected"))
+                .to_string();
+            let line = text.lines().count();
+            assert!(
+                e.starts_with(&format!("big.trace:{line}:")),
+                "{text:?}: {e}"
+            );
+            assert!(e.contains(what), "{text:?}: {e}");
+        }
+    }
+
+    /// Sizes over 4 GiB are kept, not truncated by a cast to `u32`.
+    #[test]
+    fn sizes_over_4_gib_are_kept() {
+        let t = Trace::parse("t", "0 0 0 16777216 0\n".as_bytes(), None).unwrap();
+        assert_eq!(t.records[0].len_bytes, 8 << 30);
+        let t = Trace::parse("t", "0,h,0,Write,0,8589934592,1\n".as_bytes(), None).unwrap();
+        assert_eq!(t.records[0].len_bytes, 8 << 30);
+        assert_eq!(t.info().write_bytes, 8 << 30);
+    }
+
+    #[test]
+    fn zero_length_records_are_counted_not_replayed() {
+        let t = Trace::parse("t", "0 0 8 0 1\n1 0 8 8 1\n2 0 16 0 0\n".as_bytes(), None).unwrap();
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.zero_length_records, 2);
+        let i = t.info();
+        assert_eq!((i.requests, i.zero_length_records), (1, 2));
     }
 
     #[test]
