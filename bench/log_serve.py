@@ -11,15 +11,23 @@ Usage: bench/log_serve.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-logbench]
 """
 
 import argparse
+import atexit
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbd_peers import serve_one_volume, tiervisor_bin  # noqa: E402
+
+
+# fio writes `*-verify.state` files into its working directory; keep them (and anything
+# else it leaves) in a temporary directory instead of the repository.
+FIO_DIR = tempfile.mkdtemp(prefix="tv-fio-")
+atexit.register(shutil.rmtree, FIO_DIR, True)
 
 JOBS = [
     ("randwrite-4k-qd1", "randwrite", 1),
@@ -36,7 +44,8 @@ def start(work, log):
 
 
 def fio(args):
-    out = subprocess.run(["fio", "--output-format=json"] + args, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["fio", "--output-format=json", f"--aux-path={FIO_DIR}"] + args, capture_output=True,
+                         text=True, check=True, cwd=FIO_DIR).stdout
     j = json.loads(out[out.index("{"):])["jobs"][0]
     return j
 

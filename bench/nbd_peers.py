@@ -10,6 +10,7 @@ Usage: bench/nbd_peers.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-bench] [--
 """
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -18,7 +19,14 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+
+
+# fio writes `*-verify.state` files into its working directory; keep them (and anything
+# else it leaves) in a temporary directory instead of the repository.
+FIO_DIR = tempfile.mkdtemp(prefix="tv-fio-")
+atexit.register(shutil.rmtree, FIO_DIR, True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = [
@@ -114,8 +122,8 @@ def start_nbdkit(work, raw):
 def run_fio(uri, rw, bs, qd, runtime):
     cmd = ["fio", "--name=j", "--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}",
            f"--size={SIZE}", "--time_based", f"--runtime={runtime}", "--ramp_time=1", "--randrepeat=1",
-           "--output-format=json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+           "--output-format=json", f"--aux-path={FIO_DIR}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=FIO_DIR).stdout
     j = json.loads(out[out.index("{"):])["jobs"][0]
     d = j["read"] if "read" in rw else j["write"]
     p99 = d["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000.0

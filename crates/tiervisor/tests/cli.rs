@@ -1,5 +1,7 @@
 //! The command line: output, exit codes and error messages on bad input.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -100,7 +102,7 @@ fn malformed_trace_line_exits_2_and_empty_trace_is_an_empty_report() {
 fn trace_info_reads_compressed_input() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
     if !dir.exists() {
-        eprintln!("skipping: ../shared/traces not found");
+        support::skip("../shared/traces not found next to the repository (see README: traces)");
         return;
     }
     let o = bin()

@@ -97,7 +97,7 @@ fn fio_several_connections_verify_and_mixed_io() {
     }
     let d = TempDir::new("fio");
     let s = ServerProc::start(d.path(), &[]);
-    let out = run(Command::new("fio").args([
+    let out = run(fio(d.path()).args([
         "--name=verify",
         "--ioengine=nbd",
         &format!("--uri={}", s.uri("vm1")),
@@ -112,7 +112,7 @@ fn fio_several_connections_verify_and_mixed_io() {
         "--group_reporting",
     ]));
     assert!(out.contains("err= 0"), "{out}");
-    let out = run(Command::new("fio").args([
+    let out = run(fio(d.path()).args([
         "--name=mixed",
         "--ioengine=nbd",
         &format!("--uri={}", s.uri("vm2")),
@@ -165,7 +165,7 @@ fn flushed_writes_survive_kill_9_at_several_points() {
     }
     let d = TempDir::new("crash");
     let fio_write = |uri: &str, offset: &str, seed: u32, extra: &[&str]| {
-        let mut c = Command::new("fio");
+        let mut c = fio(d.path());
         c.args([
             "--name=c",
             "--ioengine=nbd",

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 
 use support::*;
@@ -32,7 +33,7 @@ pool = "ssd"
 provisioning = "thin"
 "#;
 
-fn fio_randwrite(uri: &str, verify_only: bool) -> String {
+fn fio_randwrite(dir: &Path, uri: &str, verify_only: bool) -> String {
     let mut args = vec![
         "--name=log".to_string(),
         "--ioengine=nbd".into(),
@@ -48,7 +49,7 @@ fn fio_randwrite(uri: &str, verify_only: bool) -> String {
     if verify_only {
         args.push("--verify_only".into());
     }
-    run(Command::new("fio").args(&args))
+    run(fio(dir).args(&args))
 }
 
 #[test]
@@ -60,7 +61,7 @@ fn fio_random_writes_through_the_log_verify_across_a_crash() {
     let conf = d.path().join("log.toml");
     std::fs::write(&conf, CONFIG).unwrap();
     let s = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
-    let out = fio_randwrite(&s.uri("vm1"), false);
+    let out = fio_randwrite(d.path(), &s.uri("vm1"), false);
     assert!(out.contains("err= 0"), "{out}");
     let st: serde_json::Value = serde_json::from_str(&run(Command::new(bin())
         .args(["ctl", "stat", "--json", "--data-dir"])
@@ -84,7 +85,7 @@ fn fio_random_writes_through_the_log_verify_across_a_crash() {
     // Crash: the segment table is rebuilt from the journal; fio verifies every block.
     s.kill9();
     let s = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
-    let out = fio_randwrite(&s.uri("vm1"), true);
+    let out = fio_randwrite(d.path(), &s.uri("vm1"), true);
     assert!(out.contains("err= 0"), "{out}");
     assert!(
         out.contains("READ: bw=") && out.contains("io=96.0MiB"),

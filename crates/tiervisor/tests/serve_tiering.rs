@@ -82,7 +82,7 @@ fn fio_hot_region_is_promoted_to_ssd_and_data_verifies() {
     assert_eq!(vol["promotions"], 0);
 
     // The hot region: 4 MiB at 40 MiB (chunks 40-43), random 4 KiB reads.
-    let out = run(Command::new("fio").args([
+    let out = run(fio(d.path()).args([
         "--name=hot",
         "--ioengine=nbd",
         &format!("--uri={}", s.uri("vm1")),

@@ -11,7 +11,14 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tiervisor"))
 }
 
-/// Whether an external tool is installed; if not, say so (the test is skipped).
+/// The tools `scripts/test.sh` installs: in CI (`CI=true`) a missing one fails the test
+/// instead of skipping it.
+pub const INSTALLED_BY_TEST_SH: &[&str] = &[
+    "fio", "qemu-io", "qemu-img", "qemu-nbd", "nbdinfo", "nbdkit",
+];
+
+/// Whether an external tool is installed; if not, the test says it is skipped (or, in CI,
+/// where scripts/test.sh installs it, fails).
 pub fn have(tool: &str) -> bool {
     let ok = Command::new("sh")
         .arg("-c")
@@ -20,9 +27,36 @@ pub fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: {tool} is not installed (the README's test command installs it)");
+        if in_ci() && INSTALLED_BY_TEST_SH.contains(&tool) {
+            panic!("{tool} is not installed, but CI=true and scripts/test.sh installs it");
+        }
+        skip(&format!(
+            "{tool} is not installed (scripts/test.sh installs it)"
+        ));
     }
     ok
+}
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Print `SKIP <test>: <why>` on the process's stderr, which the test harness does not
+/// capture, so a skipped test shows in the output of a passing run.
+pub fn skip(why: &str) {
+    use std::io::Write as _;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("<test>");
+    let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
+}
+
+/// `fio` run inside `dir`, with its state files (`--verify_state_save`) kept there too,
+/// so no `*-verify.state` lands in the repository.
+pub fn fio(dir: &Path) -> Command {
+    let mut c = Command::new("fio");
+    c.current_dir(dir)
+        .arg(format!("--aux-path={}", dir.display()));
+    c
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
