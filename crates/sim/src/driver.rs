@@ -57,12 +57,19 @@ mod slab_lite {
     }
 }
 
+/// Told how far a run has got (the command line draws a progress bar with it; the
+/// simulator library itself prints nothing).
+pub trait Progress {
+    /// Every 65,536 completed VM requests, with the count so far.
+    fn advance(&mut self, done_ios: u64);
+    /// The run is over.
+    fn finish(&mut self);
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// Overrides the scenario's seed.
     pub seed: Option<u64>,
-    /// Show a progress bar on stderr.
-    pub progress: bool,
     /// Stop the run at this virtual time.
     pub max_sim_ns: Option<u64>,
 }
@@ -117,7 +124,7 @@ pub struct Simulation {
     failure: Option<String>,
     total_expected: Option<u64>,
     done_ios: u64,
-    progress: Option<indicatif::ProgressBar>,
+    progress: Option<Box<dyn Progress>>,
     max_sim_ns: u64,
     timeline: Vec<crate::report::Sample>,
     next_sample_ns: u64,
@@ -248,16 +255,6 @@ impl Simulation {
                 latency: Latency::default(),
             });
         }
-        let progress = (opts.progress && total.is_some_and(|t| t > 200_000)).then(|| {
-            let pb = indicatif::ProgressBar::new(total.unwrap_or(0));
-            pb.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{elapsed_precise} [{bar:40}] {pos}/{len} I/Os ({per_sec}, eta {eta})",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            pb
-        });
         let npools = scenario.pools.len();
         Ok(Simulation {
             scenario,
@@ -278,7 +275,7 @@ impl Simulation {
             failure: None,
             total_expected: total,
             done_ios: 0,
-            progress,
+            progress: None,
             max_sim_ns: opts.max_sim_ns.unwrap_or(u64::MAX),
             timeline: Vec::new(),
             next_sample_ns: 0,
@@ -349,10 +346,10 @@ impl Simulation {
         v.last_ns = v.last_ns.max(self.now);
         v.errors += !ok as u64;
         self.done_ios += 1;
-        if let Some(pb) = &self.progress
+        if let Some(p) = &mut self.progress
             && self.done_ios.is_multiple_of(65_536)
         {
-            pb.set_position(self.done_ios);
+            p.advance(self.done_ios);
         }
         if !v.timed && !v.exhausted {
             self.refill.push(vm as usize);
@@ -494,6 +491,17 @@ impl Simulation {
     }
 
     /// Run the scenario to the end and report.
+    /// VM requests the run will complete, when the workloads say (traces and bounded jobs).
+    pub fn total_ios(&self) -> Option<u64> {
+        self.total_expected
+    }
+
+    /// Report progress to `p` while running.
+    pub fn with_progress(mut self, p: Box<dyn Progress>) -> Simulation {
+        self.progress = Some(p);
+        self
+    }
+
     pub fn run(mut self) -> Result<SimReport, String> {
         let wall = Instant::now();
         self.engine.start(0, StartMode::Format, &mut self.out);
@@ -520,8 +528,8 @@ impl Simulation {
         }
         self.pump();
         self.run_until_idle();
-        if let Some(pb) = self.progress.take() {
-            pb.finish_and_clear();
+        if let Some(mut p) = self.progress.take() {
+            p.finish();
         }
         if let Some(f) = &self.failure {
             return Err(format!("engine failed: {f}"));

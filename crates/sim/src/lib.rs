@@ -8,6 +8,6 @@ pub mod report;
 pub mod reproduce;
 pub mod scenario;
 
-pub use driver::{RunOptions, Simulation};
+pub use driver::{Progress, RunOptions, Simulation};
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError, WorkloadSpec};

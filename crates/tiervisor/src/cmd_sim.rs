@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Args;
-use tiervisor_sim::{RunOptions, Scenario, Simulation};
+use tiervisor_sim::{Progress, RunOptions, Scenario, Simulation};
 
 use crate::Failure;
 
@@ -24,10 +24,16 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
     let sc = Scenario::load(&a.scenario).map_err(|e| Failure::input(e.to_string()))?;
     let opts = RunOptions {
         seed: a.seed,
-        progress: !a.json && std::io::stderr().is_terminal(),
         max_sim_ns: None,
     };
-    let sim = Simulation::new(sc, &opts).map_err(Failure::input)?;
+    let mut sim = Simulation::new(sc, &opts).map_err(Failure::input)?;
+    if let Some(total) = sim.total_ios()
+        && total > 200_000
+        && !a.json
+        && std::io::stderr().is_terminal()
+    {
+        sim = sim.with_progress(Box::new(Bar::new(total)));
+    }
     let report = sim.run().map_err(Failure::run)?;
     if a.json {
         println!("{}", report.to_json());
@@ -35,4 +41,29 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
         print!("{}", report.to_table());
     }
     Ok(())
+}
+
+/// A progress bar on stderr for long runs.
+struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    fn new(total_ios: u64) -> Bar {
+        let pb = indicatif::ProgressBar::new(total_ios);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} I/Os ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Bar(pb)
+    }
+}
+
+impl Progress for Bar {
+    fn advance(&mut self, done_ios: u64) {
+        self.0.set_position(done_ios);
+    }
+    fn finish(&mut self) {
+        self.0.finish_and_clear();
+    }
 }
