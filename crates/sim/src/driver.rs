@@ -17,9 +17,9 @@ use tiervisor_engine::{
     PoolConfig, ReqKind, StartMode, VmCompletion, VmRequest, VolumeConfig, VolumeId,
 };
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
-use tiervisor_workload::{FioWorkload, TraceWorkload, WlKind, Workload};
+use tiervisor_workload::{FioWorkload, SurgeWorkload, TraceWorkload, WlKind, Workload};
 
-use crate::report::{DeviceReport, LatReport, SimReport, VmReport, VolumeReport};
+use crate::report::{DeviceReport, LatReport, Moments, SimReport, VmReport, VolumeReport};
 use crate::scenario::{Scenario, WorkloadSpec};
 
 /// A tiny slab (vector + free list) for requests in flight.
@@ -77,6 +77,8 @@ pub struct RunOptions {
 const EV_DEV: u8 = 0;
 const EV_ARRIVAL: u8 = 1;
 const EV_WAKE: u8 = 2;
+/// A paced closed-loop request whose not-before time has come (payload: `held` slot).
+const EV_HELD: u8 = 3;
 
 struct VmRun {
     name: String,
@@ -84,7 +86,13 @@ struct VmRun {
     workload: Box<dyn Workload>,
     depth: u32,
     timed: bool,
+    /// Closed loop with not-before times (`Workload::paced`).
+    paced: bool,
     outstanding: u32,
+    /// Requests `next` has returned (the next one's index).
+    returned: u64,
+    /// Response time (issue to completion) moments, for the scheduling tables.
+    response: Moments,
     next: Option<tiervisor_workload::WlRequest>,
     exhausted: bool,
     ios: u64,
@@ -102,6 +110,9 @@ struct DevRun {
     busy_since: u64,
     busy_ns: u64,
     ops: u64,
+    /// Device service time (dispatch to completion) of reads and writes.
+    service: Moments,
+    sectors: u64,
 }
 
 pub struct Simulation {
@@ -118,7 +129,10 @@ pub struct Simulation {
     refill: Vec<usize>,
     vms: Vec<VmRun>,
     devs: Vec<DevRun>,
-    inflight: Slab<(u32, u64)>,
+    /// VM, issue time and the request's index in its workload.
+    inflight: Slab<(u32, u64, u64)>,
+    /// Paced requests waiting for their not-before time: VM, index, request.
+    held: Slab<(usize, u64, tiervisor_workload::WlRequest)>,
     /// Wake-up times already in the event heap.
     wakes: std::collections::BTreeSet<u64>,
     failure: Option<String>,
@@ -225,6 +239,16 @@ impl Simulation {
                     let n = w.len();
                     (Box::new(w), Some(n))
                 }
+                WorkloadSpec::Surge(cfg) => {
+                    let mut cfg = cfg.clone();
+                    cfg.seed = seed
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 + 1);
+                    let n = cfg.requests;
+                    let w = SurgeWorkload::new(cfg)
+                        .map_err(|e| format!("{}: vm {}: {e}", scenario.source, vm.name))?;
+                    (Box::new(w), Some(n))
+                }
                 WorkloadSpec::Fio(job) => {
                     let mut job = job.clone();
                     // Each VM's generator gets its own stream derived from the run's seed.
@@ -241,6 +265,9 @@ impl Simulation {
                 name: vm.name.clone(),
                 volume: VolumeId(vm.volume as u32),
                 timed: depth == u32::MAX,
+                paced: workload.paced(),
+                returned: 0,
+                response: Moments::default(),
                 depth,
                 workload,
                 outstanding: 0,
@@ -271,6 +298,7 @@ impl Simulation {
             vms,
             devs: vec![DevRun::default(); npools],
             inflight: Slab::new(),
+            held: Slab::new(),
             wakes: Default::default(),
             failure: None,
             total_expected: total,
@@ -299,6 +327,11 @@ impl Simulation {
                 let done = self.models[p].submit(self.now, &req).max(self.now);
                 let payload = op.id.0 << 8 | p as u64;
                 let d = &mut self.devs[p];
+                // Counted from the workloads' start (not formatting or prefill).
+                if self.t0 > 0 && matches!(op.kind, DevKind::Read | DevKind::Write) {
+                    d.service.record(done - self.now);
+                    d.sectors += op.len_bytes.div_ceil(512);
+                }
                 if d.outstanding == 0 {
                     d.busy_since = self.now;
                 }
@@ -337,12 +370,14 @@ impl Simulation {
     }
 
     fn complete(&mut self, id: u64, ok: bool) {
-        let Some((vm, issued)) = self.inflight.take(id as usize) else {
+        let Some((vm, issued, index)) = self.inflight.take(id as usize) else {
             return;
         };
         let v = &mut self.vms[vm as usize];
         v.outstanding -= 1;
         v.latency.record(self.now - issued);
+        v.response.record(self.now - issued);
+        v.workload.completed(index, self.now - self.t0);
         v.last_ns = v.last_ns.max(self.now);
         v.errors += !ok as u64;
         self.done_ios += 1;
@@ -356,7 +391,7 @@ impl Simulation {
         }
     }
 
-    fn issue(&mut self, vm: usize, r: tiervisor_workload::WlRequest) {
+    fn issue(&mut self, vm: usize, index: u64, r: tiervisor_workload::WlRequest) {
         let v = &mut self.vms[vm];
         v.outstanding += 1;
         v.ios += 1;
@@ -373,7 +408,7 @@ impl Simulation {
             WlKind::Flush => ReqKind::Flush,
         };
         let volume = v.volume;
-        let id = self.inflight.insert((vm as u32, self.now)) as u64;
+        let id = self.inflight.insert((vm as u32, self.now, index)) as u64;
         let req = VmRequest::new(id, volume, kind, r.offset_bytes, r.len_bytes);
         self.engine.submit(self.now, req, &mut self.out);
     }
@@ -381,9 +416,22 @@ impl Simulation {
     /// Closed loop: keep the VM's depth of requests outstanding.
     fn fill(&mut self, vm: usize) {
         while self.vms[vm].outstanding < self.vms[vm].depth && !self.vms[vm].exhausted {
-            match self.vms[vm].workload.next(self.now - self.t0) {
-                Some(r) => self.issue(vm, r),
-                None => self.vms[vm].exhausted = true,
+            let v = &mut self.vms[vm];
+            match v.workload.next(self.now - self.t0) {
+                Some(r) => {
+                    let index = v.returned;
+                    v.returned += 1;
+                    let at = self.t0 + r.at_ns.unwrap_or(0);
+                    if v.paced && at > self.now {
+                        // The slot stays taken while the process sleeps.
+                        v.outstanding += 1;
+                        let slot = self.held.insert((vm, index, r)) as u64;
+                        self.push(at, EV_HELD, slot);
+                    } else {
+                        self.issue(vm, index, r);
+                    }
+                }
+                None => v.exhausted = true,
             }
         }
     }
@@ -394,6 +442,7 @@ impl Simulation {
             Some(r) => {
                 let at = self.t0 + r.at_ns.unwrap_or(0);
                 self.vms[vm].next = Some(r);
+                self.vms[vm].returned += 1;
                 self.push(at.max(self.now), EV_ARRIVAL, vm as u64);
             }
             None => self.vms[vm].exhausted = true,
@@ -456,9 +505,16 @@ impl Simulation {
             EV_ARRIVAL => {
                 let vm = payload as usize;
                 if let Some(r) = self.vms[vm].next.take() {
-                    self.issue(vm, r);
+                    let index = self.vms[vm].returned - 1;
+                    self.issue(vm, index, r);
                 }
                 self.schedule_arrival(vm);
+            }
+            EV_HELD => {
+                if let Some((vm, index, r)) = self.held.take(payload as usize) {
+                    self.vms[vm].outstanding -= 1;
+                    self.issue(vm, index, r);
+                }
             }
             _ => {
                 self.wakes.remove(&t);
@@ -577,6 +633,9 @@ impl Simulation {
                     &self.scenario.volumes[v.volume.0 as usize].name,
                 ),
             );
+            if let Some(r) = vms.get_mut(&v.name) {
+                r.response = (&v.response).into();
+            }
         }
         let mut volumes = BTreeMap::new();
         for (i, spec) in self.scenario.volumes.iter().enumerate() {
@@ -657,6 +716,12 @@ impl Simulation {
                     waf: c.waf(),
                     cache_hits: c.cache_hits,
                     map_cache_misses: c.map_cache_misses,
+                    service: (&d.service).into(),
+                    sectors_per_ms: if end > t0 {
+                        d.sectors as f64 / ((end - t0) as f64 / 1e6)
+                    } else {
+                        0.0
+                    },
                 },
             );
         }

@@ -28,6 +28,59 @@ impl From<&Latency> for LatReport {
     }
 }
 
+/// Running mean and variance of times, kept in milliseconds (the scheduling tables'
+/// unit). Sums in arrival order, so the same run gives the same bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moments {
+    n: u64,
+    sum_ms: f64,
+    sum_sq_ms2: f64,
+}
+
+impl Moments {
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let ms = ns as f64 / 1e6;
+        self.n += 1;
+        self.sum_ms += ms;
+        self.sum_sq_ms2 += ms * ms;
+    }
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+    pub fn mean_ms(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum_ms / self.n as f64
+        }
+    }
+    /// Population variance in ms².
+    pub fn variance_ms2(&self) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let m = self.mean_ms();
+        (self.sum_sq_ms2 / self.n as f64 - m * m).max(0.0)
+    }
+}
+
+/// Mean and variance of a time, in ms and ms².
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct MeanVar {
+    pub mean_ms: f64,
+    pub variance_ms2: f64,
+}
+
+impl From<&Moments> for MeanVar {
+    fn from(m: &Moments) -> Self {
+        MeanVar {
+            mean_ms: m.mean_ms(),
+            variance_ms2: m.variance_ms2(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct VmReport {
     pub volume: String,
@@ -40,6 +93,8 @@ pub struct VmReport {
     /// From the start of the run to the VM's last completion.
     pub exec_time_s: f64,
     pub lat_us: LatReport,
+    /// Issue to completion, as the scheduling tables give it (set by the driver).
+    pub response: MeanVar,
 }
 
 impl VmReport {
@@ -69,6 +124,7 @@ impl VmReport {
             mb_per_s: per((read_bytes + write_bytes) as f64) / 1e6,
             exec_time_s,
             lat_us: lat.into(),
+            response: MeanVar::default(),
         }
     }
 }
@@ -111,6 +167,10 @@ pub struct DeviceReport {
     pub waf: f64,
     pub cache_hits: u64,
     pub map_cache_misses: u64,
+    /// Dispatch to completion of reads and writes (one at a time at queue depth 1).
+    pub service: MeanVar,
+    /// Sectors read and written per ms of the run.
+    pub sectors_per_ms: f64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

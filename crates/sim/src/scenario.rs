@@ -39,7 +39,8 @@ use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, volume};
 use tiervisor_engine::{Medium, SchedSpec};
 use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
 use tiervisor_workload::{
-    FioJob, FioRw, ReplayMode, Trace, TraceFormat, TraceWorkload, Workload, WorkloadError,
+    FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceFormat, TraceWorkload, Workload,
+    WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -113,6 +114,22 @@ struct RawVm {
     speed: Option<Spanned<f64>>,
     repeat: Option<u32>,
     fio: Option<RawFio>,
+    surge: Option<RawSurge>,
+}
+
+/// `[vm.surge]`: seed 003's web-server workload; the distributions are the paper's.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawSurge {
+    processes: Option<Spanned<u32>>,
+    files: Option<Spanned<u64>>,
+    /// Where the files live: the first `region` bytes of the volume (default: all).
+    region: Option<Spanned<SizeVal>>,
+    block: Option<Spanned<SizeVal>>,
+    /// Host page cache size; absent: O_DIRECT.
+    page_cache: Option<Spanned<SizeVal>>,
+    readahead: Option<Spanned<SizeVal>>,
+    requests: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -173,6 +190,7 @@ pub enum WorkloadSpec {
         repeat: u32,
     },
     Fio(FioJob),
+    Surge(SurgeConfig),
 }
 
 #[derive(Clone, Debug)]
@@ -226,6 +244,7 @@ impl Scenario {
                     touched
                         .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
                 }
+                WorkloadSpec::Surge(c) => touched.extend(0..c.region_bytes.div_ceil(cb)),
             }
         }
         touched
@@ -383,13 +402,29 @@ impl Scenario {
                     ),
                 );
             };
+            if vm.trace.is_some() as u8 + vm.fio.is_some() as u8 + vm.surge.is_some() as u8 != 1 {
+                return cx.err(
+                    svm.span(),
+                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio] or a [vm.surge] table",
+                );
+            }
+            if let Some(sg) = &vm.surge {
+                vms.push(VmSpec {
+                    name: vm
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    volume,
+                    workload: WorkloadSpec::Surge(surge_config(
+                        &cx,
+                        sg,
+                        volumes[volume].size_bytes,
+                    )?),
+                });
+                continue;
+            }
             let workload = match (&vm.trace, &vm.fio) {
-                (Some(_), Some(_)) | (None, None) => {
-                    return cx.err(
-                        svm.span(),
-                        "a [[vm]] needs exactly one of `trace = ...` or a [vm.fio] table",
-                    );
-                }
+                (None, None) | (Some(_), Some(_)) => unreachable!("checked above"),
                 (Some(t), None) => {
                     let path = base.join(t.get_ref());
                     let format = match &vm.format {
@@ -561,6 +596,61 @@ impl Scenario {
             vms,
         })
     }
+}
+
+/// Validate a `[vm.surge]` table against its volume.
+fn surge_config(
+    cx: &Source,
+    sg: &RawSurge,
+    volume_bytes: u64,
+) -> Result<SurgeConfig, ScenarioError> {
+    let mut c = SurgeConfig::paper(volume_bytes);
+    if let Some(r) = &sg.region {
+        c.region_bytes = cx.size(r, "region")?;
+        if c.region_bytes == 0 || c.region_bytes > volume_bytes {
+            return cx.err(
+                r.span(),
+                format!("region: expected 1 byte to the volume's {volume_bytes}"),
+            );
+        }
+    }
+    let positive = |v: &Spanned<u64>, what: &str| -> Result<u64, ScenarioError> {
+        if *v.get_ref() == 0 {
+            return cx.err(v.span(), format!("{what}: expected a positive number"));
+        }
+        Ok(*v.get_ref())
+    };
+    if let Some(p) = &sg.processes {
+        if *p.get_ref() == 0 {
+            return cx.err(p.span(), "processes: expected a positive number");
+        }
+        c.processes = *p.get_ref();
+    }
+    if let Some(f) = &sg.files {
+        c.files = positive(f, "files")?;
+    }
+    if let Some(n) = &sg.requests {
+        c.requests = positive(n, "requests")?;
+    }
+    for (v, what, dst) in [
+        (&sg.block, "block", &mut c.block_bytes),
+        (&sg.readahead, "readahead", &mut c.readahead_bytes),
+    ] {
+        if let Some(v) = v {
+            let b = cx.size(v, what)?;
+            if b == 0 || b % 4096 != 0 {
+                return cx.err(
+                    v.span(),
+                    format!("{what}: expected a positive multiple of 4k"),
+                );
+            }
+            *dst = b;
+        }
+    }
+    if let Some(pc) = &sg.page_cache {
+        c.page_cache_bytes = Some(cx.size(pc, "page_cache")?);
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -6,10 +6,12 @@
 
 pub mod error;
 pub mod r#gen;
+pub mod surge;
 pub mod trace;
 
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
+pub use surge::{SurgeConfig, SurgeWorkload};
 pub use trace::{ReplayMode, Trace, TraceFormat, TraceInfo, TraceOp, TraceRecord, TraceWorkload};
 
 /// What a workload asks of its volume.
@@ -37,4 +39,13 @@ pub trait Workload {
     fn next(&mut self, now_ns: u64) -> Option<WlRequest>;
     /// Requests the simulator keeps outstanding (closed loop); timed replay ignores it.
     fn depth(&self) -> u32;
+    /// A closed loop whose requests carry a not-before time in `at_ns` (a process that
+    /// sleeps between requests): the driver holds such a request, its slot taken, until
+    /// then. Other closed loops issue at once whatever `at_ns` says.
+    fn paced(&self) -> bool {
+        false
+    }
+    /// The request `index` (0-based, in the order `next` returned them) completed at
+    /// `now_ns`. Workloads whose processes wait for their own requests need it.
+    fn completed(&mut self, _index: u64, _now_ns: u64) {}
 }
