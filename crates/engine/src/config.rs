@@ -201,10 +201,13 @@ pub enum InjectedBug {
     /// Let a commit flush and write its records without waiting for the log appends
     /// that carry the data they point at.
     CommitSkipsLogWait,
+    /// Drop the wake-up a scheduler asks for with `Dispatch::WaitUntil`, so an idling
+    /// scheduler (anticipation, a limit) sleeps until some unrelated event.
+    SchedLosesWakeup,
 }
 
 impl InjectedBug {
-    pub fn all() -> [InjectedBug; 6] {
+    pub fn all() -> [InjectedBug; 7] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
@@ -212,6 +215,7 @@ impl InjectedBug {
             InjectedBug::NoZeroFill,
             InjectedBug::MoveIgnoresWrites,
             InjectedBug::CommitSkipsLogWait,
+            InjectedBug::SchedLosesWakeup,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -222,6 +226,7 @@ impl InjectedBug {
             InjectedBug::NoZeroFill => "no-zero-fill",
             InjectedBug::MoveIgnoresWrites => "move-ignores-writes",
             InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
+            InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {

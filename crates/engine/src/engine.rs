@@ -51,6 +51,8 @@ pub(crate) struct Pool {
     /// Background work (tier migration, cleaning): dispatched only when the scheduler has
     /// no foreground work, or once it has waited `BACKGROUND_MAX_WAIT_NS`.
     pub background: std::collections::VecDeque<QueuedOp>,
+    /// The longest a foreground or metadata operation waited in the scheduler.
+    pub sched_wait_max_ns: u64,
 }
 
 /// Background operations never wait longer than this for an idle device.
@@ -195,6 +197,7 @@ impl Engine {
                     stats: PoolStats::default(),
                     wait_until: None,
                     background: Default::default(),
+                    sched_wait_max_ns: 0,
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -258,6 +261,16 @@ impl Engine {
         for p in &mut self.pools {
             p.sched.set_volume_qos(v.0, qos);
         }
+    }
+
+    /// The longest any operation has waited in a pool's scheduler since start: DST bounds
+    /// it so that no scheduler starves a request.
+    pub fn sched_wait_max_ns(&self) -> u64 {
+        self.pools
+            .iter()
+            .map(|p| p.sched_wait_max_ns)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Tell the schedulers the configured QoS of the volume just added at index `v`.
@@ -384,7 +397,11 @@ impl Engine {
                 continue;
             }
             match self.pools[pool].sched.dispatch(now) {
-                Dispatch::Op(q) => self.emit(q.key, out),
+                Dispatch::Op(q) => {
+                    let p = &mut self.pools[pool];
+                    p.sched_wait_max_ns = p.sched_wait_max_ns.max(now - q.arrival_ns);
+                    self.emit(q.key, out)
+                }
                 Dispatch::Idle => {
                     let Some(b) = self.pools[pool].background.pop_front() else {
                         break;
@@ -393,7 +410,9 @@ impl Engine {
                 }
                 Dispatch::WaitUntil(t) => {
                     self.pools[pool].wait_until = Some(t);
-                    out.wakeups.push(t);
+                    if self.cfg.bug != Some(crate::config::InjectedBug::SchedLosesWakeup) {
+                        out.wakeups.push(t);
+                    }
                     break;
                 }
             }

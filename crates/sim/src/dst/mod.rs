@@ -8,7 +8,7 @@ mod reference;
 mod runner;
 
 pub use device::Faults;
-pub use runner::{DstConfig, DstFailure, DstStats, run_seed};
+pub use runner::{DstConfig, DstFailure, DstStats, SCHED_WAIT_BOUND_NS, run_seed};
 
 /// Run seeds `[from, to)` on `jobs` threads; stops at the first failure (lowest seed).
 pub fn run_range(
@@ -52,6 +52,7 @@ pub fn run_range(
                             t.log_appends += st.log_appends;
                             t.segments_cleaned += st.segments_cleaned;
                             t.cleaner_waits += st.cleaner_waits;
+                            t.sched_wait_max_ns = t.sched_wait_max_ns.max(st.sched_wait_max_ns);
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -14,6 +14,7 @@ use tiervisor_engine::{
     CleanerPolicy, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState,
     Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
     Provisioning, ReqKind, SchedSpec, StartMode, TieringConfig, VmRequest, VolumeConfig, VolumeId,
+    VolumeQos,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -46,7 +47,13 @@ pub struct DstStats {
     pub segments_cleaned: u64,
     /// Times the cleaner waited for its bandwidth cap.
     pub cleaner_waits: u64,
+    /// The longest an operation waited in a pool's scheduler (the starvation bound).
+    pub sched_wait_max_ns: u64,
 }
+
+/// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
+/// stay far below it: deadlines of 0.5-5 s, slices of 100 ms, device stalls of up to 3 s.
+pub const SCHED_WAIT_BOUND_NS: u64 = 30_000_000_000;
 
 /// A failed run, with everything needed to replay it.
 #[derive(Clone, Debug)]
@@ -109,6 +116,22 @@ struct Sim {
 
 type Fail = String;
 
+/// Any registered scheduler, with its defaults.
+fn draw_scheduler(srng: &mut Xoshiro256PlusPlus) -> SchedSpec {
+    let names = tiervisor_engine::sched::names();
+    SchedSpec::named(names[below(srng, names.len() as u64) as usize])
+}
+
+/// A volume's QoS: any weight; sometimes a reservation, sometimes a limit (high enough
+/// that DST's bursts drain within the starvation bound).
+fn draw_qos(srng: &mut Xoshiro256PlusPlus) -> VolumeQos {
+    VolumeQos {
+        reservation_iops: [0, 0, 50, 500][below(srng, 4) as usize],
+        limit_iops: [0, 0, 1000, 5000][below(srng, 4) as usize],
+        weight: 1 + below(srng, 1000) as u32,
+    }
+}
+
 fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug>) -> EngineConfig {
     // Tiering choices come from their own stream, so seeds without it replay exactly as
     // they did before tiering existed (the regression seeds keep their meaning).
@@ -128,6 +151,8 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
     } else {
         256 << 10
     };
+    // Schedulers and QoS on their own stream, so every other choice of a seed stays.
+    let mut srng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5c4_u64.rotate_left(36));
     let nvols = 2 + below(rng, 2) as usize;
     let mut volumes = Vec::new();
     let mut thick_bytes = [0u64; 2];
@@ -171,7 +196,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 1 => Some(false),
                 _ => None,
             },
-            qos: Default::default(),
+            qos: draw_qos(&mut srng),
         });
     }
     let seg_chunks = 1u64 << below(&mut lrng, 3);
@@ -232,7 +257,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 medium: Medium::Ssd,
                 capacity_bytes: cap(thick_bytes[0], journals + reserve + slack),
                 queue_depth: 1 + below(rng, 16) as u32,
-                scheduler: SchedSpec::default(),
+                scheduler: draw_scheduler(&mut srng),
                 log: pool_log[0],
             },
             PoolConfig {
@@ -240,7 +265,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
                 medium: Medium::Hdd,
                 capacity_bytes: cap(thick_bytes[1], slack),
                 queue_depth: 1 + below(rng, 4) as u32,
-                scheduler: SchedSpec::default(),
+                scheduler: draw_scheduler(&mut srng),
                 log: pool_log[1],
             },
         ],
@@ -597,6 +622,20 @@ impl Sim {
     }
 
     /// Power loss now: devices keep what the fault model says; a new engine recovers.
+    /// No request starves: nothing waited in a scheduler past the bound.
+    fn check_sched_wait(&mut self) -> Result<(), Fail> {
+        let w = self.engine.sched_wait_max_ns();
+        self.stats.sched_wait_max_ns = self.stats.sched_wait_max_ns.max(w);
+        if w > SCHED_WAIT_BOUND_NS {
+            return Err(format!(
+                "an operation waited {:.3} s in a scheduler (bound {} s)",
+                w as f64 / 1e9,
+                SCHED_WAIT_BOUND_NS / 1_000_000_000
+            ));
+        }
+        Ok(())
+    }
+
     fn crash(&mut self) -> Result<(), Fail> {
         if self.trace {
             eprintln!(
@@ -606,6 +645,7 @@ impl Sim {
             );
         }
         self.stats.crashes += 1;
+        self.check_sched_wait()?;
         self.fold_engine_counters();
         for p in 0..self.devs.len() {
             let ops: Vec<&DeviceOp> = self
@@ -715,6 +755,7 @@ impl Sim {
             }
             if self.step.is_multiple_of(64) {
                 self.engine.check_invariants()?;
+                self.check_sched_wait()?;
             }
         }
         // Settle, flush everything, check everything; then lose power once more.
@@ -725,6 +766,7 @@ impl Sim {
         self.drain()?;
         self.verify_all()?;
         self.engine.check_invariants()?;
+        self.check_sched_wait()?;
         if self.cfg.faults >= Faults::Crash {
             self.crash()?;
         }
