@@ -91,7 +91,7 @@ size = "1g"
 pool = "data"
 provisioning = "thick"
 """)
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return p, port
 

@@ -39,6 +39,10 @@ pub enum StartMode {
     Format,
     /// Read the superblocks: format if no pool has one, mount if all do, refuse otherwise.
     Auto,
+    /// Like `Auto`, but never format blank pools: a driver that was not told to create a
+    /// system uses this, so a wrong path or an unmounted disk is refused, not formatted.
+    /// (An interrupted format, seen from its superblocks, is still finished.)
+    Mount,
 }
 
 pub(crate) struct Pool {
@@ -174,6 +178,9 @@ pub struct Engine {
     /// Per pool: the log's segment table and the data its appends carry.
     pub(crate) logs: Vec<crate::log::PoolLog>,
     pub(crate) appends: Slab<crate::log::append::Append>,
+    /// Volumes whose final commit failed during shutdown: their uncommitted writes are
+    /// lost, so the stop is not clean.
+    pub(crate) lost_at_stop: Vec<String>,
 }
 
 impl Engine {
@@ -225,11 +232,17 @@ impl Engine {
             demotions_in_flight: vec![0; n_pools],
             logs: (0..n_pools).map(|_| Default::default()).collect(),
             appends: Slab::new(),
+            lost_at_stop: Vec::new(),
         })
     }
 
     pub fn state(&self) -> &EngineState {
         &self.state
+    }
+
+    /// Volumes whose final commit failed while stopping (empty after a clean stop).
+    pub fn lost_at_stop(&self) -> &[String] {
+        &self.lost_at_stop
     }
 
     pub fn config(&self) -> &EngineConfig {

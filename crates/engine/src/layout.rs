@@ -24,6 +24,17 @@ pub const DATA_START_BYTES: u64 = 1 << 20;
 pub const FORMAT_VERSION: u32 = 2;
 
 const SB_MAGIC: &[u8; 8] = b"TVPOOL01";
+
+/// Whether `first_bytes` (a pool's first 8 KiB) carry a tiervisor superblock, primary or
+/// backup, whatever its version: drivers use it to refuse formatting over an old pool.
+pub fn looks_like_pool(first_bytes: &[u8]) -> bool {
+    let at = |off: u64| {
+        first_bytes
+            .get(off as usize..off as usize + SB_MAGIC.len())
+            .is_some_and(|m| m == SB_MAGIC)
+    };
+    at(SUPERBLOCK_OFFSET) || at(SUPERBLOCK_BACKUP_OFFSET)
+}
 const VT_MAGIC: &[u8; 8] = b"TVVOLTAB";
 const VT_ENTRY_BYTES: usize = 256;
 const VT_HEADER_BYTES: usize = 64;

@@ -76,6 +76,8 @@ pub(crate) struct Startup {
     outstanding: u32,
     error: Option<String>,
     formatting: bool,
+    /// Started with [`StartMode::Mount`]: blank pools are refused, not formatted.
+    mount_only: bool,
     superblocks: Vec<Option<Bytes>>,
     voltab: Option<Bytes>,
     regions: Vec<Option<Bytes>>,
@@ -106,6 +108,7 @@ impl Engine {
             outstanding: 0,
             error: None,
             formatting: false,
+            mount_only: mode == StartMode::Mount,
             superblocks: vec![None; self.pools.len()],
             voltab: None,
             regions: Vec::new(),
@@ -114,7 +117,7 @@ impl Engine {
         });
         match mode {
             StartMode::Format => self.format(now, out),
-            StartMode::Auto => {
+            StartMode::Auto | StartMode::Mount => {
                 for p in 0..self.pools.len() {
                     self.startup_read(
                         now,
@@ -617,6 +620,7 @@ impl Engine {
 
     fn after_superblocks(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
         let s = self.startup.as_mut().ok_or("no startup")?;
+        let mount_only = s.mount_only;
         let bufs = std::mem::take(&mut s.superblocks);
         let decoded: Vec<Result<Superblock, String>> = bufs
             .iter()
@@ -649,6 +653,12 @@ impl Engine {
         // other pool holds a completed system.
         if !matches!(&decoded[meta], Ok(sb) if sb.complete) {
             let holding = names(&|d| matches!(d, Ok(sb) if sb.complete));
+            if holding.is_empty() && mount_only && decoded.iter().all(is_blank) {
+                return Err(format!(
+                    "no pool holds a tiervisor system (pools {} are blank) and formatting was not asked for",
+                    names(&is_blank).join(", ")
+                ));
+            }
             if holding.is_empty() {
                 self.format(now, out);
                 return Ok(());
@@ -978,6 +988,7 @@ impl Engine {
             outstanding: 0,
             error: None,
             formatting: false,
+            mount_only: false,
             superblocks: Vec::new(),
             voltab: None,
             regions: Vec::new(),

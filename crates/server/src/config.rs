@@ -54,10 +54,10 @@ fast_pool = "ssd"
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     data_dir: Option<String>,
-    listen: Option<String>,
+    listen: Option<Spanned<String>>,
     unix_socket: Option<String>,
     admin_socket: Option<String>,
-    metrics: Option<String>,
+    metrics: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<u64>,
@@ -156,6 +156,38 @@ fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|x| !x.is_empty())
 }
 
+/// Two spellings of one path (`a/./b`, `a//b`): compared component by component.
+fn same_path(a: &Path, b: &Path) -> bool {
+    a.components().eq(b.components())
+}
+
+/// A TCP address key: empty means off; otherwise a numeric IP and a port.
+fn address(
+    src: &Source,
+    v: Option<Spanned<String>>,
+    key: &str,
+    example: &str,
+) -> Result<Option<String>, ConfError> {
+    let Some(v) = v else { return Ok(None) };
+    let text = v.get_ref();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match parse_address(text) {
+        Ok(_) => Ok(Some(text.clone())),
+        Err(why) => src.err(
+            v.span(),
+            format!("{key} = {text:?}: {why}, e.g. {example:?}"),
+        ),
+    }
+}
+
+/// Parse `HOST:PORT` with a numeric host, as the listeners need it.
+pub fn parse_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.parse()
+        .map_err(|_| "expected HOST:PORT with a numeric IP address (IPv6 in brackets)".to_string())
+}
+
 impl ServerConfig {
     pub fn load(path: &Path) -> Result<ServerConfig, ConfError> {
         let file = path.display().to_string();
@@ -246,6 +278,17 @@ impl ServerConfig {
             } else {
                 data_dir.join(path)
             };
+            if let Some(q) = pools.iter().find(|q| same_path(&q.path, &path)) {
+                return src.err(
+                    p.path.span(),
+                    format!(
+                        "path {:?}: pool {} already uses {}; expected a different file or device for each pool",
+                        p.path.get_ref(),
+                        q.name,
+                        q.path.display()
+                    ),
+                );
+            }
             pools.push(PoolDef {
                 name,
                 path,
@@ -348,12 +391,14 @@ impl ServerConfig {
                 }
             })
         };
+        let listen = address(&src, raw.listen, "listen", "127.0.0.1:10809")?;
+        let metrics = address(&src, raw.metrics, "metrics", "127.0.0.1:9109")?;
         Ok(ServerConfig {
             source: file.to_string(),
-            listen: non_empty(raw.listen),
+            listen,
             unix_socket: rel(raw.unix_socket),
             admin_socket: rel(raw.admin_socket).unwrap_or_else(|| data_dir.join("admin.sock")),
-            metrics: non_empty(raw.metrics),
+            metrics,
             chunk_bytes,
             journal_bytes,
             commit_interval_ms: raw.commit_interval_ms.unwrap_or(1000),
@@ -430,5 +475,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("floppy"), "{e}");
+    }
+
+    #[test]
+    fn bad_addresses_and_shared_pool_paths_are_config_errors() {
+        let bad = DEFAULT_CONFIG.replace("127.0.0.1:10809", "localhost:nbd");
+        let e = ServerConfig::parse("c.toml", &bad).unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("HOST:PORT"), "{e}");
+        let bad = DEFAULT_CONFIG.replace("# metrics = \"127.0.0.1:9109\"", "metrics = \"9109\"");
+        let e = ServerConfig::parse("c.toml", &bad).unwrap_err();
+        assert!(e.message.starts_with("metrics"), "{e}");
+        let bad = DEFAULT_CONFIG.replace("path = \"hdd.pool\"", "path = \"./ssd.pool\"");
+        let e = ServerConfig::parse("c.toml", &bad).unwrap_err();
+        assert_eq!(e.line, Some(21), "{e}");
+        assert!(e.message.contains("pool ssd already uses"), "{e}");
     }
 }

@@ -6,7 +6,9 @@ pub mod config;
 pub mod io;
 pub mod nbd;
 pub mod pools;
+pub mod preflight;
 pub mod server;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};
+pub use preflight::StartOptions;
 pub use server::Server;

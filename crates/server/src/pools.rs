@@ -2,13 +2,17 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
 
 use crate::config::PoolDef;
 
 pub struct PoolFile {
     pub name: String,
+    pub path: PathBuf,
     pub file: File,
+    /// Device and inode at open: the path must still name this file while we run.
+    pub identity: (u64, u64),
     pub size_bytes: u64,
     pub created: bool,
     pub block_device: bool,
@@ -85,9 +89,45 @@ pub fn open_pool(def: &PoolDef) -> Result<PoolFile, String> {
     };
     Ok(PoolFile {
         name: def.name.clone(),
+        path: p.clone(),
+        identity: (meta.dev(), meta.ino()),
         file,
         size_bytes,
         created: !exists,
         block_device,
     })
+}
+
+impl PoolFile {
+    /// Whether the pool's path still names the file we write: a pool file deleted or
+    /// replaced under a running server takes every later write with it.
+    pub fn identity_problem(&self) -> Option<String> {
+        let shown = self.path.display();
+        match self.file.metadata() {
+            Ok(m) if m.nlink() == 0 => {
+                return Some(format!(
+                    "pool {}: its file {shown} was deleted while the server runs; what is written to it is lost when the server exits",
+                    self.name
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Some(format!(
+                    "pool {}: cannot stat the open file: {e}",
+                    self.name
+                ));
+            }
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.identity => None,
+            Ok(_) => Some(format!(
+                "pool {}: {shown} was replaced by another file while the server runs; the server still writes the old one, which is lost when it exits",
+                self.name
+            )),
+            Err(e) => Some(format!(
+                "pool {}: {shown} is gone while the server runs ({e}); what is written to it is lost when the server exits",
+                self.name
+            )),
+        }
+    }
 }

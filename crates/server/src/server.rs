@@ -21,6 +21,7 @@ use crate::config::ServerConfig;
 use crate::io::{self, Backend};
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
 use crate::pools::{PoolFile, open_pool};
+use crate::preflight::{self, StartOptions};
 
 const TOK_TCP: Token = Token(0);
 const TOK_UNIX: Token = Token(1);
@@ -28,6 +29,9 @@ const TOK_ADMIN: Token = Token(2);
 const TOK_METRICS: Token = Token(3);
 const TOK_IO: Token = Token(4);
 const TOK_SIGNAL: Token = Token(5);
+const TOK_HUP: Token = Token(6);
+/// How often the pool files' identity (path still names the open file) is checked.
+const POOL_CHECK_EVERY: Duration = Duration::from_secs(2);
 const CONN_BASE: usize = 16;
 const CLIENT_BASE: usize = 1 << 30;
 /// Requests a connection may have in flight before we stop reading from it.
@@ -96,7 +100,10 @@ pub struct Server {
     engine: Engine,
     backend: Box<dyn Backend>,
     poll: Poll,
-    _pools: Vec<PoolFile>,
+    pools: Vec<PoolFile>,
+    /// When the pool files are next checked, and the problems found so far (each once).
+    pool_check_at: Instant,
+    pool_problems: Vec<String>,
     tcp: Option<TcpListener>,
     unix: Option<UnixListener>,
     admin: Option<UnixListener>,
@@ -116,6 +123,7 @@ pub struct Server {
     wakes: std::collections::BTreeSet<u64>,
     generation: u64,
     signal_rx: mio::net::UnixStream,
+    hup_rx: mio::net::UnixStream,
     _signal_ids: Vec<signal_hook::SigId>,
     signals: u32,
     stopping: bool,
@@ -140,7 +148,7 @@ fn random_uuid() -> [u8; 16] {
     u
 }
 
-fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
+fn engine_config(cfg: &ServerConfig, sizes: &[u64]) -> EngineConfig {
     EngineConfig {
         system_uuid: random_uuid(),
         chunk_bytes: cfg.chunk_bytes,
@@ -148,11 +156,11 @@ fn engine_config(cfg: &ServerConfig, pools: &[PoolFile]) -> EngineConfig {
         pools: cfg
             .pools
             .iter()
-            .zip(pools)
-            .map(|(d, f)| PoolConfig {
+            .zip(sizes)
+            .map(|(d, &size_bytes)| PoolConfig {
                 name: d.name.clone(),
                 medium: d.medium,
-                capacity_bytes: f.size_bytes,
+                capacity_bytes: size_bytes,
                 queue_depth: d.queue_depth,
                 scheduler: d.scheduler.clone(),
                 log: d.log,
@@ -197,13 +205,7 @@ fn answer_status_queries(engine: &Engine, conn: &mut Conn) {
     }
 }
 
-fn bind_unix(path: &std::path::Path, what: &str) -> Result<UnixListener, String> {
-    if path.as_os_str().len() >= 108 {
-        return Err(format!(
-            "{what} path {} is too long for a Unix socket (max 107 bytes)",
-            path.display()
-        ));
-    }
+fn bind_unix(path: &std::path::Path) -> Result<UnixListener, String> {
     if path.exists() {
         // A stale socket from an earlier run; the pool locks already ensure we are alone.
         let _ = std::fs::remove_file(path);
@@ -211,29 +213,45 @@ fn bind_unix(path: &std::path::Path, what: &str) -> Result<UnixListener, String>
     UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
 }
 
+/// Everything that can be refused is refused before the first write: socket paths, TCP
+/// ports, which pools exist, and (when pools are to be created) the engine configuration
+/// with the configured sizes. Only then is the data directory made and are pools opened.
+fn open_checked(
+    cfg: &ServerConfig,
+    opts: StartOptions,
+) -> Result<(preflight::Bound, StartMode, Vec<PoolFile>), String> {
+    // The engine's own checks, with the configured sizes (a block device without a
+    // configured size is checked once it is open).
+    let sizes: Option<Vec<u64>> = cfg.pools.iter().map(|d| d.size_bytes).collect();
+    if let Some(sizes) = sizes {
+        Engine::new(engine_config(cfg, &sizes)).map_err(|e| format!("configuration: {e}"))?;
+    }
+    preflight::check_socket_paths(cfg)?;
+    let bound = preflight::bind_tcp(cfg)?;
+    let mode = preflight::plan(cfg, opts)?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        format!(
+            "cannot create data directory {}: {e}",
+            cfg.data_dir.display()
+        )
+    })?;
+    let pools = cfg.pools.iter().map(open_pool).collect::<Result<_, _>>()?;
+    Ok((bound, mode, pools))
+}
+
 impl Server {
-    /// Open the pools and bring the engine up (format or recover). `log` receives the
-    /// lines an operator should see.
-    pub fn start(cfg: ServerConfig, mut log: Box<dyn FnMut(&str)>) -> Result<Server, String> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-            format!(
-                "cannot create data directory {}: {e}",
-                cfg.data_dir.display()
-            )
-        })?;
-        let pools: Vec<PoolFile> = cfg.pools.iter().map(open_pool).collect::<Result<_, _>>()?;
-        let engine = match Engine::new(engine_config(&cfg, &pools)) {
-            Ok(e) => e,
-            Err(e) => {
-                // A configuration refused: leave no empty pool files behind.
-                for (d, p) in cfg.pools.iter().zip(&pools) {
-                    if p.created {
-                        let _ = std::fs::remove_file(&d.path);
-                    }
-                }
-                return Err(format!("configuration: {e}"));
-            }
-        };
+    /// Check everything that can be checked, then open the pools and bring the engine up
+    /// (mount, or format where `opts` allows it). `log` receives the lines an operator
+    /// should see.
+    pub fn start(
+        cfg: ServerConfig,
+        opts: StartOptions,
+        mut log: Box<dyn FnMut(&str)>,
+    ) -> Result<Server, String> {
+        let (bound, mode, pools) = open_checked(&cfg, opts)?;
+        let sizes: Vec<u64> = pools.iter().map(|p| p.size_bytes).collect();
+        let engine =
+            Engine::new(engine_config(&cfg, &sizes)).map_err(|e| format!("configuration: {e}"))?;
         for p in &pools {
             if p.created {
                 log(&format!(
@@ -250,11 +268,18 @@ impl Server {
         sig_rx
             .set_nonblocking(true)
             .map_err(|e| format!("signal pipe: {e}"))?;
+        let (hup_tx, hup_rx) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("signal pipe: {e}"))?;
+        hup_rx
+            .set_nonblocking(true)
+            .map_err(|e| format!("signal pipe: {e}"))?;
         let mut ids = Vec::new();
-        for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            let tx = sig_tx
-                .try_clone()
-                .map_err(|e| format!("signal pipe: {e}"))?;
+        for (s, tx) in [
+            (signal_hook::consts::SIGINT, &sig_tx),
+            (signal_hook::consts::SIGTERM, &sig_tx),
+            (signal_hook::consts::SIGHUP, &hup_tx),
+        ] {
+            let tx = tx.try_clone().map_err(|e| format!("signal pipe: {e}"))?;
             ids.push(
                 signal_hook::low_level::pipe::register(s, tx)
                     .map_err(|e| format!("signal handler: {e}"))?,
@@ -263,6 +288,10 @@ impl Server {
         let mut signal_rx = mio::net::UnixStream::from_std(sig_rx);
         poll.registry()
             .register(&mut signal_rx, TOK_SIGNAL, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        let mut hup_rx = mio::net::UnixStream::from_std(hup_rx);
+        poll.registry()
+            .register(&mut hup_rx, TOK_HUP, Interest::READABLE)
             .map_err(|e| e.to_string())?;
         let io_fd = backend.wake_fd();
         poll.registry()
@@ -277,7 +306,9 @@ impl Server {
             engine,
             backend,
             poll,
-            _pools: pools,
+            pools,
+            pool_check_at: Instant::now() + POOL_CHECK_EVERY,
+            pool_problems: Vec::new(),
             tcp: None,
             unix: None,
             admin: None,
@@ -295,6 +326,7 @@ impl Server {
             wakes: Default::default(),
             generation: 0,
             signal_rx,
+            hup_rx,
             _signal_ids: ids,
             signals: 0,
             stopping: false,
@@ -302,7 +334,7 @@ impl Server {
             per_export: Vec::new(),
             log: Box::new(|_| {}),
         };
-        s.engine.start(s.now(), StartMode::Auto, &mut s.out);
+        s.engine.start(s.now(), mode, &mut s.out);
         let mut events = Events::with_capacity(64);
         loop {
             s.drive();
@@ -343,29 +375,28 @@ impl Server {
             })
             .collect();
         s.per_export = vec![0; s.exports.len()];
-        s.listen()?;
+        s.listen(bound)?;
         s.log = log;
         Ok(s)
     }
 
-    fn listen(&mut self) -> Result<(), String> {
+    /// Register the TCP listeners bound before the pools were opened; bind the Unix
+    /// sockets (after the pool locks, which make removing a stale socket safe).
+    fn listen(&mut self, bound: preflight::Bound) -> Result<(), String> {
         let reg = self.poll.registry();
-        if let Some(addr) = &self.cfg.listen {
-            let a: std::net::SocketAddr = addr.parse().map_err(|_| {
-                format!("listen address {addr:?}: expected HOST:PORT, e.g. 127.0.0.1:10809")
-            })?;
-            let mut l = TcpListener::bind(a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
+        if let Some(l) = bound.nbd {
+            let mut l = TcpListener::from_std(l);
             reg.register(&mut l, TOK_TCP, Interest::READABLE)
                 .map_err(|e| e.to_string())?;
             self.tcp = Some(l);
         }
         if let Some(p) = &self.cfg.unix_socket {
-            let mut l = bind_unix(p, "NBD socket")?;
+            let mut l = bind_unix(p)?;
             reg.register(&mut l, TOK_UNIX, Interest::READABLE)
                 .map_err(|e| e.to_string())?;
             self.unix = Some(l);
         }
-        let mut a = bind_unix(&self.cfg.admin_socket, "admin socket")?;
+        let mut a = bind_unix(&self.cfg.admin_socket)?;
         std::fs::set_permissions(
             &self.cfg.admin_socket,
             std::fs::Permissions::from_mode(0o600),
@@ -374,12 +405,8 @@ impl Server {
         reg.register(&mut a, TOK_ADMIN, Interest::READABLE)
             .map_err(|e| e.to_string())?;
         self.admin = Some(a);
-        if let Some(addr) = &self.cfg.metrics {
-            let sa: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| format!("metrics address {addr:?}: expected HOST:PORT"))?;
-            let mut l = TcpListener::bind(sa)
-                .map_err(|e| format!("cannot listen on {sa} for metrics: {e}"))?;
+        if let Some(l) = bound.metrics {
+            let mut l = TcpListener::from_std(l);
             reg.register(&mut l, TOK_METRICS, Interest::READABLE)
                 .map_err(|e| e.to_string())?;
             self.metrics = Some(l);
@@ -415,7 +442,12 @@ impl Server {
                 ),
                 EngineEvent::VolumeCreated { volume } => format!("created volume {volume}"),
                 EngineEvent::Ready => "ready".into(),
-                EngineEvent::Stopped => "stopped: all data flushed and checkpoints written".into(),
+                EngineEvent::Stopped if !self.pool_problems.is_empty() => "stopped, but a pool file was lost while running (see the errors above)".into(),
+                EngineEvent::Stopped if self.engine.lost_at_stop().is_empty() => "stopped: all data flushed and checkpoints written".into(),
+                EngineEvent::Stopped => format!(
+                    "stopped, but the final commit failed for volume(s) {}: their writes since the last successful FLUSH are lost",
+                    self.engine.lost_at_stop().join(", ")
+                ),
                 EngineEvent::Failed { reason } => format!("engine failed: {reason}"),
                 EngineEvent::Warning { message } => format!("warning: {message}"),
             })
@@ -654,6 +686,7 @@ impl Server {
         }
         self.stopping = true;
         (self.log)("shutting down: finishing in-flight requests, flushing, writing checkpoints");
+        self.watch_pools(true);
         // Stop taking new NBD connections; admin and metrics stay up.
         if let Some(mut l) = self.tcp.take() {
             let _ = self.poll.registry().deregister(&mut l);
@@ -663,6 +696,12 @@ impl Server {
         }
         let now = self.now();
         self.engine.begin_shutdown(now, &mut self.out);
+    }
+
+    /// Shut down now (as an admin `shutdown` would) and wait for the clean stop.
+    pub fn stop(&mut self) -> Result<(), String> {
+        self.begin_stop();
+        self.run()
     }
 
     /// Serve until a signal (or an admin `shutdown`) and a clean stop.
@@ -676,9 +715,10 @@ impl Server {
             if self.reread.is_empty() || passes_without_poll >= 3 {
                 passes_without_poll = 0;
                 let timeout = if self.reread.is_empty() {
-                    self.wakes
-                        .first()
-                        .map(|&w| Duration::from_nanos(w.saturating_sub(self.now())))
+                    let check = self.pool_check_at.saturating_duration_since(Instant::now());
+                    Some(self.wakes.first().map_or(check, |&w| {
+                        Duration::from_nanos(w.saturating_sub(self.now())).min(check)
+                    }))
                 } else {
                     Some(Duration::ZERO)
                 };
@@ -703,16 +743,8 @@ impl Server {
                     TOK_TCP | TOK_UNIX => self.accept(ev.token()),
                     TOK_ADMIN | TOK_METRICS => self.accept_client(ev.token()),
                     TOK_IO => self.backend.clear_wake(),
-                    TOK_SIGNAL => {
-                        let mut b = [0u8; 64];
-                        while matches!(self.signal_rx.read(&mut b), Ok(n) if n > 0) {
-                            self.signals += 1;
-                        }
-                        if self.signals > 1 && self.stopping {
-                            return Err("second signal: stopping without a clean shutdown".into());
-                        }
-                        self.begin_stop();
-                    }
+                    TOK_SIGNAL => self.on_stop_signal()?,
+                    TOK_HUP => self.on_hangup(),
                     Token(t) if t >= CLIENT_BASE => self.client_event(t - CLIENT_BASE),
                     Token(t) => {
                         let key = t - CONN_BASE;
@@ -725,6 +757,7 @@ impl Server {
                     }
                 }
             }
+            self.watch_pools(false);
             let now = self.now();
             if self.wakes.first().is_some_and(|&w| w <= now) {
                 // One tick runs everything due; later times stay asked for.
@@ -757,7 +790,91 @@ impl Server {
         if let Some(p) = &self.cfg.unix_socket {
             let _ = std::fs::remove_file(p);
         }
-        Ok(())
+        self.watch_pools(true);
+        self.stop_verdict()
+    }
+
+    /// The truth about a finished shutdown: clean only if every final commit landed and
+    /// every pool file is still the one we wrote.
+    fn stop_verdict(&self) -> Result<(), String> {
+        let mut why = Vec::new();
+        if !self.engine.lost_at_stop().is_empty() {
+            why.push(format!(
+                "the final commit failed for volume(s) {}",
+                self.engine.lost_at_stop().join(", ")
+            ));
+        }
+        why.extend(self.pool_problems.iter().cloned());
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("shutdown was not clean: {}", why.join("; ")))
+        }
+    }
+
+    /// Check (every few seconds, or now if `force`) that each pool's path still names
+    /// the file we opened; log each problem once.
+    fn watch_pools(&mut self, force: bool) {
+        if !force && Instant::now() < self.pool_check_at {
+            return;
+        }
+        self.pool_check_at = Instant::now() + POOL_CHECK_EVERY;
+        let found: Vec<String> = self
+            .pools
+            .iter()
+            .filter_map(|p| p.identity_problem())
+            .collect();
+        for f in found {
+            if !self.pool_problems.contains(&f) {
+                (self.log)(&format!("error: {f}"));
+                self.pool_problems.push(f);
+            }
+        }
+    }
+
+    /// SIGTERM or SIGINT: the first starts a clean shutdown; a second is only noted (a
+    /// supervisor's `timeout` signals the whole group, and the shutdown is already on its
+    /// way); a third exits at once, saying what was left unfinished.
+    fn on_stop_signal(&mut self) -> Result<(), String> {
+        let mut b = [0u8; 64];
+        let before = self.signals;
+        while matches!(self.signal_rx.read(&mut b), Ok(n) if n > 0) {
+            self.signals += 1;
+        }
+        if self.signals == before {
+            return Ok(());
+        }
+        if !self.stopping {
+            self.begin_stop();
+        }
+        match self.signals {
+            0 | 1 => Ok(()),
+            2 => {
+                (self.log)(
+                    "shutdown already in progress; a third SIGTERM/SIGINT exits at once without finishing it",
+                );
+                Ok(())
+            }
+            _ => Err(format!(
+                "third signal: exiting before the shutdown finished: {} request(s) unanswered, engine {:?}; writes not yet covered by an acknowledged FLUSH may be lost (recovery replays what was committed)",
+                self.routes.len(),
+                self.engine.state()
+            )),
+        }
+    }
+
+    /// SIGHUP: nothing can be reloaded live yet, so say so rather than die.
+    fn on_hangup(&mut self) {
+        let mut b = [0u8; 64];
+        let mut got = false;
+        while matches!(self.hup_rx.read(&mut b), Ok(n) if n > 0) {
+            got = true;
+        }
+        if got {
+            (self.log)(
+                "SIGHUP ignored: configuration reload is not supported; restart the server to apply changes",
+            );
+        }
     }
 
     fn accept_client(&mut self, tok: Token) {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use tiervisor_server::config::ServerConfig;
 use tiervisor_server::io::IoKind;
-use tiervisor_server::{DEFAULT_CONFIG, Server, admin};
+use tiervisor_server::{DEFAULT_CONFIG, Server, StartOptions, admin, preflight};
 
 use crate::Failure;
 
@@ -27,9 +27,64 @@ pub struct ServeArgs {
     /// I/O backend: uring (default) or threads.
     #[arg(long)]
     io: Option<String>,
+    /// Create and format the pools if none of them exists yet. Without it, pools are
+    /// created only for the embedded default configuration on a fresh, empty data
+    /// directory; otherwise missing pools are an error (a wrong --data-dir or unmounted
+    /// storage must not be served as blank disks).
+    #[arg(long)]
+    format_new: bool,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
+}
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Create and format the configured pools, then exit. Refuses if any pool exists.
+    Format {
+        /// Configuration file (TOML); without it the embedded default is used.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Data directory; overrides the configuration's.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+/// The configuration `serve` and `pool format` use: a file, or the embedded default.
+fn load_config(
+    config: &Option<PathBuf>,
+    data_dir: &Option<PathBuf>,
+) -> Result<ServerConfig, Failure> {
+    let mut cfg = match config {
+        Some(p) => ServerConfig::load(p).map_err(|e| Failure::input(e.to_string()))?,
+        None => ServerConfig::default_config(),
+    };
+    if let Some(d) = data_dir {
+        cfg = cfg.with_data_dir(d);
+    }
+    Ok(cfg)
+}
+
+pub fn pool(cmd: PoolCmd) -> Result<(), Failure> {
+    let PoolCmd::Format { config, data_dir } = cmd;
+    let mut cfg = load_config(&config, &data_dir)?;
+    if let Some(p) = cfg.pools.iter().find(|p| p.path.exists()) {
+        return Err(Failure::input(format!(
+            "pool {}: {} already exists; `pool format` only creates new pools (remove it first if its data is not wanted)",
+            p.name,
+            p.path.display()
+        )));
+    }
+    // Format only: no NBD or metrics listeners.
+    cfg.listen = None;
+    cfg.metrics = None;
+    cfg.unix_socket = None;
+    let opts = StartOptions { format_new: true };
+    let mut server = Server::start(cfg, opts, Box::new(log_line)).map_err(Failure::input)?;
+    server.stop().map_err(Failure::run)?;
+    log_line("pools formatted; start the server with `tiervisor serve`");
+    Ok(())
 }
 
 fn log_line(s: &str) {
@@ -42,18 +97,18 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         print!("{DEFAULT_CONFIG}");
         return Ok(());
     }
-    let mut cfg = match &a.config {
-        Some(p) => ServerConfig::load(p).map_err(|e| Failure::input(e.to_string()))?,
-        None => ServerConfig::default_config(),
-    };
-    if let Some(d) = &a.data_dir {
-        cfg = cfg.with_data_dir(d);
-    }
+    let mut cfg = load_config(&a.config, &a.data_dir)?;
     if let Some(l) = a.listen {
         cfg.listen = Some(l).filter(|s| !s.is_empty());
     }
     if let Some(m) = a.metrics {
         cfg.metrics = Some(m).filter(|s| !s.is_empty());
+    }
+    for (flag, addr) in [("--listen", &cfg.listen), ("--metrics", &cfg.metrics)] {
+        if let Some(addr) = addr {
+            tiervisor_server::config::parse_address(addr)
+                .map_err(|e| Failure::input(format!("{flag} {addr:?}: {e}")))?;
+        }
     }
     if let Some(io) = &a.io {
         cfg.io = IoKind::parse(io)
@@ -68,7 +123,12 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         },
         cfg.data_dir.display()
     ));
-    let mut server = Server::start(cfg.clone(), Box::new(log_line)).map_err(|e| {
+    // The embedded default may create its pools on a fresh data directory: that is the
+    // first run the README shows. Anything else must be asked for.
+    let opts = StartOptions {
+        format_new: a.format_new || (a.config.is_none() && preflight::dir_is_fresh(&cfg.data_dir)),
+    };
+    let mut server = Server::start(cfg.clone(), opts, Box::new(log_line)).map_err(|e| {
         // Configuration mismatches and unreadable metadata are the operator's to fix.
         Failure::input(e)
     })?;
@@ -117,12 +177,12 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         "  status:         tiervisor ctl stat --data-dir {}\n",
         cfg.data_dir.display()
     );
-    banner += "  stop:           Ctrl-C (or SIGTERM): in-flight requests finish, data is flushed, checkpoints written";
+    banner += "  stop:           Ctrl-C (or SIGTERM): in-flight requests finish, data is flushed, checkpoints written; a third signal exits at once";
     for l in banner.lines() {
         log_line(l);
     }
     server.run().map_err(Failure::run)?;
-    log_line("stopped cleanly");
+    log_line("stopped cleanly: all data flushed and checkpoints written");
     Ok(())
 }
 

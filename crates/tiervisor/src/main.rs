@@ -31,6 +31,11 @@ struct Cli {
 enum Cmd {
     /// Serve volumes to VMs over NBD (embedded default configuration without --config).
     Serve(cmd_serve::ServeArgs),
+    /// Pool files and devices.
+    Pool {
+        #[command(subcommand)]
+        cmd: cmd_serve::PoolCmd,
+    },
     /// Talk to a running server through its admin socket.
     Ctl {
         #[command(subcommand)]
@@ -89,6 +94,7 @@ fn main() -> ExitCode {
         .init();
     let r = match cli.cmd {
         Cmd::Serve(a) => cmd_serve::serve(a),
+        Cmd::Pool { cmd } => cmd_serve::pool(cmd),
         Cmd::Ctl { cmd } => cmd_serve::ctl(cmd),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Dst(a) => cmd_dst::run(a),

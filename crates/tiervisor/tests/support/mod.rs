@@ -1,6 +1,8 @@
 //! Running `tiervisor serve` in tests, and the real clients we check it with.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod raw_nbd;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -90,8 +92,19 @@ pub struct ServerProc {
 }
 
 impl ServerProc {
-    /// Start `tiervisor serve` on a free port in `data_dir` with extra arguments.
+    /// Start `tiervisor serve` on a free port in `data_dir` with extra arguments. With a
+    /// `--config`, pools are created on first start (`--format-new`); the embedded
+    /// default creates them on its own in a fresh directory.
     pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProc {
+        let mut args = extra.to_vec();
+        if extra.contains(&"--config") {
+            args.push("--format-new");
+        }
+        Self::start_plain(data_dir, &args)
+    }
+
+    /// Start `tiervisor serve` with exactly these extra arguments.
+    pub fn start_plain(data_dir: &Path, extra: &[&str]) -> ServerProc {
         let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .arg("--data-dir")
@@ -145,10 +158,33 @@ impl ServerProc {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM and wait for a clean exit; returns the exit status code.
-    pub fn term(mut self) -> Option<i32> {
+    /// Send a signal to the server.
+    pub fn signal(&self, sig: i32) {
         // SAFETY: sending a signal to our own child process.
-        unsafe { libc_kill(self.child.id() as i32, 15) };
+        unsafe { libc_kill(self.child.id() as i32, sig) };
+    }
+
+    /// Wait until the log contains `what` (panics after 30 s).
+    pub fn wait_log(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.log().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "no {what:?} in the log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM and wait for the exit; returns the exit status code.
+    pub fn term(self) -> Option<i32> {
+        self.signal(15);
+        self.wait_exit()
+    }
+
+    /// Wait for the server to exit (it must within 60 s); returns the exit status code.
+    pub fn wait_exit(mut self) -> Option<i32> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(s)) = self.child.try_wait() {
