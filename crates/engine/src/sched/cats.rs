@@ -263,7 +263,9 @@ impl Scheduler for Cats {
 
     fn completed(&mut self, now_ns: u64, op: &QueuedOp) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        // The engine's own reads (volume u32::MAX) have no process to wait for.
         if !op.is_write
+            && op.volume != u32::MAX
             && self.p.busdriver_ns > 0
             && !self.reads.iter().any(|o| o.volume == op.volume)
         {

@@ -6,11 +6,14 @@ use super::QueuedOp;
 use super::sorted::SortedQueue;
 
 /// Which queue a request belongs to: its volume, and whether it is synchronous (reads;
-/// writes are treated as asynchronous, as buffered writes are in the kernel).
+/// writes are treated as asynchronous, as buffered writes are in the kernel). The
+/// engine's own reads (superblocks, journals at mount; volume `u32::MAX`) count as
+/// asynchronous: no process waits to send a nearby next one, so idling for them only
+/// delays the mount.
 pub(super) type FlowId = (u32, bool);
 
 pub(super) fn flow_of(op: &QueuedOp) -> FlowId {
-    (op.volume, !op.is_write)
+    (op.volume, !op.is_write && op.volume != u32::MAX)
 }
 
 #[derive(Default)]
