@@ -172,6 +172,8 @@ pub struct Hdd {
     dirty_sectors: u64,
     use_clock: u64,
     counters: DeviceCounters,
+    /// A FLUSH is a barrier: nothing submitted after it starts before it completes.
+    barrier_ns: u64,
 }
 
 impl Hdd {
@@ -235,6 +237,7 @@ impl Hdd {
             dirty_sectors: 0,
             use_clock: 0,
             counters: DeviceCounters::default(),
+            barrier_ns: 0,
             p,
         }
     }
@@ -543,6 +546,7 @@ impl Hdd {
 
 impl DeviceModel for Hdd {
     fn submit(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let now_ns = now_ns.max(self.barrier_ns);
         let lba = req.offset_bytes / SECTOR_BYTES;
         let sectors = req.len_bytes.div_ceil(SECTOR_BYTES).max(1);
         match req.kind {
@@ -561,7 +565,8 @@ impl DeviceModel for Hdd {
                 if !self.dirty.is_empty() {
                     self.stop_readahead(start);
                 }
-                self.destage_all(start) + self.p.command_overhead_ns
+                self.barrier_ns = self.destage_all(start) + self.p.command_overhead_ns;
+                self.barrier_ns
             }
             DevOpKind::Trim => now_ns + self.p.command_overhead_ns,
         }
@@ -707,6 +712,24 @@ mod tests {
         };
         assert!(h.submit(t, &fua) - t > NS_PER_MS);
         assert_eq!(h.dirty_bytes(), 0);
+    }
+
+    #[test]
+    fn a_flush_delays_requests_submitted_after_it() {
+        let mut h = hdd();
+        let far = h.capacity_bytes() / 3;
+        let w = h.submit(0, &DevRequest::write(far, 64 * KIB));
+        // Warm the cache with a read of sector 0, then flush and read it again at once:
+        // the hit would take microseconds, but it must wait for the flush.
+        let r0 = h.submit(w, &DevRequest::read(0, 4 * KIB));
+        let w2 = h.submit(r0, &DevRequest::write(far + 64 * KIB, 64 * KIB));
+        let f = h.submit(w2, &DevRequest::flush());
+        let hit = h.submit(w2, &DevRequest::read(0, 4 * KIB));
+        assert!(f > w2 + NS_PER_MS, "the flush must write the far data");
+        assert!(
+            hit >= f,
+            "a read after the flush finished at {hit}, flush at {f}"
+        );
     }
 
     #[test]

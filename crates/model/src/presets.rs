@@ -6,7 +6,7 @@
 //! `docs/MODELS.md` lists the resulting model-vs-paper figures.
 
 use crate::hdd::HddParams;
-use crate::ssd::{FtlKind, Precondition, SsdParams};
+use crate::ssd::{FlushMode, FtlKind, Precondition, SsdParams};
 use crate::units::{GIB, KIB, MIB, NS_PER_MS, NS_PER_US};
 use crate::{DeviceKind, SECTOR_BYTES};
 
@@ -118,6 +118,8 @@ fn intel_320_160g() -> SsdParams {
         interface_bytes_per_sec: 300 * MB,    // spec: SATA 3 Gb/s (270 MB/s reads)
         command_overhead_ns: 120 * NS_PER_US, // fit: seed 000 4 KB ratios (QD1 through Xen blktap)
         write_buffer_bytes: MIB,              // est.
+        write_back: false,
+        flush: FlushMode::All,
         ftl: FtlKind::Page {
             map_cache_entries: 0,
         }, // est.: map held in DRAM
@@ -141,6 +143,8 @@ fn intel_x25m_80g() -> SsdParams {
         interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s (250 MB/s reads)
         command_overhead_ns: 60 * NS_PER_US, // est.
         write_buffer_bytes: 16 * KIB,        // est.: DRAM holds the map, little user data
+        write_back: false,
+        flush: FlushMode::All,
         ftl: FtlKind::Page {
             map_cache_entries: 4 << 20,
         }, // est.: 16 MB DRAM caches 4M entries
@@ -151,19 +155,21 @@ fn intel_x25m_80g() -> SsdParams {
 
 fn mtron_msd_sata3035() -> SsdParams {
     SsdParams {
-        capacity_bytes: 32 * GB,               // spec: MSD-SATA3035-032
-        over_provisioning: 0.0,                // BAST sizes its own spare blocks
-        page_bytes: 2 * KIB,                   // spec: SLC large-block NAND
-        pages_per_block: 64,                   // spec: 128 KiB blocks
-        channels: 4,                           // est.
-        dies_per_channel: 2,                   // est.
-        read_ns: 25 * NS_PER_US,               // spec (SLC)
-        program_ns: 200 * NS_PER_US,           // spec (SLC); 8 dies give ~80 MB/s sequential write
-        erase_ns: 1_500 * NS_PER_US,           // spec (SLC)
-        channel_bytes_per_sec: 40 * MB,        // spec: 25 ns/byte asynchronous NAND bus
-        interface_bytes_per_sec: 150 * MB,     // spec: SATA 1.5 Gb/s
-        command_overhead_ns: 60 * NS_PER_US,   // est.
-        write_buffer_bytes: 0,                 // est.: writes complete when programmed
+        capacity_bytes: 32 * GB,             // spec: MSD-SATA3035-032
+        over_provisioning: 0.0,              // BAST sizes its own spare blocks
+        page_bytes: 2 * KIB,                 // spec: SLC large-block NAND
+        pages_per_block: 64,                 // spec: 128 KiB blocks
+        channels: 4,                         // est.
+        dies_per_channel: 2,                 // est.
+        read_ns: 25 * NS_PER_US,             // spec (SLC)
+        program_ns: 200 * NS_PER_US,         // spec (SLC); 8 dies give ~80 MB/s sequential write
+        erase_ns: 1_500 * NS_PER_US,         // spec (SLC)
+        channel_bytes_per_sec: 40 * MB,      // spec: 25 ns/byte asynchronous NAND bus
+        interface_bytes_per_sec: 150 * MB,   // spec: SATA 1.5 Gb/s
+        command_overhead_ns: 60 * NS_PER_US, // est.
+        write_buffer_bytes: 0,               // est.: writes complete when programmed
+        write_back: false,
+        flush: FlushMode::All,
         ftl: FtlKind::Bast { log_blocks: 16 }, // est.: few log blocks, slow small random writes
         gc_free_blocks_low: 2,
         precondition: Precondition::Sequential,
@@ -185,6 +191,8 @@ fn intel_520() -> SsdParams {
         interface_bytes_per_sec: 600 * MB, // spec: SATA 6 Gb/s
         command_overhead_ns: 20 * NS_PER_US, // fit: 50,000 / 60,000 4 KB IOPS (seed 004 Table 4)
         write_buffer_bytes: MIB,         // est.
+        write_back: false,
+        flush: FlushMode::All,
         ftl: FtlKind::Page {
             map_cache_entries: 0,
         },
@@ -208,6 +216,8 @@ fn openssd_jasmine() -> SsdParams {
         interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s
         command_overhead_ns: 80 * NS_PER_US, // est.
         write_buffer_bytes: 16 * MIB,        // est.: part of the 64 MB DRAM
+        write_back: true, // paper: a DRAM write buffer with LRU eviction (section III-C)
+        flush: FlushMode::All,
         ftl: FtlKind::Page {
             map_cache_entries: 0,
         }, // spec: 64 MB DRAM holds the page map

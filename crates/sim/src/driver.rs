@@ -17,7 +17,9 @@ use tiervisor_engine::{
     PoolConfig, ReqKind, StartMode, VmCompletion, VmRequest, VolumeConfig, VolumeId,
 };
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
-use tiervisor_workload::{FioWorkload, SurgeWorkload, TraceWorkload, WlKind, Workload};
+use tiervisor_workload::{
+    AppWorkload, FioWorkload, SurgeWorkload, TraceWorkload, WlKind, Workload,
+};
 
 use crate::report::{DeviceReport, LatReport, Moments, SimReport, VmReport, VolumeReport};
 use crate::scenario::{Scenario, WorkloadSpec};
@@ -222,7 +224,15 @@ impl Simulation {
         let models = scenario
             .pools
             .iter()
-            .map(|p| Model::from_preset(&p.preset, Some(p.capacity_bytes)))
+            .map(|p| {
+                let mut m = Model::from_preset(&p.preset, Some(p.capacity_bytes));
+                if let Model::Ssd(s) = &mut m
+                    && s.params().write_back
+                {
+                    s.set_buffer_sampling(scenario.sample_interval_ns);
+                }
+                m
+            })
             .collect();
         let mut vms = Vec::new();
         let mut total = Some(0u64);
@@ -248,6 +258,13 @@ impl Simulation {
                     let w = SurgeWorkload::new(cfg)
                         .map_err(|e| format!("{}: vm {}: {e}", scenario.source, vm.name))?;
                     (Box::new(w), Some(n))
+                }
+                WorkloadSpec::App(job) => {
+                    let mut job = job.clone();
+                    job.seed = seed
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 + 1);
+                    (Box::new(AppWorkload::new(job)), None)
                 }
                 WorkloadSpec::Fio(job) => {
                     let mut job = job.clone();
@@ -722,6 +739,7 @@ impl Simulation {
                     } else {
                         0.0
                     },
+                    flush: self.flush_report(p),
                 },
             );
         }
@@ -745,6 +763,35 @@ impl Simulation {
             volumes,
             devices,
         }
+    }
+
+    /// FLUSH costs and buffer use of SSD `p` (None for HDDs and drives without a DRAM
+    /// map or write-back buffer, where a FLUSH writes nothing of its own).
+    fn flush_report(&self, p: usize) -> Option<crate::report::FlushReport> {
+        let Model::Ssd(s) = &self.models[p] else {
+            return None;
+        };
+        let params = s.params();
+        let stats = s.flush_stats();
+        if !params.write_back && stats.map_bytes == 0 {
+            return None;
+        }
+        let cap = params.write_buffer_bytes.max(1) as f64;
+        let buffer_utilisation = s
+            .buffer_samples()
+            .iter()
+            .filter(|&&(t, _)| t >= self.t0)
+            .map(|&(t, b)| ((t - self.t0) as f64 / 1e9, b as f64 / cap))
+            .collect();
+        Some(crate::report::FlushReport {
+            mode: serde_json::to_value(params.flush)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            stats,
+            mean_latency_us: stats.mean_latency_ns() / 1e3,
+            buffer_utilisation,
+        })
     }
 
     /// Requests the run will issue, if known in advance.

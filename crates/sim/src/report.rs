@@ -171,6 +171,20 @@ pub struct DeviceReport {
     pub service: MeanVar,
     /// Sectors read and written per ms of the run.
     pub sectors_per_ms: f64,
+    /// FLUSH costs and write-buffer use (SSDs with a write-back buffer or a DRAM map).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flush: Option<FlushReport>,
+}
+
+/// What FLUSH commands cost on a device (seed 001's Figures 2, 6 and 7).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FlushReport {
+    /// `all` or `tagged`.
+    pub mode: String,
+    pub stats: tiervisor_model::FlushStats,
+    pub mean_latency_us: f64,
+    /// (seconds since the workloads started, fraction of the write buffer in use).
+    pub buffer_utilisation: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

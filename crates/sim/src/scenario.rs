@@ -7,6 +7,7 @@
 //! model = "hitachi-7k1000c"
 //! capacity = "200g"        # default: the preset's capacity
 //! queue_depth = 1          # default: 1 for HDDs, 32 for SSDs
+//! flush = "tagged"         # SSDs: what a FLUSH writes back, "all" (default) or "tagged"
 //! [[volume]]
 //! name = "vm1"
 //! pool = "hdd"
@@ -37,10 +38,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, volume};
 use tiervisor_engine::{Medium, SchedSpec};
-use tiervisor_model::{DeviceKind, Preset, preset, preset_names};
+use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
-    FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceFormat, TraceWorkload, Workload,
-    WorkloadError,
+    AppJob, AppKind, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceFormat, TraceWorkload,
+    Workload, WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -75,6 +76,8 @@ struct RawPool {
     scheduler: Option<Spanned<toml::Value>>,
     /// Gather small and random writes into log appends (seed 002).
     log: Option<tiervisor_conf::Switch>,
+    /// What a device FLUSH writes back on SSDs: "all" or "tagged" (seed 001).
+    flush: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -115,6 +118,7 @@ struct RawVm {
     repeat: Option<u32>,
     fio: Option<RawFio>,
     surge: Option<RawSurge>,
+    app: Option<RawApp>,
 }
 
 /// `[vm.surge]`: seed 003's web-server workload; the distributions are the paper's.
@@ -132,6 +136,18 @@ struct RawSurge {
     requests: Option<Spanned<u64>>,
 }
 
+/// An application-shaped generator (seed 001's Figure 9 workloads).
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    kind: Spanned<String>,
+    size: Option<Spanned<SizeVal>>,
+    offset: Option<Spanned<SizeVal>>,
+    depth: Option<u32>,
+    loops: Option<u64>,
+    runtime_s: Option<Spanned<f64>>,
+}
+
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct RawFio {
@@ -147,6 +163,81 @@ struct RawFio {
     random_map: Option<bool>,
     end_fsync: Option<bool>,
     random_distribution: Option<Spanned<String>>,
+}
+
+/// An `[vm.app]` table as a job on a volume of `vol_size` bytes.
+fn app_job(cx: &Source, a: &RawApp, vol_size: u64) -> Result<AppJob, ScenarioError> {
+    let Some(kind) = AppKind::parse(a.kind.get_ref()) else {
+        return cx.err(
+            a.kind.span(),
+            format!(
+                "kind {:?}: expected one of {}",
+                a.kind.get_ref(),
+                AppKind::names()
+            ),
+        );
+    };
+    let offset_bytes = match &a.offset {
+        Some(o) => cx.size(o, "offset")?,
+        None => 0,
+    };
+    let size_bytes = match &a.size {
+        Some(s) => cx.size(s, "size")?,
+        None => vol_size.saturating_sub(offset_bytes),
+    };
+    if offset_bytes + size_bytes > vol_size || size_bytes < kind.min_size_bytes() {
+        return cx.err(
+            a.size.as_ref().map_or(a.kind.span(), |s| s.span()),
+            format!(
+                "offset + size must lie inside the volume ({vol_size} bytes), and {} needs at least {} bytes",
+                kind.name(),
+                kind.min_size_bytes()
+            ),
+        );
+    }
+    let runtime_ns = match &a.runtime_s {
+        Some(r) if !(r.get_ref().is_finite() && *r.get_ref() > 0.0) => {
+            return cx.err(r.span(), "runtime_s: expected a positive number");
+        }
+        Some(r) => Some((r.get_ref() * 1e9) as u64),
+        None => None,
+    };
+    if a.loops.is_none() && runtime_ns.is_none() {
+        return cx.err(a.kind.span(), "an [vm.app] needs `loops` or `runtime_s`");
+    }
+    Ok(AppJob {
+        kind,
+        offset_bytes,
+        size_bytes,
+        depth: a.depth.unwrap_or(1).max(1),
+        loops: a.loops,
+        runtime_ns,
+        seed: 0,
+    })
+}
+
+/// Apply a pool's `flush` key to its SSD preset.
+fn set_flush_mode(cx: &Source, pr: &mut Preset, f: &Spanned<String>) -> Result<(), ScenarioError> {
+    let Some(mode) = FlushMode::parse(f.get_ref()) else {
+        return cx.err(
+            f.span(),
+            format!(
+                "flush: expected \"all\" or \"tagged\", not {:?}",
+                f.get_ref()
+            ),
+        );
+    };
+    match pr {
+        Preset::Ssd { params, .. } if mode == FlushMode::Tagged && !params.write_back => cx.err(
+            f.span(),
+            "flush = \"tagged\" needs an SSD model with a write-back buffer (openssd-jasmine)",
+        ),
+        Preset::Ssd { params, .. } => {
+            params.flush = mode;
+            Ok(())
+        }
+        Preset::Hdd { .. } => cx.err(f.span(), "flush: only SSD pools have a flush mode"),
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -191,6 +282,8 @@ pub enum WorkloadSpec {
     },
     Fio(FioJob),
     Surge(SurgeConfig),
+    /// An application-shaped generator (varmail, fileserver, TPC-C).
+    App(AppJob),
 }
 
 #[derive(Clone, Debug)]
@@ -245,6 +338,10 @@ impl Scenario {
                         .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
                 }
                 WorkloadSpec::Surge(c) => touched.extend(0..c.region_bytes.div_ceil(cb)),
+                WorkloadSpec::App(j) => {
+                    touched
+                        .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
+                }
             }
         }
         touched
@@ -312,6 +409,10 @@ impl Scenario {
                 None => 32,
             };
             let scheduler = tiervisor_conf::sched::scheduler(&cx, p.scheduler.as_ref())?;
+            let mut pr = pr;
+            if let Some(f) = &p.flush {
+                set_flush_mode(&cx, &mut pr, f)?;
+            }
             pools.push(PoolSpec {
                 name: p.name.get_ref().clone(),
                 preset: pr,
@@ -402,11 +503,28 @@ impl Scenario {
                     ),
                 );
             };
-            if vm.trace.is_some() as u8 + vm.fio.is_some() as u8 + vm.surge.is_some() as u8 != 1 {
+            if vm.trace.is_some() as u8
+                + vm.fio.is_some() as u8
+                + vm.surge.is_some() as u8
+                + vm.app.is_some() as u8
+                != 1
+            {
                 return cx.err(
                     svm.span(),
-                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio] or a [vm.surge] table",
+                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge] or a [vm.app] table",
                 );
+            }
+            if let Some(a) = &vm.app {
+                let job = app_job(&cx, a, volumes[volume].size_bytes)?;
+                vms.push(VmSpec {
+                    name: vm
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    volume,
+                    workload: WorkloadSpec::App(job),
+                });
+                continue;
             }
             if let Some(sg) = &vm.surge {
                 vms.push(VmSpec {
@@ -711,5 +829,33 @@ ios = 100
         let e = parse("seed = [").unwrap_err();
         assert_eq!(e.file, "s.toml");
         assert!(e.to_string().starts_with("s.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn flush_modes_apply_to_write_back_ssds_only() {
+        let ssd = GOOD.replace("hitachi-7k1000c", "openssd-jasmine");
+        let s = parse(&ssd.replace(
+            "capacity = \"10g\"",
+            "capacity = \"10g\"\nflush = \"tagged\"",
+        ))
+        .unwrap();
+        match &s.pools[0].preset {
+            Preset::Ssd { params, .. } => assert_eq!(params.flush, FlushMode::Tagged),
+            p => panic!("{p:?}"),
+        }
+        let e = parse(&ssd.replace("capacity = \"10g\"", "capacity = \"10g\"\nflush = \"some\""))
+            .unwrap_err();
+        assert_eq!(e.line, Some(7));
+        assert!(e.message.contains("\"all\" or \"tagged\""), "{e}");
+        let e = parse(&GOOD.replace("capacity = \"10g\"", "capacity = \"10g\"\nflush = \"all\""))
+            .unwrap_err();
+        assert!(e.message.contains("only SSD pools"), "{e}");
+        let x25 = GOOD.replace("hitachi-7k1000c", "intel-x25m-80g");
+        let e = parse(&x25.replace(
+            "capacity = \"10g\"",
+            "capacity = \"10g\"\nflush = \"tagged\"",
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("write-back buffer"), "{e}");
     }
 }

@@ -15,6 +15,25 @@ pub enum ReproduceCmd {
     /// Seed 002: IOzone-like random writes of a 6 GB file, 4 KB to 512 KB records, with
     /// the log-structured write path off and on; MB/s and the speed-up.
     Logwrite(ReproduceArgs),
+    /// Seed 001 (vFLUSH) on the simulated openssd-jasmine: flush = "all" (Baseline)
+    /// against "tagged"; Figures 1/8, 2/6, 7 and 9 with the paper's numbers and ratios.
+    Flush(FlushArgs),
+}
+
+#[derive(Args)]
+pub struct FlushArgs {
+    /// Simulated seconds per run (micro-benchmark and applications).
+    #[arg(long, default_value_t = 3.0)]
+    runtime_s: f64,
+    /// Simulations run at once (default: one per CPU).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Print the result as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Write a Markdown report and CSV data for the plots into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -46,8 +65,17 @@ fn scenario_dir(given: Option<PathBuf>, name: &str) -> PathBuf {
 }
 
 fn jobs(a: &ReproduceArgs) -> usize {
-    a.jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+    default_jobs(a.jobs)
+}
+
+pub(crate) fn default_jobs(given: Option<usize>) -> usize {
+    given.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+impl FlushArgs {
+    pub(crate) fn parts(&self) -> (f64, Option<usize>, bool, Option<&std::path::Path>) {
+        (self.runtime_s, self.jobs, self.json, self.out.as_deref())
+    }
 }
 
 fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
@@ -61,6 +89,7 @@ fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
 
 pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
     match cmd {
+        ReproduceCmd::Flush(a) => crate::cmd_flush::run(a),
         ReproduceCmd::Logwrite(a) => {
             let dir = scenario_dir(a.scenarios.clone(), "logwrite");
             let rows = reproduce::logwrite(&dir, jobs(&a)).map_err(Failure::input)?;

@@ -1,6 +1,7 @@
 //! The `tiervisor` command.
 
 mod cmd_dst;
+mod cmd_flush;
 mod cmd_model;
 mod cmd_reproduce;
 mod cmd_serve;

@@ -4,11 +4,13 @@
 //! simulator one at a time, either with arrival times (timed replay) or as fast as the
 //! system completes them (closed loop).
 
+pub mod apps;
 pub mod error;
 pub mod r#gen;
 pub mod surge;
 pub mod trace;
 
+pub use apps::{AppJob, AppKind, AppWorkload};
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
 pub use surge::{SurgeConfig, SurgeWorkload};

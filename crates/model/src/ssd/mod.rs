@@ -3,15 +3,22 @@
 //! GC and an optional cached map table, or BAST-style hybrid log blocks).
 
 mod bast;
+mod maplog;
 mod nand;
 mod page_ftl;
+mod wbuf;
+mod writeback;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use bast::BastFtl;
+use maplog::MapPersist;
 use nand::Nand;
 use page_ftl::PageFtl;
+use wbuf::WriteBuffer;
+
+pub use writeback::{FlushMode, FlushStats};
 
 use crate::units::transfer_ns;
 use crate::{DevOpKind, DevRequest, DeviceCounters, DeviceKind, DeviceModel};
@@ -53,6 +60,12 @@ pub struct SsdParams {
     pub command_overhead_ns: u64,
     /// DRAM write buffer; writes complete once buffered (0: complete when programmed).
     pub write_buffer_bytes: u64,
+    /// The buffer is a write-back cache (an LRU list plus per-tag lists): data stays in
+    /// DRAM until evicted or flushed, and rewrites are absorbed. Off: every write is
+    /// programmed at once and the buffer only lets it complete early.
+    pub write_back: bool,
+    /// What a FLUSH writes back (seed 001): everything, or only its tag's data and log.
+    pub flush: FlushMode,
     pub ftl: FtlKind,
     /// Garbage collection keeps more than this many free blocks per die.
     pub gc_free_blocks_low: u32,
@@ -78,6 +91,21 @@ pub struct Ssd {
     buffered: BinaryHeap<Reverse<u64>>,
     last_program_ns: u64,
     host: DeviceCounters,
+    /// A FLUSH is a barrier: nothing submitted after it starts before it completes.
+    barrier_ns: u64,
+    /// Write-back buffer entries (write-back mode only).
+    wb: Option<WriteBuffer>,
+    /// Dirty translation pages and per-tag logs (page FTL with the map in DRAM).
+    map: Option<MapPersist>,
+    /// Latest program completion per tag (a tagged FLUSH waits only for its own).
+    tag_last_program_ns: BTreeMap<u32, u64>,
+    flush_stats: FlushStats,
+    /// Translation and mapping-log pages programmed so far.
+    map_pages_written: u64,
+    /// Buffer occupancy samples (time, bytes), one every `sample_every_ns`.
+    samples: Vec<(u64, u64)>,
+    sample_every_ns: u64,
+    next_sample_ns: u64,
 }
 
 impl Ssd {
@@ -111,8 +139,27 @@ impl Ssd {
                 implicit,
             )),
         };
+        let map = match p.ftl {
+            FtlKind::Page {
+                map_cache_entries: 0,
+            } => Some(MapPersist::new(
+                logical_pages,
+                p.page_bytes,
+                p.flush == FlushMode::Tagged,
+            )),
+            _ => None,
+        };
         Ssd {
             buffer_pages: (p.write_buffer_bytes / p.page_bytes) as usize,
+            barrier_ns: 0,
+            wb: p.write_back.then(WriteBuffer::new),
+            map,
+            tag_last_program_ns: BTreeMap::new(),
+            flush_stats: FlushStats::default(),
+            map_pages_written: 0,
+            samples: Vec::new(),
+            sample_every_ns: 0,
+            next_sample_ns: 0,
             nand,
             ftl,
             logical_pages,
@@ -130,7 +177,8 @@ impl Ssd {
 
     /// Bytes sitting in the DRAM write buffer, not yet on flash, at `now_ns`.
     pub fn buffered_bytes(&self, now_ns: u64) -> u64 {
-        self.buffered.iter().filter(|r| r.0 > now_ns).count() as u64 * self.p.page_bytes
+        let waiting = self.wb.as_ref().map_or(0, |w| w.len()) as u64;
+        (self.buffered.iter().filter(|r| r.0 > now_ns).count() as u64 + waiting) * self.p.page_bytes
     }
 
     /// Merge counts of the hybrid FTL: (switch, partial, full).
@@ -198,6 +246,9 @@ impl Ssd {
             };
             programmed = programmed.max(done);
             self.last_program_ns = self.last_program_ns.max(done);
+            if let Some(m) = self.map.as_mut() {
+                m.record(lpn, req.tag);
+            }
             if self.buffer_pages > 0 {
                 self.buffered.push(Reverse(done));
             }
@@ -226,23 +277,38 @@ impl Ssd {
 
 impl DeviceModel for Ssd {
     fn submit(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        self.sample_until(now_ns);
+        // Requests that arrive while a FLUSH runs wait for it (seed 001, section II-A).
+        let arrived_ns = now_ns;
+        let now_ns = now_ns.max(self.barrier_ns);
+        let write_back = self.wb.is_some();
         match req.kind {
             DevOpKind::Read => {
                 self.host.host_read_bytes += req.len_bytes;
-                self.read(now_ns, req)
+                if write_back {
+                    self.wb_read(now_ns, req)
+                } else {
+                    self.read(now_ns, req)
+                }
             }
             DevOpKind::Write => {
                 self.host.host_write_bytes += req.len_bytes;
-                self.write(now_ns, req)
+                if write_back {
+                    self.wb_write(now_ns, req)
+                } else {
+                    self.write(now_ns, req)
+                }
             }
             DevOpKind::Flush => {
-                let t0 = now_ns + self.p.command_overhead_ns;
-                let map_done = match &mut self.ftl {
-                    Ftl::Page(f) => f.flush(&mut self.nand, t0),
-                    Ftl::Bast(_) => t0,
+                let done = if write_back {
+                    self.wb_flush(now_ns, req.tag)
+                } else {
+                    self.drain_flush(now_ns)
                 };
-                self.buffered.clear();
-                t0.max(self.last_program_ns).max(map_done)
+                self.barrier_ns = done;
+                self.flush_stats.flushes += 1;
+                self.flush_stats.latency_ns_total += done - arrived_ns;
+                done
             }
             DevOpKind::Trim => {
                 // Only whole pages can be unmapped.
@@ -252,6 +318,9 @@ impl DeviceModel for Ssd {
                 if let Ftl::Page(f) = &mut self.ftl {
                     for lpn in first..end {
                         f.trim(lpn);
+                        if let Some(w) = self.wb.as_mut() {
+                            w.discard(lpn);
+                        }
                     }
                 }
                 now_ns + self.p.command_overhead_ns
@@ -276,7 +345,7 @@ impl DeviceModel for Ssd {
             media_read_bytes: n.media_read_bytes,
             erases: n.erases,
             gc_page_copies: n.gc_page_copies,
-            cache_hits: 0,
+            cache_hits: self.host.cache_hits,
             map_cache_misses: n.map_cache_misses,
         }
     }
@@ -313,6 +382,8 @@ mod tests {
             interface_bytes_per_sec: 300_000_000,
             command_overhead_ns: 20 * NS_PER_US,
             write_buffer_bytes: 256 * KIB,
+            write_back: false,
+            flush: FlushMode::All,
             ftl,
             gc_free_blocks_low: 2,
             precondition,
@@ -367,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn flush_empties_the_write_buffer() {
+    fn flush_empties_the_write_buffer_when_the_programs_finish() {
         let mut s = Ssd::new(small(
             FtlKind::Page {
                 map_cache_entries: 0,
@@ -379,8 +450,12 @@ mod tests {
             s.buffered_bytes(done) > 0,
             "writes should complete early from DRAM"
         );
+        let before = s.buffered_bytes(done);
         let f = s.submit(done, &DevRequest::flush());
         assert!(f > done + 400 * NS_PER_US, "flush must wait for programs");
+        // Submitting the flush frees nothing: space returns as programs finish.
+        assert_eq!(s.buffered_bytes(done), before);
+        assert!(s.buffered_bytes(done + 600 * NS_PER_US) < before);
         assert_eq!(s.buffered_bytes(f), 0);
     }
 

@@ -2,6 +2,7 @@
 //! ordinary `tiervisor sim` input, and these modules run a set of them and tabulate the
 //! figures the paper reports.
 
+pub mod flush;
 mod logwrite;
 mod tiering;
 
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use flush::{FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
 pub use tiering::{TieringRow, tiering};
 

@@ -1,0 +1,442 @@
+//! The write-back buffer's timing and FLUSH handling (seed 001's baseline and vFLUSH).
+//!
+//! In write-back mode a write completes once its data is in DRAM; the page is programmed
+//! when it is evicted (LRU tail, when the buffer is full) or flushed. Its DRAM slot is
+//! free again only when that program finishes. A FLUSH programs the buffered pages it
+//! covers and what the mapping needs, and nothing submitted after it starts before it
+//! completes. `FlushMode::All` covers every page and every dirty translation page;
+//! `FlushMode::Tagged` covers the FLUSH's tag and the host tag, and one log page per tag.
+
+use std::cmp::Reverse;
+
+use serde::Serialize;
+
+use super::wbuf::Victim;
+use super::{Ftl, Ssd};
+use crate::{DevRequest, HOST_TAG};
+
+/// What a FLUSH writes back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Every buffered page and every dirty mapping page (a conventional drive).
+    #[default]
+    All,
+    /// Only the FLUSH's tag (and host metadata) and that tag's mapping-log page (vFLUSH).
+    /// A FLUSH with the host tag still writes everything.
+    Tagged,
+}
+
+impl FlushMode {
+    pub fn parse(s: &str) -> Option<FlushMode> {
+        match s {
+            "all" => Some(FlushMode::All),
+            "tagged" => Some(FlushMode::Tagged),
+            _ => None,
+        }
+    }
+}
+
+/// What FLUSH commands cost, split as in seed 001's Figure 2.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct FlushStats {
+    pub flushes: u64,
+    /// Sum over FLUSHes of (completion - arrival), waiting for an earlier FLUSH included.
+    pub latency_ns_total: u64,
+    /// Buffered data of the FLUSH's own tag programmed by FLUSHes.
+    pub own_data_bytes: u64,
+    /// Buffered data of other VMs' tags programmed by FLUSHes.
+    pub other_data_bytes: u64,
+    /// Host-tag data programmed by FLUSHes.
+    pub host_data_bytes: u64,
+    /// Translation pages and mapping-log pages programmed by FLUSHes.
+    pub map_bytes: u64,
+    /// Translation pages written outside FLUSHes (a log area filled during eviction).
+    pub map_bytes_outside_flush: u64,
+    /// Pages programmed by LRU eviction.
+    pub evicted_bytes: u64,
+    /// Page writes absorbed by a page already in the buffer.
+    pub absorbed_bytes: u64,
+}
+
+impl FlushStats {
+    pub fn mean_latency_ns(&self) -> f64 {
+        if self.flushes == 0 {
+            0.0
+        } else {
+            self.latency_ns_total as f64 / self.flushes as f64
+        }
+    }
+    pub fn flushed_bytes(&self) -> u64 {
+        self.own_data_bytes + self.other_data_bytes + self.host_data_bytes + self.map_bytes
+    }
+}
+
+impl Ssd {
+    /// Record buffer occupancy every `every_ns` from now on (0: never).
+    pub fn set_buffer_sampling(&mut self, every_ns: u64) {
+        self.sample_every_ns = every_ns;
+        self.next_sample_ns = every_ns;
+    }
+
+    /// (time, bytes in the write buffer) samples (see [`Self::set_buffer_sampling`]).
+    pub fn buffer_samples(&self) -> &[(u64, u64)] {
+        &self.samples
+    }
+
+    pub fn flush_stats(&self) -> FlushStats {
+        self.flush_stats
+    }
+
+    /// Buffered pages of `tag` waiting in the write-back buffer (tests, reports).
+    pub fn buffered_pages_of(&self, tag: u32) -> usize {
+        self.wb.as_ref().map_or(0, |w| w.tag_len(tag))
+    }
+
+    pub(super) fn sample_until(&mut self, now_ns: u64) {
+        if self.sample_every_ns == 0 {
+            return;
+        }
+        while self.next_sample_ns <= now_ns {
+            let t = self.next_sample_ns;
+            let bytes = self.buffered_bytes(t);
+            self.samples.push((t, bytes));
+            self.next_sample_ns += self.sample_every_ns;
+        }
+    }
+
+    /// Program one page for `tag`; returns when it is on flash.
+    fn program(&mut self, t: u64, lpn: u64, tag: u32, partial: bool) -> u64 {
+        let mut done = match &mut self.ftl {
+            Ftl::Page(f) => f.write(&mut self.nand, t, lpn, partial),
+            Ftl::Bast(b) => b.write(&mut self.nand, t, lpn, partial),
+        };
+        self.last_program_ns = self.last_program_ns.max(done);
+        let last = self.tag_last_program_ns.entry(tag).or_insert(0);
+        *last = (*last).max(done);
+        if let Some(m) = self.map.as_mut()
+            && m.record(lpn, tag)
+        {
+            // A log area is full: the map table takes over what the logs said.
+            let before = self.map_pages_written;
+            done = done.max(self.write_map_pages(done));
+            self.flush_stats.map_bytes_outside_flush +=
+                (self.map_pages_written - before) * self.p.page_bytes;
+        }
+        done
+    }
+
+    /// Write every dirty translation page from `t`; returns when the last is on flash.
+    fn write_map_pages(&mut self, t: u64) -> u64 {
+        let Some(m) = self.map.as_mut() else {
+            return t;
+        };
+        let dies = self.nand.dies as u64;
+        let mut done = t;
+        for tp in m.take_dirty() {
+            self.map_pages_written += 1;
+            done = done.max(self.nand.program_page(t, (tp as u64 % dies) as usize));
+        }
+        done
+    }
+
+    /// A FLUSH on a drive whose buffer only holds pages already being programmed.
+    pub(super) fn drain_flush(&mut self, now_ns: u64) -> u64 {
+        let t0 = now_ns + self.p.command_overhead_ns;
+        let map_done = match &mut self.ftl {
+            Ftl::Page(f) => f.flush(&mut self.nand, t0),
+            Ftl::Bast(_) => t0,
+        };
+        let before = self.map_pages_written;
+        let maps = self.write_map_pages(t0);
+        self.flush_stats.map_bytes += (self.map_pages_written - before) * self.p.page_bytes;
+        t0.max(self.last_program_ns).max(map_done).max(maps)
+    }
+
+    pub(super) fn wb_read(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let (first, end) = self.page_range(req);
+        let all_buffered = self
+            .wb
+            .as_ref()
+            .is_some_and(|w| (first..end).all(|l| w.contains(l)));
+        if !all_buffered {
+            return self.read(now_ns, req);
+        }
+        // Served from DRAM.
+        self.host.cache_hits += 1;
+        let start = (now_ns + self.p.command_overhead_ns).max(self.link_free_ns);
+        let done = start + crate::units::transfer_ns(req.len_bytes, self.p.interface_bytes_per_sec);
+        self.link_free_ns = done;
+        done
+    }
+
+    pub(super) fn wb_write(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let start = (now_ns + self.p.command_overhead_ns).max(self.link_free_ns);
+        let received =
+            start + crate::units::transfer_ns(req.len_bytes, self.p.interface_bytes_per_sec);
+        self.link_free_ns = received;
+        let (first, end) = self.page_range(req);
+        let pb = self.p.page_bytes;
+        let mut ready = received;
+        while self.buffered.peek().is_some_and(|r| r.0 <= received) {
+            self.buffered.pop();
+        }
+        for lpn in first..end {
+            let covered_from = req.offset_bytes.max(lpn * pb);
+            let covered_to = (req.offset_bytes + req.len_bytes).min((lpn + 1) * pb);
+            let partial = covered_to.saturating_sub(covered_from) < pb;
+            let Some(wb) = self.wb.as_mut() else {
+                break;
+            };
+            if req.fua || self.buffer_pages == 0 {
+                // Straight to flash, with the mapping it needs to be found again.
+                wb.discard(lpn);
+                let done = self.program(received, lpn, req.tag, partial);
+                ready = ready.max(self.persist_mapping_of(done, lpn, req.tag));
+                continue;
+            }
+            if wb.insert(lpn, req.tag, partial) {
+                self.flush_stats.absorbed_bytes += pb;
+                continue;
+            }
+            if wb.len() + self.buffered.len() > self.buffer_pages {
+                // Full: start programming the LRU tail, and wait for the earliest slot.
+                if let Some(v) = wb.evict_lru() {
+                    let done = self.program(received, v.lpn, v.tag, v.partial);
+                    self.flush_stats.evicted_bytes += pb;
+                    self.buffered.push(Reverse(done));
+                }
+                if let Some(Reverse(t)) = self.buffered.pop() {
+                    ready = ready.max(t);
+                }
+            }
+        }
+        ready
+    }
+
+    /// After a write-through of `lpn`, make its mapping durable: its translation page
+    /// (`all`) or its tag's log page (`tagged`).
+    fn persist_mapping_of(&mut self, t: u64, lpn: u64, tag: u32) -> u64 {
+        let dies = self.nand.dies as u64;
+        let Some(m) = self.map.as_mut() else {
+            return t;
+        };
+        let page = if m.tagged() {
+            m.take_log(tag).then_some(tag as u64)
+        } else {
+            m.clean_page_of(lpn).map(u64::from)
+        };
+        match page {
+            Some(p) => {
+                self.map_pages_written += 1;
+                self.nand.program_page(t, (p % dies) as usize)
+            }
+            None => t,
+        }
+    }
+
+    pub(super) fn wb_flush(&mut self, now_ns: u64, tag: u32) -> u64 {
+        let t0 = now_ns + self.p.command_overhead_ns;
+        let everything = self.p.flush == super::FlushMode::All || tag == HOST_TAG;
+        let Some(wb) = self.wb.as_mut() else {
+            return t0;
+        };
+        let victims: Vec<Victim> = if everything {
+            wb.drain_all()
+        } else {
+            let mut v = wb.drain_tag(tag);
+            v.extend(wb.drain_tag(HOST_TAG));
+            v
+        };
+        // Programs already under way (evictions) must finish too.
+        let mut done = if everything {
+            t0.max(self.last_program_ns)
+        } else {
+            let last = |t| self.tag_last_program_ns.get(&t).copied().unwrap_or(0);
+            t0.max(last(tag)).max(last(HOST_TAG))
+        };
+        let pb = self.p.page_bytes;
+        let maps_before = self.map_pages_written;
+        let outside_before = self.flush_stats.map_bytes_outside_flush;
+        for v in victims {
+            let d = self.program(t0, v.lpn, v.tag, v.partial);
+            self.buffered.push(Reverse(d));
+            done = done.max(d);
+            let s = &mut self.flush_stats;
+            match v.tag {
+                HOST_TAG => s.host_data_bytes += pb,
+                t if t == tag => s.own_data_bytes += pb,
+                _ => s.other_data_bytes += pb,
+            }
+        }
+        if everything {
+            done = done.max(self.write_map_pages(t0));
+        } else {
+            let dies = self.nand.dies as u64;
+            for t in [tag, HOST_TAG] {
+                if self.map.as_mut().is_some_and(|m| m.take_log(t)) {
+                    self.map_pages_written += 1;
+                    done = done.max(self.nand.program_page(t0, (t as u64 % dies) as usize));
+                }
+            }
+        }
+        // Map pages written because a log filled during this FLUSH count as the FLUSH's.
+        self.flush_stats.map_bytes_outside_flush = outside_before;
+        self.flush_stats.map_bytes += (self.map_pages_written - maps_before) * pb;
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssd::{FtlKind, Precondition, SsdParams};
+    use crate::units::{KIB, MIB, NS_PER_US};
+    use crate::{DeviceModel, HOST_TAG};
+
+    fn params(flush: FlushMode, write_back: bool) -> SsdParams {
+        SsdParams {
+            capacity_bytes: 256 * MIB,
+            over_provisioning: 0.10,
+            page_bytes: 8 * KIB,
+            pages_per_block: 64,
+            channels: 2,
+            dies_per_channel: 2,
+            read_ns: 50 * NS_PER_US,
+            program_ns: 1_000 * NS_PER_US,
+            erase_ns: 2_000 * NS_PER_US,
+            channel_bytes_per_sec: 200_000_000,
+            interface_bytes_per_sec: 300_000_000,
+            command_overhead_ns: 20 * NS_PER_US,
+            write_buffer_bytes: 2 * MIB,
+            write_back,
+            flush,
+            ftl: FtlKind::Page {
+                map_cache_entries: 0,
+            },
+            gc_free_blocks_low: 2,
+            precondition: Precondition::Sequential,
+        }
+    }
+
+    /// Two VMs (tags 1 and 2) write 8 KiB pages, 16 MiB apart (different map pages).
+    fn two_vms(s: &mut Ssd, pages: u64) -> u64 {
+        let mut t = 0;
+        for i in 0..pages {
+            for tag in [1u32, 2] {
+                let off = (tag as u64 * 64 * MIB) + i * 16 * MIB % (64 * MIB) + i * 8 * KIB;
+                t = s.submit(t, &DevRequest::write(off, 8 * KIB).tagged(tag));
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_flush_delays_requests_submitted_after_it() {
+        let mut s = Ssd::new(params(FlushMode::All, true));
+        let t = two_vms(&mut s, 8);
+        let f = s.submit(t, &DevRequest::flush().tagged(2));
+        assert!(f > t + 1_000 * NS_PER_US, "the flush must program 16 pages");
+        // Both would be served by DRAM in microseconds without the barrier.
+        let w = s.submit(t, &DevRequest::write(0, 8 * KIB).tagged(1));
+        assert!(
+            w > f,
+            "a write after the flush finished at {w}, flush at {f}"
+        );
+        let r = s.submit(t, &DevRequest::read(0, 4 * KIB));
+        assert!(
+            r > f,
+            "a read after the flush finished at {r}, flush at {f}"
+        );
+    }
+
+    #[test]
+    fn buffer_space_returns_when_the_programs_finish() {
+        let mut s = Ssd::new(params(FlushMode::All, true));
+        let t = two_vms(&mut s, 8);
+        assert_eq!(s.buffered_bytes(t), 16 * 8 * KIB);
+        let f = s.submit(t, &DevRequest::flush().tagged(2));
+        // Submitting the flush frees nothing; its programs free the space as they finish.
+        assert_eq!(s.buffered_bytes(t), 16 * 8 * KIB);
+        let full = 16 * 8 * KIB;
+        let partly = (t..f)
+            .step_by(50_000)
+            .any(|x| (1..full).contains(&s.buffered_bytes(x)));
+        assert!(partly, "space should return page by page before {f}");
+        assert_eq!(s.buffered_bytes(f), 0);
+    }
+
+    #[test]
+    fn a_full_buffer_evicts_its_oldest_page_and_waits_for_the_slot() {
+        let mut p = params(FlushMode::All, true);
+        p.write_buffer_bytes = 4 * 8 * KIB;
+        let mut s = Ssd::new(p);
+        let mut t = 0;
+        let mut lat = Vec::new();
+        for i in 0..12u64 {
+            let d = s.submit(t, &DevRequest::write(i * 8 * KIB, 8 * KIB).tagged(1));
+            lat.push(d - t);
+            t = d;
+        }
+        assert!(lat[..4].iter().all(|&l| l < 100 * NS_PER_US), "{lat:?}");
+        assert!(lat[4..].iter().any(|&l| l > 500 * NS_PER_US), "{lat:?}");
+        assert!(s.buffered_bytes(t) <= 4 * 8 * KIB);
+        assert_eq!(s.flush_stats().evicted_bytes, 8 * 8 * KIB);
+        // Rewrites of buffered pages cost no program.
+        let d = s.submit(t, &DevRequest::write(11 * 8 * KIB, 8 * KIB).tagged(1));
+        assert!(d - t < 100 * NS_PER_US);
+        assert_eq!(s.flush_stats().absorbed_bytes, 8 * KIB);
+    }
+
+    #[test]
+    fn a_tagged_flush_leaves_other_tags_in_the_buffer_and_writes_one_log_page() {
+        let mut all = Ssd::new(params(FlushMode::All, true));
+        let mut tagged = Ssd::new(params(FlushMode::Tagged, true));
+        let ta = two_vms(&mut all, 8);
+        let tt = two_vms(&mut tagged, 8);
+        let fa = all.submit(ta, &DevRequest::flush().tagged(2)) - ta;
+        let ft = tagged.submit(tt, &DevRequest::flush().tagged(2)) - tt;
+        assert_eq!(tagged.buffered_pages_of(1), 8, "VM1's pages stay buffered");
+        assert_eq!(tagged.buffered_pages_of(2), 0);
+        assert_eq!(all.buffered_pages_of(1), 0);
+        let (a, t) = (all.flush_stats(), tagged.flush_stats());
+        assert_eq!((a.own_data_bytes, a.other_data_bytes), (64 * KIB, 64 * KIB));
+        assert_eq!((t.own_data_bytes, t.other_data_bytes), (64 * KIB, 0));
+        assert_eq!(t.map_bytes, 8 * KIB, "one log page");
+        assert!(
+            a.map_bytes >= 8 * 8 * KIB,
+            "every dirty map page: {}",
+            a.map_bytes
+        );
+        assert!(ft < fa, "tagged {ft} ns, all {fa} ns");
+        // The host tag's flush still writes everything.
+        tagged.submit(tt + ft, &DevRequest::flush().tagged(HOST_TAG));
+        assert_eq!(tagged.buffered_pages_of(1), 0);
+    }
+
+    #[test]
+    fn a_full_log_area_writes_the_dirty_map_pages() {
+        let mut p = params(FlushMode::Tagged, true);
+        // A tiny buffer: VM1's evictions fill its log area (1,024 entries of 8 KiB pages).
+        p.write_buffer_bytes = 8 * 8 * KIB;
+        let mut s = Ssd::new(p);
+        let mut t = 0;
+        for i in 0..1100u64 {
+            t = s.submit(t, &DevRequest::write(i * 8 * KIB, 8 * KIB).tagged(1));
+        }
+        let st = s.flush_stats();
+        assert!(st.map_bytes_outside_flush > 0, "{st:?}");
+        assert_eq!(st.map_bytes, 0, "no FLUSH yet");
+    }
+
+    #[test]
+    fn a_drive_without_write_back_writes_dirty_map_pages_on_flush() {
+        let mut s = Ssd::new(params(FlushMode::All, false));
+        let t = two_vms(&mut s, 4);
+        s.submit(t, &DevRequest::flush());
+        assert!(s.flush_stats().map_bytes >= 4 * 8 * KIB);
+        let t2 = s.submit(t, &DevRequest::flush());
+        assert!(t2 > t);
+        assert_eq!(s.flush_stats().flushes, 2);
+    }
+}

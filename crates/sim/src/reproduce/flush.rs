@@ -1,0 +1,417 @@
+//! Seed 001 (vFLUSH) on the simulated `openssd-jasmine`: the drive that writes back
+//! everything on FLUSH (`flush = "all"`, the paper's Baseline) against the tag-aware one
+//! (`flush = "tagged"`). The scenarios are generated here (each is an ordinary scenario
+//! text, printed by `scenario_text`), so the experiment needs no files.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::{RunOptions, Scenario, SimReport, Simulation};
+
+/// fsync frequencies of Figures 1 and 8: VM2 fsyncs every N writes (0: never).
+pub const FSYNC_EVERY: [u32; 7] = [0, 1, 2, 4, 8, 16, 32];
+/// The paper's band for a claimed point.
+pub const BAND: (f64, f64) = (0.67, 1.5);
+
+/// How long each run lasts, in simulated seconds.
+#[derive(Clone, Copy, Debug)]
+pub struct FlushOptions {
+    pub micro_runtime_s: f64,
+    pub app_runtime_s: f64,
+    pub jobs: usize,
+}
+
+impl Default for FlushOptions {
+    fn default() -> Self {
+        FlushOptions {
+            micro_runtime_s: 3.0,
+            app_runtime_s: 3.0,
+            jobs: 2,
+        }
+    }
+}
+
+/// What one run is: the micro-benchmark at one fsync frequency, or an application mix.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Run {
+    Micro { fsync_every: u32 },
+    App { app: String, vms: u32 },
+}
+
+/// The scenario text of `run` on a drive with flush mode `mode` ("all" or "tagged").
+pub fn scenario_text(run: &Run, mode: &str, runtime_s: f64) -> String {
+    let mut s = format!(
+        "seed = 1\nsample_interval_s = 0.05\n\n[[pool]]\nname = \"ssd\"\nmodel = \"openssd-jasmine\"\nflush = \"{mode}\"\n"
+    );
+    let vms: Vec<String> = match run {
+        Run::Micro { fsync_every } => [0, *fsync_every]
+            .iter()
+            .map(|&n| {
+                format!(
+                    "[vm.fio]\nrw = \"randwrite\"\nbs = \"4k\"\niodepth = 1\nfsync = {n}\nruntime_s = {runtime_s}\n"
+                )
+            })
+            .collect(),
+        Run::App { app, vms } => (0..*vms)
+            .map(|i| {
+                // Fileserver's neighbours are sync-intensive (varmail), as in Figure 9.
+                let kind = if app == "fileserver" && i > 0 {
+                    "varmail"
+                } else {
+                    app
+                };
+                format!("[vm.app]\nkind = \"{kind}\"\nruntime_s = {runtime_s}\n")
+            })
+            .collect(),
+    };
+    for (i, body) in vms.iter().enumerate() {
+        let n = i + 1;
+        s += &format!(
+            "\n[[volume]]\nname = \"vm{n}\"\npool = \"ssd\"\nsize = \"8g\"\nprefill = true\n\n[[vm]]\nname = \"vm{n}\"\nvolume = \"vm{n}\"\n{body}"
+        );
+    }
+    s
+}
+
+fn run_one(run: &Run, mode: &str, runtime_s: f64) -> Result<SimReport, String> {
+    let name = match run {
+        Run::Micro { fsync_every } => format!("flush-micro-fsync{fsync_every}-{mode}.toml"),
+        Run::App { app, vms } => format!("flush-{app}-{vms}vm-{mode}.toml"),
+    };
+    let text = scenario_text(run, mode, runtime_s);
+    let sc = Scenario::parse(&name, &text, Path::new(".")).map_err(|e| e.to_string())?;
+    Simulation::new(sc, &RunOptions::default())?.run()
+}
+
+/// Run every (run, mode) pair on up to `jobs` threads, in order.
+fn run_all(runs: &[(Run, &'static str, f64)], jobs: usize) -> Result<Vec<SimReport>, String> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<Result<SimReport, String>>>> = Mutex::new(vec![None; runs.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, runs.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((run, mode, rt)) = runs.get(i) else {
+                        break;
+                    };
+                    let r = run_one(run, mode, *rt);
+                    if let Ok(mut g) = out.lock() {
+                        g[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .map_err(|_| "a simulation thread panicked".to_string())?
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("a simulation did not run".into())))
+        .collect()
+}
+
+/// One drive's side of a micro-benchmark point.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MicroSide {
+    pub vm1_mb_per_s: f64,
+    pub vm2_mb_per_s: f64,
+    pub flushes: u64,
+    pub flush_latency_us: f64,
+    /// Bytes written by FLUSHes, per FLUSH: VM2's data, VM1's data, mapping, host.
+    pub own_data_kib_per_flush: f64,
+    pub other_data_kib_per_flush: f64,
+    pub map_kib_per_flush: f64,
+    pub host_kib_per_flush: f64,
+    pub mean_buffer_utilisation: f64,
+    pub buffer_utilisation: Vec<(f64, f64)>,
+}
+
+/// Figures 1/8, 2/6 and 7 at one fsync frequency.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MicroRow {
+    pub fsync_every: u32,
+    pub baseline: MicroSide,
+    pub tagged: MicroSide,
+}
+
+/// Figure 9: one application mix.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AppRow {
+    pub app: String,
+    pub vms: u32,
+    /// Requests per second of the first VM (the one running `app`).
+    pub baseline_iops: f64,
+    pub tagged_iops: f64,
+    pub normalized: f64,
+    pub paper: Option<f64>,
+}
+
+/// A claimed point: the paper's number beside ours.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Check {
+    pub what: String,
+    pub paper: f64,
+    pub model: f64,
+    pub ratio: f64,
+    pub in_band: bool,
+    /// The target for this point, and whether it is met.
+    pub target: String,
+    pub target_met: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FlushResult {
+    pub micro: Vec<MicroRow>,
+    pub apps: Vec<AppRow>,
+    pub checks: Vec<Check>,
+    pub summary: String,
+}
+
+fn side(r: &SimReport) -> Result<MicroSide, String> {
+    let dev = r
+        .devices
+        .get("ssd")
+        .and_then(|d| d.flush.as_ref())
+        .ok_or("the openssd-jasmine pool reported no flush statistics")?;
+    let vm = |n: &str| r.vms.get(n).map_or(0.0, |v| v.mb_per_s);
+    let st = dev.stats;
+    let per = |b: u64| {
+        if st.flushes == 0 {
+            0.0
+        } else {
+            b as f64 / st.flushes as f64 / 1024.0
+        }
+    };
+    let u = &dev.buffer_utilisation;
+    Ok(MicroSide {
+        vm1_mb_per_s: vm("vm1"),
+        vm2_mb_per_s: vm("vm2"),
+        flushes: st.flushes,
+        flush_latency_us: dev.mean_latency_us,
+        own_data_kib_per_flush: per(st.own_data_bytes),
+        other_data_kib_per_flush: per(st.other_data_bytes),
+        map_kib_per_flush: per(st.map_bytes),
+        host_kib_per_flush: per(st.host_data_bytes),
+        mean_buffer_utilisation: if u.is_empty() {
+            0.0
+        } else {
+            u.iter().map(|p| p.1).sum::<f64>() / u.len() as f64
+        },
+        buffer_utilisation: u.clone(),
+    })
+}
+
+/// Seed 001's Figure 9 numbers (normalized to Baseline).
+fn paper_app(app: &str, vms: u32) -> Option<f64> {
+    Some(match (app, vms) {
+        ("varmail", 1) => 1.57,
+        ("tpcc", 1) => 1.27,
+        ("fileserver", 1) => 1.033,
+        ("varmail", 2) => 1.596,
+        ("tpcc", 2) => 1.463,
+        ("fileserver", 2) => 1.24,
+        ("varmail", 3) => 1.47,
+        ("tpcc", 3) => 1.56,
+        ("fileserver", 3) => 1.407,
+        _ => return None,
+    })
+}
+
+fn check(what: &str, paper: f64, model: f64, target: &str, target_met: bool) -> Check {
+    let ratio = if paper != 0.0 { model / paper } else { 0.0 };
+    Check {
+        what: what.to_string(),
+        paper,
+        model,
+        ratio,
+        in_band: (BAND.0..=BAND.1).contains(&ratio),
+        target: target.to_string(),
+        target_met,
+    }
+}
+
+/// The paper's claims against ours.
+fn checks(micro: &[MicroRow], apps: &[AppRow]) -> Vec<Check> {
+    let syncing: Vec<&MicroRow> = micro.iter().filter(|r| r.fsync_every > 0).collect();
+    let ratio = |f: &dyn Fn(&MicroSide) -> f64| -> Vec<f64> {
+        syncing
+            .iter()
+            .map(|r| {
+                let b = f(&r.baseline);
+                if b > 0.0 { f(&r.tagged) / b } else { 1.0 }
+            })
+            .collect()
+    };
+    let max = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let lat = ratio(&|s| s.flush_latency_us);
+    let map = ratio(&|s| s.map_kib_per_flush);
+    let best_lat_cut = 1.0 - min(&lat);
+    let best_map_cut = 1.0 - min(&map);
+    let base0 = micro.iter().find(|r| r.fsync_every == 0);
+    let loss = |f: &dyn Fn(&MicroRow) -> (f64, f64)| -> f64 {
+        let Some(z) = base0 else { return 0.0 };
+        let (zb, zt) = f(z);
+        let _ = zt;
+        max(&syncing
+            .iter()
+            .map(|r| 1.0 - f(r).0 / zb.max(1e-9))
+            .collect::<Vec<_>>())
+    };
+    let vm1_loss_base = loss(&|r| (r.baseline.vm1_mb_per_s, 0.0));
+    let vm1_loss_tag = base0.map_or(0.0, |z| {
+        max(&syncing
+            .iter()
+            .map(|r| 1.0 - r.tagged.vm1_mb_per_s / z.tagged.vm1_mb_per_s.max(1e-9))
+            .collect::<Vec<_>>())
+    });
+    let mut out = vec![
+        check(
+            "flush latency cut, best N (Fig. 6b: up to 52.0 %)",
+            0.520,
+            best_lat_cut,
+            "26-52 % lower",
+            best_lat_cut >= 0.26,
+        ),
+        check(
+            "mapping bytes flushed cut, best N (Fig. 6a: up to 75.3 %)",
+            0.753,
+            best_map_cut,
+            "41-75 % fewer",
+            best_map_cut >= 0.41,
+        ),
+        check(
+            "VM1 bandwidth loss, Baseline, worst N (Fig. 8: 34.8 %)",
+            0.348,
+            vm1_loss_base,
+            "Baseline loses up to 35 %",
+            true,
+        ),
+        check(
+            "VM1 bandwidth loss, tagged, worst N (Fig. 8: 14.9 %)",
+            0.149,
+            vm1_loss_tag,
+            "at most 15 %",
+            vm1_loss_tag <= 0.15,
+        ),
+    ];
+    if let Some(z) = base0 {
+        let r = z.tagged.vm1_mb_per_s / z.baseline.vm1_mb_per_s.max(1e-9);
+        out.push(check(
+            "VM1 bandwidth with no fsync, tagged / Baseline (paper: same)",
+            1.0,
+            r,
+            "not slower than Baseline",
+            r >= 0.99,
+        ));
+    }
+    for a in apps {
+        let Some(p) = a.paper else { continue };
+        let target = match (a.app.as_str(), a.vms) {
+            ("varmail", 1 | 2) => "at least 1.4x",
+            ("fileserver", 1) => "not slower than Baseline",
+            _ => "faster than Baseline",
+        };
+        let met = match (a.app.as_str(), a.vms) {
+            ("varmail", 1 | 2) => a.normalized >= 1.4,
+            ("fileserver", 1) => a.normalized >= 0.99,
+            _ => a.normalized > 1.0,
+        };
+        out.push(check(
+            &format!("Fig. 9 {} with {} VM(s), tagged / Baseline", a.app, a.vms),
+            p,
+            a.normalized,
+            target,
+            met,
+        ));
+    }
+    out
+}
+
+/// Run the experiment.
+pub fn flush(opts: &FlushOptions) -> Result<FlushResult, String> {
+    let mut runs: Vec<(Run, &'static str, f64)> = Vec::new();
+    for &n in &FSYNC_EVERY {
+        for mode in ["all", "tagged"] {
+            runs.push((Run::Micro { fsync_every: n }, mode, opts.micro_runtime_s));
+        }
+    }
+    let apps = ["varmail", "fileserver", "tpcc"];
+    for vms in 1..=3 {
+        for app in apps {
+            for mode in ["all", "tagged"] {
+                let run = Run::App {
+                    app: app.to_string(),
+                    vms,
+                };
+                runs.push((run, mode, opts.app_runtime_s));
+            }
+        }
+    }
+    let reports = run_all(&runs, opts.jobs)?;
+    let mut micro = Vec::new();
+    let mut app_rows = Vec::new();
+    for (pair, rep) in runs.chunks(2).zip(reports.chunks(2)) {
+        match &pair[0].0 {
+            Run::Micro { fsync_every } => micro.push(MicroRow {
+                fsync_every: *fsync_every,
+                baseline: side(&rep[0])?,
+                tagged: side(&rep[1])?,
+            }),
+            Run::App { app, vms } => {
+                let iops = |r: &SimReport| r.vms.get("vm1").map_or(0.0, |v| v.iops);
+                let (b, t) = (iops(&rep[0]), iops(&rep[1]));
+                app_rows.push(AppRow {
+                    app: app.clone(),
+                    vms: *vms,
+                    baseline_iops: b,
+                    tagged_iops: t,
+                    normalized: if b > 0.0 { t / b } else { 0.0 },
+                    paper: paper_app(app, *vms),
+                });
+            }
+        }
+    }
+    let checks = checks(&micro, &app_rows);
+    let in_band = checks.iter().filter(|c| c.in_band).count();
+    let met = checks.iter().filter(|c| c.target_met).count();
+    let summary = format!(
+        "{in_band} of {} points within [{}, {}] of the paper; {met} of {} targets met",
+        checks.len(),
+        BAND.0,
+        BAND.1,
+        checks.len()
+    );
+    Ok(FlushResult {
+        micro,
+        apps: app_rows,
+        checks,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_scenarios_parse() {
+        for run in [
+            Run::Micro { fsync_every: 4 },
+            Run::App {
+                app: "fileserver".into(),
+                vms: 3,
+            },
+        ] {
+            let text = scenario_text(&run, "tagged", 1.0);
+            let sc = Scenario::parse("x.toml", &text, Path::new(".")).unwrap();
+            assert_eq!(
+                sc.vms.len(),
+                if let Run::Micro { .. } = run { 2 } else { 3 }
+            );
+        }
+    }
+}
