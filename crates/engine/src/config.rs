@@ -204,10 +204,12 @@ pub enum InjectedBug {
     /// Drop the wake-up a scheduler asks for with `Dispatch::WaitUntil`, so an idling
     /// scheduler (anticipation, a limit) sleeps until some unrelated event.
     SchedLosesWakeup,
+    /// Block status reports log-structured data as zeros.
+    StatusMissesLog,
 }
 
 impl InjectedBug {
-    pub fn all() -> [InjectedBug; 7] {
+    pub fn all() -> [InjectedBug; 8] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
@@ -216,6 +218,7 @@ impl InjectedBug {
             InjectedBug::MoveIgnoresWrites,
             InjectedBug::CommitSkipsLogWait,
             InjectedBug::SchedLosesWakeup,
+            InjectedBug::StatusMissesLog,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -227,6 +230,7 @@ impl InjectedBug {
             InjectedBug::MoveIgnoresWrites => "move-ignores-writes",
             InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
             InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
+            InjectedBug::StatusMissesLog => "status-misses-log",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {

@@ -7,6 +7,7 @@
 //! written and acknowledged is never reported as a hole or as zeros.
 
 use crate::chunkmap::ChunkLoc;
+use crate::config::InjectedBug;
 use crate::engine::Engine;
 use crate::overlay::Overlay;
 use crate::types::{Errno, VolumeId};
@@ -57,6 +58,9 @@ impl Engine {
                 let flags = match ov {
                     // Zeroed inside an allocated chunk still occupies storage.
                     Overlay::Zero => (!mapped, true),
+                    Overlay::Log { .. } if self.cfg.bug == Some(InjectedBug::StatusMissesLog) => {
+                        (!mapped, true)
+                    }
                     Overlay::Log { .. } => (false, false),
                 };
                 runs.push(e - s, flags);

@@ -6,6 +6,7 @@ mod device;
 mod pattern;
 mod reference;
 mod runner;
+mod status;
 
 pub use device::Faults;
 pub use runner::{DstConfig, DstFailure, DstStats, SCHED_WAIT_BOUND_NS, run_seed};

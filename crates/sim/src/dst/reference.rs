@@ -181,6 +181,22 @@ impl RefDisk {
         Ok(())
     }
 
+    /// Whether a read submitted at `t` may return zeros for sector `s`: only then may
+    /// block status call the sector zero.
+    pub fn may_read_zero(&self, s: u64, t: u64) -> bool {
+        let h = &self.sectors[s as usize];
+        h.iter().any(|v| {
+            v.zero
+                && v.submit <= t
+                && !h.iter().any(|w| {
+                    w.ok && v.complete != NONE
+                        && w.submit > v.complete
+                        && w.complete != NONE
+                        && w.complete < t
+                })
+        })
+    }
+
     /// Power loss: keep the candidates a crash may leave.
     pub fn crash(&mut self) {
         for h in &mut self.sectors {
@@ -275,6 +291,19 @@ mod tests {
         assert!(r.check_read(0, &[data(3, 0)], 100, 101).is_ok());
         // Once seen, the sector stays what it was.
         assert!(r.check_read(0, &[data(2, 0)], 102, 103).is_err());
+    }
+
+    #[test]
+    fn zeros_may_be_read_until_a_write_completes() {
+        let mut r = RefDisk::new(0, 2);
+        assert!(r.may_read_zero(0, 1));
+        r.submit_write(0, 1, 1, false, 2);
+        assert!(r.may_read_zero(0, 3), "the write is still in flight");
+        r.complete_write(0, 1, 1, true, false, 4);
+        assert!(!r.may_read_zero(0, 5));
+        assert!(r.may_read_zero(1, 5));
+        r.submit_write(0, 1, 2, true, 6); // a trim
+        assert!(r.may_read_zero(0, 7));
     }
 
     #[test]

@@ -464,6 +464,7 @@ impl Sim {
                     }
                     let seen: Vec<Seen> = d.chunks(SECTOR).map(decode).collect();
                     self.refs[v].check_read(r.first, &seen, r.submitted, t)?;
+                    super::status::check(&self.engine, &self.refs[v], r.first, r.n, t)?;
                     self.stats.reads_checked += 1;
                     self.stats.sectors_checked += r.n;
                 }
