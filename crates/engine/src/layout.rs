@@ -112,6 +112,12 @@ impl Superblock {
         let _chunks = d.u64().ok_or_else(bad)?;
         let meta_pool = d.u16().ok_or_else(bad)?;
         let complete = d.u8().ok_or_else(bad)? == 1;
+        // Checksummed is not the same as sane: geometry divides by the chunk size.
+        if !chunk_bytes.is_power_of_two() || chunk_bytes < 4096 {
+            return Err(format!(
+                "superblock names a chunk size of {chunk_bytes} bytes (expected a power of two of at least 4096)"
+            ));
+        }
         Ok(Superblock {
             system_uuid,
             pool_index,
@@ -366,6 +372,36 @@ impl JournalHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `superblock` fuzz target: a checksummed superblock naming a chunk size
+    /// of 0 decoded, and the first use of its geometry divided by zero.
+    #[test]
+    fn a_superblock_with_a_bad_chunk_size_is_refused() {
+        let sb = Superblock {
+            system_uuid: [1; 16],
+            pool_index: 0,
+            pool_count: 1,
+            name: "ssd".into(),
+            medium: Medium::Ssd,
+            capacity_bytes: 64 << 20,
+            chunk_bytes: 1 << 20,
+            meta_pool: 0,
+            complete: true,
+        };
+        let good = sb.encode();
+        assert_eq!(Superblock::decode(&good), Ok(sb));
+        // chunk_bytes follows magic, version, uuid, indexes, name, medium and capacity.
+        let at = 8 + 4 + 16 + 2 + 2 + 64 + 1 + 8;
+        for bad_chunk in [0u64, 3000, 512] {
+            let mut b = good.clone();
+            b[at..at + 8].copy_from_slice(&bad_chunk.to_le_bytes());
+            let n = BLOCK_BYTES as usize;
+            let crc = crc32c::crc32c(&b[..n - 4]);
+            b[n - 4..].copy_from_slice(&crc.to_le_bytes());
+            let e = Superblock::decode(&b).unwrap_err();
+            assert!(e.contains("chunk size"), "{bad_chunk}: {e}");
+        }
+    }
 
     #[test]
     fn superblock_roundtrip_and_corruption() {

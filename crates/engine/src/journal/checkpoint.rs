@@ -59,7 +59,7 @@ pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentM
             },
             _ => return None,
         };
-        if s >= end {
+        if s >= end || !crate::journal::record::overlay_fits(s, end, v) {
             return None;
         }
         overlay.insert(s, end, v);
@@ -169,6 +169,29 @@ pub fn pieces_needed(payload_bytes: u64, chunk_bytes: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::chunkmap::ChunkLoc;
+
+    /// Found by the `checkpoint` fuzz target: log extents whose device offset runs past
+    /// u64::MAX made merging neighbours overflow. Such a state is refused.
+    #[test]
+    fn log_extents_past_the_address_space_are_refused() {
+        let map = ChunkMap::new(2, ChunkLoc::Unmapped);
+        let mut ov = ExtentMap::new();
+        let log = |dev_offset| Overlay::Log {
+            pool: PoolId(0),
+            dev_offset,
+        };
+        ov.insert(0, 100, log(u64::MAX - 50));
+        ov.insert(200, 300, log(7));
+        assert!(decode_state(&encode_state(&map, &ov), 2).is_none());
+        // The same layout with offsets that fit decodes.
+        let mut ok = ExtentMap::new();
+        ok.insert(0, 100, log(u64::MAX - 100));
+        ok.insert(100, 300, log(7));
+        assert_eq!(
+            decode_state(&encode_state(&map, &ok), 2).map(|x| x.1),
+            Some(ok)
+        );
+    }
 
     #[test]
     fn state_roundtrips_through_a_chain() {

@@ -73,7 +73,7 @@ impl Record {
                     },
                     _ => return None,
                 };
-                (a < b).then_some(Record::Overlay {
+                (a < b && overlay_fits(a, b, value)).then_some(Record::Overlay {
                     start: a,
                     end: b,
                     value,
@@ -82,6 +82,15 @@ impl Record {
             3 => (a < b).then_some(Record::OverlayClear { start: a, end: b }),
             _ => None,
         }
+    }
+}
+
+/// Whether an overlay extent read from disk can be used: log data must not run past the
+/// end of the address space (splitting and merging extents adds to `dev_offset`).
+pub(crate) fn overlay_fits(start: u64, end: u64, v: Overlay) -> bool {
+    match v {
+        Overlay::Zero => true,
+        Overlay::Log { dev_offset, .. } => dev_offset.checked_add(end - start).is_some(),
     }
 }
 
