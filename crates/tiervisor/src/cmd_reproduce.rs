@@ -17,6 +17,10 @@ pub enum ReproduceCmd {
     Logwrite(ReproduceArgs),
     /// Seed 001 (vFLUSH) on the simulated openssd-jasmine: flush = "all" (Baseline)
     /// against "tagged"; Figures 1/8, 2/6, 7 and 9 with the paper's numbers and ratios.
+    /// Seed 003 Tables 2 and 3: 50,000 requests of the SURGE-like web-server workload on
+    /// cheetah-15k4, O_DIRECT and through a page cache, per scheduler: mean and variance
+    /// of service and response time, sectors/ms, beside the paper's real column.
+    Scheduling(SchedulingArgs),
     Flush(FlushArgs),
 }
 
@@ -90,6 +94,7 @@ fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
 pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
     match cmd {
         ReproduceCmd::Flush(a) => crate::cmd_flush::run(a),
+        ReproduceCmd::Scheduling(a) => scheduling(a),
         ReproduceCmd::Logwrite(a) => {
             let dir = scenario_dir(a.scenarios.clone(), "logwrite");
             let rows = reproduce::logwrite(&dir, jobs(&a)).map_err(Failure::input)?;
@@ -151,4 +156,86 @@ pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+fn scheduling(a: SchedulingArgs) -> Result<(), Failure> {
+    let dir = scenario_dir(a.common.scenarios.clone(), "scheduling");
+    let report = reproduce::scheduling(&dir, a.schedulers.as_deref(), jobs(&a.common))
+        .map_err(Failure::input)?;
+    if a.common.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| Failure::run(e.to_string()))?
+        );
+        return Ok(());
+    }
+    let cell = |m: &reproduce::Measure| match (m.paper, m.ratio) {
+        (Some(p), Some(r)) => format!(
+            "{:>10.2} {:>10.2} {:>5.2}{}",
+            m.ours,
+            p,
+            r,
+            match m.verdict {
+                Some("met") => " ok ",
+                Some(_) => " OUT",
+                None => "    ",
+            }
+        ),
+        _ => format!("{:>10.2} {:>10} {:>5}    ", m.ours, "-", "-"),
+    };
+    for table in ["o_direct", "page_cache"] {
+        println!(
+            "\n{} (simulated real column; paper's real column beside; verdict band [0.5, 2])",
+            if table == "o_direct" {
+                "Table 2, O_DIRECT"
+            } else {
+                "Table 3, page cache"
+            }
+        );
+        println!(
+            "{:<9} {:<22} {:>10} {:>10} {:>5}",
+            "sched", "measure", "ours", "paper", "ratio"
+        );
+        for r in report.rows.iter().filter(|r| r.table == table) {
+            for (name, m) in [
+                ("mean service ms", &r.mean_service_ms),
+                ("variance service ms2", &r.variance_service_ms2),
+                ("mean response ms", &r.mean_response_ms),
+                ("variance response ms2", &r.variance_response_ms2),
+                ("sectors/ms", &r.sectors_per_ms),
+            ] {
+                println!("{:<9} {:<22} {}", r.scheduler, name, cell(m));
+            }
+            println!(
+                "{:<9} {:<22} {:>10}",
+                r.scheduler, "drive cache hits", r.drive_cache_hits
+            );
+        }
+    }
+    println!();
+    for k in &report.rankings {
+        println!(
+            "ranking {} {}: ours {} paper {}: {}",
+            k.table,
+            k.measure,
+            k.ours.join(" > "),
+            k.paper.join(" > "),
+            k.verdict
+        );
+    }
+    if !report.missing.is_empty() {
+        println!("not in this build (no rows): {}", report.missing.join(", "));
+    }
+    println!("virtual column: {}", report.virtual_column);
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct SchedulingArgs {
+    #[command(flatten)]
+    common: ReproduceArgs,
+    /// Only these schedulers (comma-separated; default: cats, deadline, cfq, bfq, kyber,
+    /// mclock, fifo, those this build has).
+    #[arg(long, value_delimiter = ',')]
+    schedulers: Option<Vec<String>>,
 }

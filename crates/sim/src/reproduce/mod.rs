@@ -4,6 +4,7 @@
 
 pub mod flush;
 mod logwrite;
+mod scheduling;
 mod tiering;
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use flush::{FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
+pub use scheduling::{Measure, Ranking, SchedulingReport, SchedulingRow, scheduling};
 pub use tiering::{TieringRow, tiering};
 
 use crate::{RunOptions, Scenario, SimReport, Simulation};
@@ -35,6 +37,37 @@ fn scenario_files<K>(
         return Err(format!("{}: no scenarios named {pattern}", dir.display()));
     }
     Ok(runs)
+}
+
+/// Run `f` on each of `items` on up to `jobs` threads; results in the order of `items`.
+fn run_parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    jobs: usize,
+    f: impl Fn(T) -> Result<R, String> + Sync,
+) -> Result<Vec<R>, String> {
+    let n = items.len();
+    let queue = Mutex::new(items.into_iter().enumerate().collect::<Vec<_>>());
+    let results: Mutex<Vec<Option<Result<R, String>>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, n.max(1)) {
+            s.spawn(|| {
+                loop {
+                    let item = queue.lock().ok().and_then(|mut q| q.pop());
+                    let Some((i, t)) = item else { break };
+                    let r = f(t);
+                    if let Ok(mut g) = results.lock() {
+                        g[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .map_err(|_| "a simulation thread panicked".to_string())?
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("a simulation did not run".into())))
+        .collect()
 }
 
 /// Run `files` on up to `jobs` threads; results in the order of `files`.
