@@ -13,7 +13,7 @@
 
 use std::mem;
 
-use crate::engine::{Engine, Owner};
+use crate::engine::{Engine, OpSpec, Owner};
 use crate::journal::Journal;
 use crate::journal::checkpoint::{build_chain, encode_state, pieces_needed};
 use crate::layout::{BLOCK_BYTES, JournalHeader, chunk_offset};
@@ -135,19 +135,9 @@ impl Engine {
         for p in 0..self.pools.len() {
             if flushed_pools >> p & 1 == 1 {
                 n += 1;
-                self.queue_op(
-                    now,
-                    Owner::Commit { vol: v },
-                    PoolId(p as u16),
-                    DevKind::Flush,
-                    0,
-                    0,
-                    false,
-                    None,
-                    IoClass::Metadata,
-                    v,
-                    out,
-                );
+                let owner = Owner::Commit { vol: v };
+                let spec = OpSpec::new(owner, PoolId(p as u16), DevKind::Flush, IoClass::Metadata);
+                self.queue_op(now, spec.for_volume(v), out);
             }
         }
         if let Some(c) = self.vols[vi].commit.as_mut() {
@@ -185,19 +175,14 @@ impl Engine {
         out: &mut Outputs,
     ) {
         let len = payload.len() as u64;
-        self.queue_op(
-            now,
+        let spec = OpSpec::new(
             Owner::Commit { vol: v },
             pool,
             DevKind::Write,
-            offset,
-            len,
-            true,
-            Some(payload.into()),
             IoClass::Metadata,
-            v,
-            out,
         );
+        let spec = spec.at(offset, len).fua(true).payload(Some(payload.into()));
+        self.queue_op(now, spec.for_volume(v), out);
     }
 
     fn advance_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {

@@ -8,6 +8,7 @@ use slab::Slab;
 
 use crate::alloc::ChunkAllocator;
 use crate::config::{ConfigError, EngineConfig, PoolConfig};
+pub(crate) use crate::devop::{Op, OpSpec, Owner, SINGLE};
 use crate::layout::{Superblock, VolumeTable};
 use crate::reclaim::{Epochs, Freed, PendingFree};
 use crate::sched::{Dispatch, QueuedOp, Scheduler};
@@ -61,70 +62,6 @@ pub(crate) struct Pool {
 
 /// Background operations never wait longer than this for an idle device.
 const BACKGROUND_MAX_WAIT_NS: u64 = 100_000_000;
-
-/// Who is waiting for a device operation.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Owner {
-    /// Part of a read; `dest` is the offset in the request's buffer, or `SINGLE` when the
-    /// device data is the whole reply.
-    Read {
-        req: usize,
-        dest: usize,
-    },
-    /// An in-place write of `[start, end)` of chunk `chunk`.
-    Write {
-        req: usize,
-        chunk: u64,
-        start: u64,
-        end: u64,
-    },
-    /// One of the writes that allocate a chunk.
-    Alloc {
-        vol: u32,
-        chunk: u64,
-    },
-    Commit {
-        vol: u32,
-    },
-    Startup {
-        tag: u32,
-    },
-    Discard {
-        free: usize,
-    },
-    /// A read or write of a tier migration.
-    Move {
-        vol: u32,
-        chunk: u64,
-    },
-    /// A log append (details in `Engine::appends`).
-    Append {
-        slot: usize,
-    },
-    /// A read of live data from a segment being cleaned.
-    CleanRead {
-        pool: u16,
-        idx: u32,
-    },
-}
-
-pub(crate) const SINGLE: usize = usize::MAX;
-
-pub(crate) struct Op {
-    pub owner: Owner,
-    pub pool: u16,
-    pub kind: DevKind,
-    pub offset_bytes: u64,
-    pub len_bytes: u64,
-    pub fua: bool,
-    pub payload: Option<Bytes>,
-    pub class: IoClass,
-    pub volume: u32,
-    pub epoch: u64,
-    pub queued: QueuedOp,
-    /// Waits in the pool's background queue rather than the scheduler.
-    pub background: bool,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReqStage {
@@ -326,45 +263,11 @@ impl Engine {
     }
 
     /// Queue a device operation; the scheduler decides when it reaches the device.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn queue_op(
-        &mut self,
-        now: u64,
-        owner: Owner,
-        pool: PoolId,
-        kind: DevKind,
-        offset_bytes: u64,
-        len_bytes: u64,
-        fua: bool,
-        payload: Option<Bytes>,
-        class: IoClass,
-        volume: u32,
-        out: &mut Outputs,
-    ) -> usize {
-        let queued = QueuedOp {
-            key: 0,
-            offset_bytes,
-            len_bytes,
-            is_write: kind != DevKind::Read,
-            class,
-            volume,
-            arrival_ns: now,
-        };
-        let key = self.ops.insert(Op {
-            owner,
-            pool: pool.0,
-            kind,
-            offset_bytes,
-            len_bytes,
-            fua,
-            payload,
-            class,
-            volume,
-            epoch: 0,
-            queued,
-            background: false,
-        });
-        self.ops[key].queued.key = key;
+    pub(crate) fn queue_op(&mut self, now: u64, spec: OpSpec, out: &mut Outputs) -> usize {
+        let (pool, kind, class) = (spec.pool, spec.kind, spec.class);
+        let entry = self.ops.vacant_entry();
+        let key = entry.key();
+        entry.insert(Op::new(key, now, spec));
         // The epoch is taken when the operation is created, not when the scheduler lets
         // it reach the device: an operation waiting in the queue already targets its
         // location, and that location must not be reused before it is done.
@@ -459,7 +362,7 @@ impl Engine {
             fua: op.fua,
             payload: op.payload.take(),
             class: op.class,
-            volume: (op.volume != u32::MAX).then_some(VolumeId(op.volume)),
+            volume: op.volume,
             tag: Tag::for_op(op.kind, op.class, op.volume),
         });
     }
@@ -495,10 +398,11 @@ impl Engine {
             Owner::Read { req, dest } => self.read_done(now, req, dest, result, c.data, out),
             Owner::Write {
                 req,
+                vol,
                 chunk,
                 start,
                 end,
-            } => self.write_done(now, req, op.volume, op.pool, chunk, start, end, result, out),
+            } => self.write_done(now, req, vol, op.pool, chunk, start, end, result, out),
             Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
@@ -608,19 +512,9 @@ impl Engine {
                 self.discarding += 1;
                 let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
                 let len = n * self.cfg.chunk_bytes;
-                self.queue_op(
-                    now,
-                    Owner::Discard { free: k },
-                    pool,
-                    DevKind::Discard,
-                    off,
-                    len,
-                    false,
-                    None,
-                    IoClass::Metadata,
-                    u32::MAX,
-                    out,
-                );
+                let owner = Owner::Discard { free: k };
+                let spec = OpSpec::new(owner, pool, DevKind::Discard, IoClass::Metadata);
+                self.queue_op(now, spec.at(off, len), out);
             } else {
                 let f = self.frees.remove(k);
                 self.release_chunks(f.what);

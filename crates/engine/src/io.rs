@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use crate::chunkmap::ChunkLoc;
 use crate::config::Provisioning;
-use crate::engine::{Engine, EngineState, Owner, Req, ReqStage, SINGLE};
+use crate::engine::{Engine, EngineState, OpSpec, Owner, Req, ReqStage, SINGLE};
 use crate::journal::Record;
 use crate::layout::chunk_offset;
 use crate::overlay::Overlay;
@@ -243,19 +243,9 @@ impl Engine {
             if let Src::Dev(pool, dev) = src {
                 self.reqs[key].outstanding += 1;
                 let dest = if single { SINGLE } else { (s - off) as usize };
-                self.queue_op(
-                    now,
-                    Owner::Read { req: key, dest },
-                    pool,
-                    DevKind::Read,
-                    dev,
-                    e - s,
-                    false,
-                    None,
-                    IoClass::Foreground,
-                    v,
-                    out,
-                );
+                let owner = Owner::Read { req: key, dest };
+                let spec = OpSpec::new(owner, pool, DevKind::Read, IoClass::Foreground);
+                self.queue_op(now, spec.at(dev, e - s).for_volume(v), out);
             }
         }
     }
@@ -334,23 +324,14 @@ impl Engine {
                 let dev = chunk_offset(pc, cb) + (s - c * cb);
                 let owner = Owner::Write {
                     req: key,
+                    vol: v,
                     chunk: c,
                     start: s,
                     end: e,
                 };
-                self.queue_op(
-                    now,
-                    owner,
-                    pool,
-                    kind,
-                    dev,
-                    e - s,
-                    false,
-                    payload,
-                    IoClass::Foreground,
-                    v,
-                    out,
-                );
+                let spec = OpSpec::new(owner, pool, kind, IoClass::Foreground);
+                let spec = spec.at(dev, e - s).payload(payload).for_volume(v);
+                self.queue_op(now, spec, out);
             }
             None => self.allocate_chunk(now, key, v, c, s, e, kind, payload, out),
         }
@@ -470,48 +451,16 @@ impl Engine {
         self.reqs[key].outstanding += 1;
         let owner = Owner::Alloc { vol: v, chunk: c };
         // The rest of a fresh chunk must read as zeros, whatever the device held before.
-        self.queue_op(
-            now,
-            owner,
-            pool,
-            kind,
-            base + (s - cstart),
-            e - s,
-            false,
-            payload,
-            IoClass::Foreground,
-            v,
-            out,
-        );
+        let spec = OpSpec::new(owner, pool, kind, IoClass::Foreground).for_volume(v);
+        let spec = spec.at(base + (s - cstart), e - s).payload(payload);
+        self.queue_op(now, spec, out);
+        let zeroes =
+            || OpSpec::new(owner, pool, DevKind::WriteZeroes, IoClass::Foreground).for_volume(v);
         if before > 0 {
-            self.queue_op(
-                now,
-                owner,
-                pool,
-                DevKind::WriteZeroes,
-                base,
-                before,
-                false,
-                None,
-                IoClass::Foreground,
-                v,
-                out,
-            );
+            self.queue_op(now, zeroes().at(base, before), out);
         }
         if after > 0 {
-            self.queue_op(
-                now,
-                owner,
-                pool,
-                DevKind::WriteZeroes,
-                base + cb - after,
-                after,
-                false,
-                None,
-                IoClass::Foreground,
-                v,
-                out,
-            );
+            self.queue_op(now, zeroes().at(base + cb - after, after), out);
         }
     }
 

@@ -12,6 +12,7 @@ pub mod chunkmap;
 mod codec;
 mod commit;
 pub mod config;
+mod devop;
 mod engine;
 pub mod extents;
 mod invariants;

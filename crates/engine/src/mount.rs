@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::chunkmap::{ChunkLoc, ChunkMap};
 use crate::config::{Provisioning, VolumeConfig};
-use crate::engine::{Engine, EngineState, Owner, StartMode};
+use crate::engine::{Engine, EngineState, OpSpec, Owner, StartMode};
 use crate::extents::ExtentMap;
 use crate::journal::checkpoint::{CkptChunkHeader, decode_state};
 use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
@@ -147,19 +147,9 @@ impl Engine {
         out: &mut Outputs,
     ) {
         let fua = kind == DevKind::Write;
-        let key = self.queue_op(
-            now,
-            Owner::Startup { tag },
-            pool,
-            kind,
-            off,
-            len,
-            fua,
-            payload.clone(),
-            IoClass::Metadata,
-            u32::MAX,
-            out,
-        );
+        let spec = OpSpec::new(Owner::Startup { tag }, pool, kind, IoClass::Metadata);
+        let spec = spec.at(off, len).fua(fua).payload(payload.clone());
+        let key = self.queue_op(now, spec, out);
         if let Some(s) = self.startup.as_mut() {
             s.outstanding += 1;
             s.retry.insert(
@@ -493,19 +483,10 @@ impl Engine {
         {
             s.outstanding -= 1;
             let fua = op.kind == DevKind::Write;
-            let k = self.queue_op(
-                now,
-                Owner::Startup { tag: op.tag },
-                op.pool,
-                op.kind,
-                op.off,
-                op.len,
-                fua,
-                op.payload.clone(),
-                IoClass::Metadata,
-                u32::MAX,
-                out,
-            );
+            let owner = Owner::Startup { tag: op.tag };
+            let spec = OpSpec::new(owner, op.pool, op.kind, IoClass::Metadata);
+            let spec = spec.at(op.off, op.len).fua(fua).payload(op.payload.clone());
+            let k = self.queue_op(now, spec, out);
             if let Some(s) = self.startup.as_mut() {
                 s.outstanding += 1;
                 s.retry.insert(

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::chunkmap::ChunkLoc;
 use crate::config::{Placement, Provisioning};
-use crate::engine::{Engine, EngineState, Owner};
+use crate::engine::{Engine, EngineState, OpSpec, Owner};
 use crate::journal::Record;
 use crate::layout::chunk_offset;
 use crate::reclaim::Freed;
@@ -282,22 +282,12 @@ impl Engine {
         }
         self.tier_bucket.take(cb);
         let off = chunk_offset(src, cb);
-        self.queue_op(
-            now,
-            Owner::Move {
-                vol: v as u32,
-                chunk: c,
-            },
-            src_pool,
-            DevKind::Read,
-            off,
-            cb,
-            false,
-            None,
-            IoClass::Migration,
-            v as u32,
-            out,
-        );
+        let mover = Owner::Move {
+            vol: v as u32,
+            chunk: c,
+        };
+        let spec = OpSpec::new(mover, src_pool, DevKind::Read, IoClass::Migration);
+        self.queue_op(now, spec.at(off, cb).for_volume(v as u32), out);
         true
     }
 
@@ -328,19 +318,9 @@ impl Engine {
                 return self.end_move(now, v, c, None, out);
             };
             let off = chunk_offset(pc, cb);
-            self.queue_op(
-                now,
-                Owner::Move { vol: v, chunk: c },
-                pool,
-                DevKind::Write,
-                off,
-                cb,
-                false,
-                data,
-                IoClass::Migration,
-                v,
-                out,
-            );
+            let mover = Owner::Move { vol: v, chunk: c };
+            let spec = OpSpec::new(mover, pool, DevKind::Write, IoClass::Migration);
+            self.queue_op(now, spec.at(off, cb).payload(data).for_volume(v), out);
             return;
         }
         self.end_move(now, v, c, Some(dst), out);

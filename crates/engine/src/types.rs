@@ -145,14 +145,12 @@ pub enum Tag {
 }
 
 impl Tag {
-    /// The tag of an operation of `class` and `kind` working for `volume` (u32::MAX:
+    /// The tag of an operation of `class` and `kind` working for `volume` (`None`:
     /// engine-wide work).
-    pub fn for_op(kind: DevKind, class: IoClass, volume: u32) -> Tag {
-        let shared = volume == u32::MAX || (class == IoClass::Metadata && kind != DevKind::Flush);
-        if shared {
-            Tag::Host
-        } else {
-            Tag::Volume(VolumeId(volume))
+    pub fn for_op(kind: DevKind, class: IoClass, volume: Option<VolumeId>) -> Tag {
+        match volume {
+            Some(v) if class != IoClass::Metadata || kind == DevKind::Flush => Tag::Volume(v),
+            _ => Tag::Host,
         }
     }
 

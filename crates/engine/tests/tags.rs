@@ -49,12 +49,15 @@ fn data_and_flushes_carry_the_volumes_tag_and_journal_writes_the_host_tag() {
 #[test]
 fn an_engine_wide_flush_carries_the_host_tag() {
     assert_eq!(
-        Tag::for_op(DevKind::Flush, IoClass::Metadata, u32::MAX),
+        Tag::for_op(DevKind::Flush, IoClass::Metadata, None),
         Tag::Host
     );
     assert_eq!(
-        Tag::for_op(DevKind::Flush, IoClass::Metadata, 3),
+        Tag::for_op(DevKind::Flush, IoClass::Metadata, Some(VolumeId(3))),
         Tag::Volume(VolumeId(3))
     );
-    assert_eq!(Tag::for_op(DevKind::Write, IoClass::Metadata, 3), Tag::Host);
+    assert_eq!(
+        Tag::for_op(DevKind::Write, IoClass::Metadata, Some(VolumeId(3))),
+        Tag::Host
+    );
 }

@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::{BufPiece, COLD, HOT, RamPiece, Segment};
-use crate::engine::{Engine, Owner};
+use crate::engine::{Engine, OpSpec, Owner};
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 use crate::volume::{CommitPhase, Waiter};
@@ -308,19 +308,14 @@ impl Engine {
         } else {
             IoClass::Foreground
         };
-        self.queue_op(
-            now,
+        let spec = OpSpec::new(
             Owner::Append { slot },
             PoolId(pool as u16),
             DevKind::Write,
-            dev,
-            bytes,
-            false,
-            payload,
             class,
-            v,
-            out,
         );
+        let spec = spec.at(dev, bytes).payload(payload).for_volume(v);
+        self.queue_op(now, spec, out);
     }
 
     /// Seal every buffer of a volume (a commit is starting).

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::COLD;
 use crate::config::CleanerPolicy;
-use crate::engine::{Engine, Owner};
+use crate::engine::{Engine, OpSpec, Owner};
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 
@@ -115,22 +115,12 @@ impl Engine {
         }
         for (i, (dev, len)) in issue.into_iter().enumerate() {
             self.logs[pool].stats.cleaner_read_bytes += len;
-            self.queue_op(
-                now,
-                Owner::CleanRead {
-                    pool: pool as u16,
-                    idx: i as u32,
-                },
-                pid,
-                DevKind::Read,
-                dev,
-                len,
-                false,
-                None,
-                IoClass::Cleaner,
-                owner,
-                out,
-            );
+            let reader = Owner::CleanRead {
+                pool: pool as u16,
+                idx: i as u32,
+            };
+            let spec = OpSpec::new(reader, pid, DevKind::Read, IoClass::Cleaner);
+            self.queue_op(now, spec.at(dev, len).for_volume(owner), out);
         }
     }
 

@@ -37,10 +37,13 @@ pub struct QueuedOp {
     pub len_bytes: u64,
     pub is_write: bool,
     pub class: IoClass,
-    /// Volume index, or u32::MAX for engine-wide work.
+    /// Volume index, or [`NO_VOLUME`] for engine-wide work.
     pub volume: u32,
     pub arrival_ns: u64,
 }
+
+/// `QueuedOp::volume` of engine-wide work (startup I/O, discards of freed space).
+pub const NO_VOLUME: u32 = u32::MAX;
 
 /// What a scheduler wants the device to do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

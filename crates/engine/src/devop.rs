@@ -1,0 +1,162 @@
+//! Device operations as the engine tracks them: who waits for each ([`Owner`]), what the
+//! engine asked for ([`OpSpec`]) and what it keeps while the operation is queued or in
+//! flight ([`Op`]).
+
+use bytes::Bytes;
+
+use crate::sched::{NO_VOLUME, QueuedOp};
+use crate::types::{DevKind, IoClass, PoolId, VolumeId};
+
+/// Who is waiting for a device operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Owner {
+    /// Part of a read; `dest` is the offset in the request's buffer, or `SINGLE` when the
+    /// device data is the whole reply.
+    Read {
+        req: usize,
+        dest: usize,
+    },
+    /// An in-place write of `[start, end)` of chunk `chunk` of volume `vol`.
+    Write {
+        req: usize,
+        vol: u32,
+        chunk: u64,
+        start: u64,
+        end: u64,
+    },
+    /// One of the writes that allocate a chunk.
+    Alloc {
+        vol: u32,
+        chunk: u64,
+    },
+    Commit {
+        vol: u32,
+    },
+    Startup {
+        tag: u32,
+    },
+    Discard {
+        free: usize,
+    },
+    /// A read or write of a tier migration.
+    Move {
+        vol: u32,
+        chunk: u64,
+    },
+    /// A log append (details in `Engine::appends`).
+    Append {
+        slot: usize,
+    },
+    /// A read of live data from a segment being cleaned.
+    CleanRead {
+        pool: u16,
+        idx: u32,
+    },
+}
+
+/// `Owner::Read::dest` when the device data is the whole reply.
+pub(crate) const SINGLE: usize = usize::MAX;
+
+/// A device operation the engine wants queued. Built with [`OpSpec::new`] and the
+/// builder methods, so a call site names what it sets (no bare `false` for FUA, no
+/// sentinel for "no volume").
+pub(crate) struct OpSpec {
+    pub owner: Owner,
+    pub pool: PoolId,
+    pub kind: DevKind,
+    pub class: IoClass,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    /// Force unit access: durable when it completes.
+    pub fua: bool,
+    pub payload: Option<Bytes>,
+    /// The volume it serves (schedulers share the device by it); `None` for engine-wide
+    /// work such as startup I/O and discards of freed space.
+    pub volume: Option<VolumeId>,
+}
+
+impl OpSpec {
+    /// An operation of no length at offset 0, without FUA, payload or volume.
+    pub fn new(owner: Owner, pool: PoolId, kind: DevKind, class: IoClass) -> OpSpec {
+        OpSpec {
+            owner,
+            pool,
+            kind,
+            class,
+            offset_bytes: 0,
+            len_bytes: 0,
+            fua: false,
+            payload: None,
+            volume: None,
+        }
+    }
+
+    /// The device range `[offset_bytes, offset_bytes + len_bytes)`.
+    pub fn at(mut self, offset_bytes: u64, len_bytes: u64) -> OpSpec {
+        self.offset_bytes = offset_bytes;
+        self.len_bytes = len_bytes;
+        self
+    }
+
+    pub fn payload(mut self, payload: Option<Bytes>) -> OpSpec {
+        self.payload = payload;
+        self
+    }
+
+    pub fn fua(mut self, fua: bool) -> OpSpec {
+        self.fua = fua;
+        self
+    }
+
+    /// Done on behalf of volume index `v`.
+    pub fn for_volume(mut self, v: u32) -> OpSpec {
+        self.volume = Some(VolumeId(v));
+        self
+    }
+}
+
+/// A device operation queued or in flight.
+pub(crate) struct Op {
+    pub owner: Owner,
+    pub pool: u16,
+    pub kind: DevKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub fua: bool,
+    pub payload: Option<Bytes>,
+    pub class: IoClass,
+    pub volume: Option<VolumeId>,
+    pub epoch: u64,
+    pub queued: QueuedOp,
+    /// Waits in the pool's background queue rather than the scheduler.
+    pub background: bool,
+}
+
+impl Op {
+    /// The operation for `spec`, under scheduler key `key`, arriving at `now`.
+    pub fn new(key: usize, now: u64, spec: OpSpec) -> Op {
+        let queued = QueuedOp {
+            key,
+            offset_bytes: spec.offset_bytes,
+            len_bytes: spec.len_bytes,
+            is_write: spec.kind != DevKind::Read,
+            class: spec.class,
+            volume: spec.volume.map_or(NO_VOLUME, |v| v.0),
+            arrival_ns: now,
+        };
+        Op {
+            owner: spec.owner,
+            pool: spec.pool.0,
+            kind: spec.kind,
+            offset_bytes: spec.offset_bytes,
+            len_bytes: spec.len_bytes,
+            fua: spec.fua,
+            payload: spec.payload,
+            class: spec.class,
+            volume: spec.volume,
+            epoch: 0,
+            queued,
+            background: false,
+        }
+    }
+}
