@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use crate::sched::{NO_VOLUME, QueuedOp};
+use crate::sched::{Lane, NO_VOLUME, QueuedOp};
 use crate::types::{DevKind, IoClass, PoolId, VolumeId};
 
 /// Who is waiting for a device operation.
@@ -128,8 +128,8 @@ pub(crate) struct Op {
     pub volume: Option<VolumeId>,
     pub epoch: u64,
     pub queued: QueuedOp,
-    /// Waits in the pool's background queue rather than the scheduler.
-    pub background: bool,
+    /// The class it was queued in (a flush is never queued: foreground).
+    pub lane: Lane,
 }
 
 impl Op {
@@ -156,7 +156,7 @@ impl Op {
             volume: spec.volume,
             epoch: 0,
             queued,
-            background: false,
+            lane: Lane::Foreground,
         }
     }
 }

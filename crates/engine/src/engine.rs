@@ -11,7 +11,7 @@ use crate::config::{ConfigError, EngineConfig, PoolConfig};
 pub(crate) use crate::devop::{Op, OpSpec, Owner, SINGLE};
 use crate::layout::{Superblock, VolumeTable};
 use crate::reclaim::{Epochs, Freed, PendingFree};
-use crate::sched::{Dispatch, QueuedOp, Scheduler};
+use crate::sched::{BACKGROUND_MAX_WAIT_NS, Classes, Dispatch, Lane};
 use crate::stats::PoolStats;
 use crate::types::{
     DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId,
@@ -49,19 +49,14 @@ pub enum StartMode {
 pub(crate) struct Pool {
     pub cfg: PoolConfig,
     pub alloc: ChunkAllocator,
-    pub sched: Box<dyn Scheduler>,
+    /// The pool's scheduler behind its foreground/background classes.
+    pub sched: Classes,
     pub in_flight: u32,
     pub stats: PoolStats,
     pub wait_until: Option<u64>,
-    /// Background work (tier migration, cleaning): dispatched only when the scheduler has
-    /// no foreground work, or once it has waited `BACKGROUND_MAX_WAIT_NS`.
-    pub background: std::collections::VecDeque<QueuedOp>,
     /// The longest a foreground or metadata operation waited in the scheduler.
     pub sched_wait_max_ns: u64,
 }
-
-/// Background operations never wait longer than this for an idle device.
-const BACKGROUND_MAX_WAIT_NS: u64 = 100_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReqStage {
@@ -133,14 +128,15 @@ impl Engine {
                         p.capacity_bytes,
                         cfg.chunk_bytes,
                     )),
-                    sched: p
-                        .scheduler
-                        .build()
-                        .map_err(|e| ConfigError(format!("pool {}: {}", p.name, e.message)))?,
+                    sched: Classes::new(
+                        p.scheduler
+                            .build()
+                            .map_err(|e| ConfigError(format!("pool {}: {}", p.name, e.message)))?,
+                        BACKGROUND_MAX_WAIT_NS,
+                    ),
                     in_flight: 0,
                     stats: PoolStats::default(),
                     wait_until: None,
-                    background: Default::default(),
                     sched_wait_max_ns: 0,
                 })
             })
@@ -275,20 +271,23 @@ impl Engine {
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(key, out);
-        } else if class == IoClass::Migration
-            || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize))
-        {
-            self.ops[key].background = true;
-            let q = self.ops[key].queued;
-            self.pools[pool.0 as usize].background.push_back(q);
-            self.pump(now, pool.0 as usize, out);
         } else {
+            let background = class == IoClass::Migration
+                || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize));
+            let lane = if background {
+                Lane::Background
+            } else {
+                Lane::Foreground
+            };
+            self.ops[key].lane = lane;
             let q = self.ops[key].queued;
             let p = &mut self.pools[pool.0 as usize];
-            p.sched.add(now, q);
-            // A scheduler idling for a request (CFQ's, BFQ's, CATS's anticipation) must
-            // see the arrival now, not when its wait runs out.
-            p.wait_until = None;
+            p.sched.add(now, q, lane);
+            if lane == Lane::Foreground {
+                // A scheduler idling for a request (CFQ's, BFQ's, CATS's anticipation)
+                // must see the arrival now, not when its wait runs out.
+                p.wait_until = None;
+            }
             self.pump(now, pool.0 as usize, out);
         }
         key
@@ -303,27 +302,15 @@ impl Engine {
             self.pools[pool].wait_until = None;
         }
         while self.pools[pool].in_flight < self.pools[pool].cfg.queue_depth {
-            let p = &mut self.pools[pool];
-            if p.background
-                .front()
-                .is_some_and(|b| now >= b.arrival_ns + BACKGROUND_MAX_WAIT_NS)
-            {
-                let b = p.background.pop_front().expect("front exists");
-                self.emit(b.key, out);
-                continue;
-            }
             match self.pools[pool].sched.dispatch(now) {
                 Dispatch::Op(q) => {
-                    let p = &mut self.pools[pool];
-                    p.sched_wait_max_ns = p.sched_wait_max_ns.max(now - q.arrival_ns);
+                    if self.ops[q.key].lane == Lane::Foreground {
+                        let p = &mut self.pools[pool];
+                        p.sched_wait_max_ns = p.sched_wait_max_ns.max(now - q.arrival_ns);
+                    }
                     self.emit(q.key, out)
                 }
-                Dispatch::Idle => {
-                    let Some(b) = self.pools[pool].background.pop_front() else {
-                        break;
-                    };
-                    self.emit(b.key, out);
-                }
+                Dispatch::Idle => break,
                 Dispatch::WaitUntil(t) => {
                     self.pools[pool].wait_until = Some(t);
                     if self.cfg.bug != Some(crate::config::InjectedBug::SchedLosesWakeup) {
@@ -380,8 +367,8 @@ impl Engine {
         self.epochs.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
-        if op.kind != DevKind::Flush && !op.background {
-            self.pools[pool].sched.completed(now, &op.queued);
+        if op.kind != DevKind::Flush {
+            self.pools[pool].sched.completed(now, &op.queued, op.lane);
         }
         let mut result = c.result;
         if result.is_err() {

@@ -244,7 +244,7 @@ impl Engine {
                 .map(|(i, p)| PoolReport {
                     name: p.cfg.name.clone(),
                     medium: p.cfg.medium,
-                    scheduler: p.sched.name().to_string(),
+                    scheduler: p.sched.scheduler_name().to_string(),
                     queue_depth: p.cfg.queue_depth,
                     capacity_bytes: p.cfg.capacity_bytes,
                     chunk_bytes: self.cfg.chunk_bytes,
@@ -252,7 +252,7 @@ impl Engine {
                     free_chunks: p.alloc.free_chunks(),
                     used_bytes: (p.alloc.chunks() - p.alloc.free_chunks()) * self.cfg.chunk_bytes,
                     in_flight: p.in_flight,
-                    queued: p.sched.len() as u64,
+                    queued: p.sched.scheduler_len() as u64,
                     io: p.stats.clone(),
                     log: self.log_report(i),
                 })

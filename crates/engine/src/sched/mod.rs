@@ -9,6 +9,7 @@ mod bfq;
 mod cats;
 mod cats_table;
 mod cfq;
+mod classes;
 mod deadline;
 mod fifo;
 mod flowq;
@@ -20,6 +21,7 @@ mod spec;
 pub use bfq::{Bfq, BfqParams};
 pub use cats::{Cats, CatsParams};
 pub use cfq::{Cfq, CfqParams};
+pub use classes::{BACKGROUND_MAX_WAIT_NS, Classes, Lane};
 pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
 pub use kyber::{Kyber, KyberParams};
@@ -89,6 +91,12 @@ pub trait Scheduler: Send {
     /// A volume's QoS changed (or was set at start). Schedulers without per-volume
     /// shares ignore it.
     fn set_volume_qos(&mut self, _volume: u32, _qos: VolumeQos) {}
+    /// Whether it shares the device between foreground and background work itself
+    /// (tier migration, unhurried cleaning). If not, [`Classes`] holds background work
+    /// until the scheduler is idle or the work has waited [`BACKGROUND_MAX_WAIT_NS`].
+    fn schedules_background(&self) -> bool {
+        false
+    }
 }
 
 /// One entry of the scheduler registry.
