@@ -5,6 +5,7 @@ mod log;
 pub mod sched;
 mod size;
 mod switch;
+pub mod system;
 mod tiering;
 pub mod volume;
 

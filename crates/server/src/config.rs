@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml, volume};
+use tiervisor_conf::{ConfError, LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, Placement, Provisioning, SchedSpec};
 
 use crate::io::IoKind;
@@ -60,7 +60,8 @@ struct RawConfig {
     metrics: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
-    commit_interval_ms: Option<u64>,
+    commit_interval_ms: Option<Spanned<u64>>,
+    discard: Option<tiervisor_conf::Switch>,
     io: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
@@ -150,6 +151,10 @@ pub struct ServerConfig {
     pub metadata_pool: usize,
     pub pools: Vec<PoolDef>,
     pub volumes: Vec<VolumeDef>,
+    /// What the pools, volumes and engine keys resolve to, exactly as a scenario saying the
+    /// same would (crates/conf/src/system.rs); pools of block devices have capacity 0 until
+    /// the device is opened. The fields above are views of it.
+    pub engine: tiervisor_engine::EngineConfig,
 }
 
 fn non_empty(s: Option<String>) -> Option<String> {
@@ -205,29 +210,6 @@ impl ServerConfig {
         let src = Source::new(file, text);
         let raw: RawConfig = src.parse()?;
         let data_dir = PathBuf::from(raw.data_dir.unwrap_or_else(|| "./tiervisor-data".into()));
-        let chunk_bytes = match &raw.chunk {
-            Some(c) => {
-                let v = src.size(c, "chunk")?;
-                if !v.is_power_of_two() || !(64 << 10..=64 << 20).contains(&v) {
-                    return src.err(
-                        c.span(),
-                        "chunk: expected a power of two between 64k and 64m",
-                    );
-                }
-                v
-            }
-            None => tiervisor_engine::config::DEFAULT_CHUNK_BYTES,
-        };
-        let journal_bytes = match &raw.journal {
-            Some(j) => {
-                let v = src.size(j, "journal")?;
-                if v < 64 << 10 || v % 4096 != 0 {
-                    return src.err(j.span(), "journal: expected a multiple of 4k, at least 64k");
-                }
-                v
-            }
-            None => tiervisor_engine::config::DEFAULT_JOURNAL_BYTES,
-        };
         let io = match &raw.io {
             Some(s) => IoKind::parse(s.get_ref()).map_or_else(
                 || src.err(s.span(), "io: expected \"uring\" or \"threads\""),
@@ -235,16 +217,11 @@ impl ServerConfig {
             )?,
             None => IoKind::Uring,
         };
-        let mut pools: Vec<PoolDef> = Vec::new();
+        // The server's own pool keys: a path and a kind; files need a size, block devices
+        // report theirs at start.
+        let mut media = Vec::with_capacity(raw.pools.len());
         for p in &raw.pools {
-            let name = p.name.get_ref().clone();
-            if name.is_empty() || name.len() > 63 || pools.iter().any(|q| q.name == name) {
-                return src.err(
-                    p.name.span(),
-                    format!("pool name {name:?}: expected a unique name of 1 to 63 bytes"),
-                );
-            }
-            let medium = match p.kind.get_ref().as_str() {
+            media.push(match p.kind.get_ref().as_str() {
                 "ssd" => Medium::Ssd,
                 "hdd" => Medium::Hdd,
                 o => {
@@ -253,135 +230,111 @@ impl ServerConfig {
                         format!("kind {o:?}: expected \"ssd\" or \"hdd\""),
                     );
                 }
-            };
-            let size_bytes = match &p.size {
-                Some(s) => {
-                    let v = src.size(s, "size")?;
-                    if v < 16 << 20 {
-                        return src.err(s.span(), "size: expected at least 16m");
-                    }
-                    Some(v)
-                }
+            });
+        }
+        let mut sizes = Vec::with_capacity(raw.pools.len());
+        for p in &raw.pools {
+            sizes.push(match &p.size {
+                Some(s) => Some((src.size(s, "size")?, s.span())),
                 None => None,
-            };
-            let queue_depth = match &p.queue_depth {
-                Some(q) if !(1..=4096).contains(q.get_ref()) => {
-                    return src.err(q.span(), "queue_depth: expected 1 to 4096");
+            });
+        }
+        // Everything else is the system specification scenarios share.
+        let engine = system::resolve(
+            &src,
+            system::EngineKeys {
+                chunk: raw.chunk.as_ref(),
+                journal: raw.journal.as_ref(),
+                commit_interval_ms: raw.commit_interval_ms.as_ref(),
+                metadata_pool: raw.metadata_pool.as_ref(),
+                discard: raw.discard,
+                tiering: raw.tiering.as_ref(),
+                log: raw.log.as_ref(),
+            },
+            &raw.pools
+                .iter()
+                .zip(media)
+                .zip(&sizes)
+                .map(|((p, medium), size)| system::PoolKeys {
+                    name: &p.name,
+                    medium,
+                    capacity: size.clone(),
+                    queue_depth: p.queue_depth.as_ref(),
+                    scheduler: p.scheduler.as_ref(),
+                    log: p.log,
+                })
+                .collect::<Vec<_>>(),
+            &raw.volumes
+                .iter()
+                .map(|v| system::VolumeKeys {
+                    name: &v.name,
+                    size: &v.size,
+                    pool: &v.pool,
+                    provisioning: v.provisioning.as_ref(),
+                    placement: v.placement.as_ref(),
+                    fast_pool: v.fast_pool.as_ref(),
+                    fast_percent: v.fast_percent.as_ref(),
+                    fast_budget: v.fast_budget.as_ref(),
+                    priority: v.priority,
+                    log: v.log,
+                    reservation_iops: v.reservation_iops.as_ref(),
+                    limit_iops: v.limit_iops.as_ref(),
+                    weight: v.weight.as_ref(),
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        let pools: Vec<PoolDef> = engine
+            .pools
+            .iter()
+            .zip(&raw.pools)
+            .zip(&sizes)
+            .map(|((p, raw), size)| {
+                let path = PathBuf::from(raw.path.get_ref());
+                PoolDef {
+                    name: p.name.clone(),
+                    path: if path.is_absolute() {
+                        path
+                    } else {
+                        data_dir.join(path)
+                    },
+                    size_bytes: size.as_ref().map(|(b, _)| *b),
+                    medium: p.medium,
+                    queue_depth: p.queue_depth,
+                    scheduler: p.scheduler.clone(),
+                    log: p.log,
                 }
-                Some(q) => *q.get_ref(),
-                None => 64,
-            };
-            let scheduler = tiervisor_conf::sched::scheduler(&src, p.scheduler.as_ref())?;
-            let path = PathBuf::from(p.path.get_ref());
-            let path = if path.is_absolute() {
-                path
-            } else {
-                data_dir.join(path)
-            };
-            if let Some(q) = pools.iter().find(|q| same_path(&q.path, &path)) {
+            })
+            .collect();
+        for (i, (p, raw)) in pools.iter().zip(&raw.pools).enumerate() {
+            if let Some(q) = pools[..i].iter().find(|q| same_path(&q.path, &p.path)) {
                 return src.err(
-                    p.path.span(),
+                    raw.path.span(),
                     format!(
                         "path {:?}: pool {} already uses {}; expected a different file or device for each pool",
-                        p.path.get_ref(),
+                        raw.path.get_ref(),
                         q.name,
                         q.path.display()
                     ),
                 );
             }
-            pools.push(PoolDef {
-                name,
-                path,
-                size_bytes,
-                medium,
-                queue_depth,
-                scheduler,
-                log: p.log.is_some_and(|s| s.0),
-            });
         }
-        if pools.is_empty() {
-            return Err(ConfError::at(file, 1, "expected at least one [[pool]]"));
-        }
-        let metadata_pool = match &raw.metadata_pool {
-            Some(m) => pools
-                .iter()
-                .position(|p| p.name == *m.get_ref())
-                .map_or_else(
-                    || {
-                        src.err(
-                            m.span(),
-                            format!("metadata_pool {:?} is not a defined pool", m.get_ref()),
-                        )
-                    },
-                    Ok,
-                )?,
-            None => pools
-                .iter()
-                .position(|p| p.medium == Medium::Ssd)
-                .unwrap_or(0),
-        };
-        let mut volumes: Vec<VolumeDef> = Vec::new();
-        for v in &raw.volumes {
-            let name = v.name.get_ref().clone();
-            let valid =
-                !name.is_empty() && name.len() <= 63 && name.bytes().all(|b| b.is_ascii_graphic());
-            if !valid || volumes.iter().any(|w| w.name == name) {
-                return src.err(v.name.span(), format!("volume name {name:?}: expected a unique name of 1 to 63 printable characters"));
-            }
-            let size_bytes = src.size(&v.size, "size")?;
-            if size_bytes == 0 || size_bytes % 512 != 0 {
-                return src.err(
-                    v.size.span(),
-                    "size: expected a positive multiple of 512 bytes",
-                );
-            }
-            let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-            let pool = volume::pool_named(&src, &v.pool, &pool_names)?;
-            let provisioning =
-                volume::provisioning(&src, v.provisioning.as_ref(), Provisioning::Thin)?;
-            let fast_pool =
-                volume::fast_pool(&src, v.fast_pool.as_ref(), &pool_names, pool, |i| {
-                    pools[i].medium == Medium::Ssd
-                })?;
-            let placement = volume::placement(
-                &src,
-                volume::PlacementKeys {
-                    placement: v.placement.as_ref(),
-                    fast_percent: v.fast_percent.as_ref(),
-                    fast_budget: v.fast_budget.as_ref(),
-                    priority: v.priority,
-                },
-            )?;
-            if placement != Placement::Pinned && fast_pool.is_none_or(|f| f == pool) {
-                return src.err(
-                    v.name.span(),
-                    format!(
-                        "volume {name}: {} placement needs a fast_pool other than its own pool",
-                        placement.name()
-                    ),
-                );
-            }
-            let qos = tiervisor_conf::sched::qos(
-                &src,
-                tiervisor_conf::sched::QosKeys {
-                    reservation_iops: v.reservation_iops.as_ref(),
-                    limit_iops: v.limit_iops.as_ref(),
-                    weight: v.weight.as_ref(),
-                },
-            )?;
-            volumes.push(VolumeDef {
-                name,
-                size_bytes,
-                pool,
-                provisioning,
-                placement,
-                fast_pool,
-                description: v.description.clone().unwrap_or_default(),
-                read_only: v.read_only.unwrap_or(false),
-                log: v.log.map(|s| s.0),
-                qos,
-            });
-        }
+        let volumes: Vec<VolumeDef> = engine
+            .volumes
+            .iter()
+            .zip(&raw.volumes)
+            .map(|(v, raw)| VolumeDef {
+                name: v.name.clone(),
+                size_bytes: v.size_bytes,
+                pool: v.home_pool.0 as usize,
+                provisioning: v.provisioning,
+                placement: v.placement.clone(),
+                fast_pool: v.fast_pool.map(|f| f.0 as usize),
+                description: raw.description.clone().unwrap_or_default(),
+                read_only: raw.read_only.unwrap_or(false),
+                log: v.log,
+                qos: v.qos,
+            })
+            .collect();
         let rel = |s: Option<String>| {
             non_empty(s).map(|p| {
                 if Path::new(&p).is_absolute() {
@@ -399,16 +352,17 @@ impl ServerConfig {
             unix_socket: rel(raw.unix_socket),
             admin_socket: rel(raw.admin_socket).unwrap_or_else(|| data_dir.join("admin.sock")),
             metrics,
-            chunk_bytes,
-            journal_bytes,
-            commit_interval_ms: raw.commit_interval_ms.unwrap_or(1000),
-            tiering: TieringToml::resolve(raw.tiering.as_ref(), &src)?,
-            log: LogToml::resolve(raw.log.as_ref(), &src)?,
+            chunk_bytes: engine.chunk_bytes,
+            journal_bytes: engine.journal_bytes,
+            commit_interval_ms: engine.commit_interval_ns / 1_000_000,
+            tiering: engine.tiering.clone(),
+            log: engine.log.clone(),
             io,
-            metadata_pool,
+            metadata_pool: engine.meta_pool.0 as usize,
             pools,
             volumes,
             data_dir,
+            engine,
         })
     }
 

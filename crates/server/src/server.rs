@@ -12,8 +12,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 use tiervisor_engine::{
-    DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, Medium, Outputs, PoolConfig,
-    PoolId, StartMode, VmRequest, VolumeConfig,
+    DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, Medium, Outputs, StartMode,
+    VmRequest,
 };
 
 use crate::admin;
@@ -149,45 +149,13 @@ fn random_uuid() -> [u8; 16] {
 }
 
 fn engine_config(cfg: &ServerConfig, sizes: &[u64]) -> EngineConfig {
-    EngineConfig {
-        system_uuid: random_uuid(),
-        chunk_bytes: cfg.chunk_bytes,
-        track_data: true,
-        pools: cfg
-            .pools
-            .iter()
-            .zip(sizes)
-            .map(|(d, &size_bytes)| PoolConfig {
-                name: d.name.clone(),
-                medium: d.medium,
-                capacity_bytes: size_bytes,
-                queue_depth: d.queue_depth,
-                scheduler: d.scheduler.clone(),
-                log: d.log,
-            })
-            .collect(),
-        volumes: cfg
-            .volumes
-            .iter()
-            .map(|v| VolumeConfig {
-                name: v.name.clone(),
-                size_bytes: v.size_bytes,
-                home_pool: PoolId(v.pool as u16),
-                fast_pool: v.fast_pool.map(|f| PoolId(f as u16)),
-                provisioning: v.provisioning,
-                placement: v.placement.clone(),
-                log: v.log,
-                qos: v.qos,
-            })
-            .collect(),
-        meta_pool: PoolId(cfg.metadata_pool as u16),
-        journal_bytes: cfg.journal_bytes,
-        commit_interval_ns: cfg.commit_interval_ms * 1_000_000,
-        tiering: cfg.tiering.clone(),
-        log: cfg.log.clone(),
-        discard_freed: true,
-        ..EngineConfig::default()
+    let mut e = cfg.engine.clone();
+    e.system_uuid = random_uuid();
+    // Block devices report their size only once opened.
+    for (p, &size_bytes) in e.pools.iter_mut().zip(sizes) {
+        p.capacity_bytes = size_bytes;
     }
+    e
 }
 
 /// Answer the block-status queries a connection parsed, from the mapping table.

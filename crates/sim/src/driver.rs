@@ -14,7 +14,7 @@ use slab_lite::Slab;
 use tiervisor_engine::stats::Latency;
 use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
-    PoolConfig, ReqKind, StartMode, VmCompletion, VmRequest, VolumeConfig, VolumeId,
+    ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
 use tiervisor_workload::{
@@ -174,45 +174,9 @@ pub fn engine_config(sc: &Scenario, seed: u64) -> EngineConfig {
     rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7469_6572).fill_bytes(&mut uuid);
     EngineConfig {
         system_uuid: uuid,
-        chunk_bytes: sc.chunk_bytes,
+        // Timing only: requests carry no data in the simulator.
         track_data: false,
-        pools: sc
-            .pools
-            .iter()
-            .map(|p| PoolConfig {
-                name: p.name.clone(),
-                medium: p.medium(),
-                capacity_bytes: p.capacity_bytes,
-                queue_depth: p.queue_depth,
-                scheduler: p.scheduler.clone(),
-                log: p.log,
-            })
-            .collect(),
-        volumes: sc
-            .volumes
-            .iter()
-            .map(|v| VolumeConfig {
-                name: v.name.clone(),
-                size_bytes: v.size_bytes,
-                home_pool: tiervisor_engine::PoolId(v.pool as u16),
-                fast_pool: v.fast_pool.map(|f| tiervisor_engine::PoolId(f as u16)),
-                provisioning: v.provisioning,
-                placement: v.placement.clone(),
-                log: v.log,
-                qos: v.qos,
-            })
-            .collect(),
-        meta_pool: tiervisor_engine::PoolId(
-            sc.pools
-                .iter()
-                .position(|p| p.preset.kind() == tiervisor_model::DeviceKind::Ssd)
-                .unwrap_or(0) as u16,
-        ),
-        journal_bytes: sc.journal_bytes,
-        commit_interval_ns: sc.commit_interval_ns,
-        tiering: sc.tiering.clone(),
-        log: sc.log.clone(),
-        ..EngineConfig::default()
+        ..sc.engine.clone()
     }
 }
 

@@ -12,7 +12,7 @@
 //! name = "vm1"
 //! pool = "hdd"
 //! size = "20g"
-//! provisioning = "thick"   # or "thin"
+//! provisioning = "thick"   # or "thin" (the default)
 //! [[vm]]
 //! volume = "vm1"
 //! trace = "../../shared/traces/wsrch-small.trace.xz"   # relative to this file
@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, volume};
+use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, SchedSpec};
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
@@ -53,7 +53,9 @@ struct RawScenario {
     seed: Option<u64>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
-    commit_interval_ms: Option<u64>,
+    commit_interval_ms: Option<Spanned<u64>>,
+    metadata_pool: Option<Spanned<String>>,
+    discard: Option<tiervisor_conf::Switch>,
     /// Record throughput and log counters every this many simulated seconds.
     sample_interval_s: Option<Spanned<f64>>,
     tiering: Option<TieringToml>,
@@ -113,9 +115,9 @@ struct RawVm {
     format: Option<Spanned<String>>,
     devices: Option<Vec<u32>>,
     mode: Option<Spanned<String>>,
-    depth: Option<u32>,
+    depth: Option<Spanned<u32>>,
     speed: Option<Spanned<f64>>,
-    repeat: Option<u32>,
+    repeat: Option<Spanned<u32>>,
     fio: Option<RawFio>,
     surge: Option<RawSurge>,
     app: Option<RawApp>,
@@ -153,7 +155,7 @@ struct RawApp {
 struct RawFio {
     rw: Spanned<String>,
     bs: Spanned<SizeVal>,
-    iodepth: Option<u32>,
+    iodepth: Option<Spanned<u32>>,
     size: Option<Spanned<SizeVal>>,
     offset: Option<Spanned<SizeVal>>,
     rwmixread: Option<Spanned<u32>>,
@@ -252,10 +254,25 @@ pub struct PoolSpec {
 
 impl PoolSpec {
     pub fn medium(&self) -> Medium {
-        match self.preset.kind() {
-            DeviceKind::Hdd => Medium::Hdd,
-            DeviceKind::Ssd => Medium::Ssd,
+        medium_of(&self.preset)
+    }
+}
+
+/// A count that must be at least 1 (`depth`, `iodepth`, `repeat`); 1 when absent.
+fn at_least_one(cx: &Source, v: Option<&Spanned<u32>>, what: &str) -> Result<u32, ScenarioError> {
+    match v {
+        None => Ok(1),
+        Some(v) if *v.get_ref() == 0 => {
+            cx.err(v.span(), format!("{what} = 0: expected at least 1"))
         }
+        Some(v) => Ok(*v.get_ref()),
+    }
+}
+
+fn medium_of(p: &Preset) -> Medium {
+    match p.kind() {
+        DeviceKind::Hdd => Medium::Hdd,
+        DeviceKind::Ssd => Medium::Ssd,
     }
 }
 
@@ -308,6 +325,9 @@ pub struct Scenario {
     pub pools: Vec<PoolSpec>,
     pub volumes: Vec<VolumeSpec>,
     pub vms: Vec<VmSpec>,
+    /// What the pools, volumes and engine keys resolve to, exactly as a server config
+    /// saying the same would (crates/conf/src/system.rs); the fields above are views of it.
+    pub engine: tiervisor_engine::EngineConfig,
 }
 
 impl Scenario {
@@ -358,20 +378,8 @@ impl Scenario {
     pub fn parse(file: &str, text: &str, base: &Path) -> Result<Scenario, ScenarioError> {
         let cx = Source::new(file, text);
         let raw: RawScenario = cx.parse()?;
-        let chunk_bytes = match &raw.chunk {
-            Some(c) => cx.size(c, "chunk")?,
-            None => tiervisor_engine::config::DEFAULT_CHUNK_BYTES,
-        };
-        if let Some(c) = &raw.chunk
-            && (!chunk_bytes.is_power_of_two() || chunk_bytes < 64 << 10)
-        {
-            return cx.err(c.span(), "chunk: expected a power of two of at least 64k");
-        }
-        let journal_bytes = match &raw.journal {
-            Some(j) => cx.size(j, "journal")?,
-            None => tiervisor_engine::config::DEFAULT_JOURNAL_BYTES,
-        };
-        let mut pools = Vec::new();
+        // The simulator's own pool keys: a device model, whose capacity is the default.
+        let mut presets = Vec::with_capacity(raw.pools.len());
         for p in &raw.pools {
             let Some(pr) = preset(p.model.get_ref()) else {
                 return cx.err(
@@ -383,108 +391,88 @@ impl Scenario {
                     ),
                 );
             };
-            if pools.iter().any(|q: &PoolSpec| q.name == *p.name.get_ref()) {
-                return cx.err(
-                    p.name.span(),
-                    format!("pool {:?} is defined twice", p.name.get_ref()),
-                );
-            }
-            let capacity_bytes = match &p.capacity {
-                Some(c) => cx.size(c, "capacity")?,
-                None => pr.capacity_bytes(),
+            let capacity = match &p.capacity {
+                Some(c) => (cx.size(c, "capacity")?, c.span()),
+                None => (pr.capacity_bytes(), p.model.span()),
             };
-            let min = (2 << 20) + 8 * chunk_bytes;
-            if capacity_bytes < min {
-                return cx.err(
-                    p.capacity.as_ref().map_or(p.name.span(), |c| c.span()),
-                    format!("capacity: expected at least {min} bytes"),
-                );
-            }
-            let queue_depth = match &p.queue_depth {
-                Some(q) if *q.get_ref() == 0 || *q.get_ref() > 4096 => {
-                    return cx.err(q.span(), "queue_depth: expected 1 to 4096");
-                }
-                Some(q) => *q.get_ref(),
-                None if pr.kind() == DeviceKind::Hdd => 1,
-                None => 32,
-            };
-            let scheduler = tiervisor_conf::sched::scheduler(&cx, p.scheduler.as_ref())?;
             let mut pr = pr;
             if let Some(f) = &p.flush {
                 set_flush_mode(&cx, &mut pr, f)?;
             }
-            pools.push(PoolSpec {
-                name: p.name.get_ref().clone(),
-                preset: pr,
-                capacity_bytes,
-                queue_depth,
-                log: p.log.is_some_and(|s| s.0),
-                scheduler,
-            });
+            presets.push((pr, capacity));
         }
-        if pools.is_empty() {
-            return Err(WorkloadError::at(file, 1, "expected at least one [[pool]]"));
-        }
-        let mut volumes = Vec::new();
-        for v in &raw.volumes {
-            let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-            let pool = volume::pool_named(&cx, &v.pool, &pool_names)?;
-            if volumes
+        // Everything else is the system specification servers share.
+        let engine = system::resolve(
+            &cx,
+            system::EngineKeys {
+                chunk: raw.chunk.as_ref(),
+                journal: raw.journal.as_ref(),
+                commit_interval_ms: raw.commit_interval_ms.as_ref(),
+                metadata_pool: raw.metadata_pool.as_ref(),
+                discard: raw.discard,
+                tiering: raw.tiering.as_ref(),
+                log: raw.log.as_ref(),
+            },
+            &raw.pools
                 .iter()
-                .any(|w: &VolumeSpec| w.name == *v.name.get_ref())
-            {
-                return cx.err(
-                    v.name.span(),
-                    format!("volume {:?} is defined twice", v.name.get_ref()),
-                );
-            }
-            let size_bytes = cx.size(&v.size, "size")?;
-            if size_bytes == 0 || size_bytes % 512 != 0 {
-                return cx.err(
-                    v.size.span(),
-                    "size: expected a positive multiple of 512 bytes",
-                );
-            }
-            let provisioning = volume::provisioning(
-                &cx,
-                v.provisioning.as_ref(),
-                tiervisor_engine::Provisioning::Thick,
-            )?;
-            let fast_pool = volume::fast_pool(&cx, v.fast_pool.as_ref(), &pool_names, pool, |i| {
-                pools[i].preset.kind() == DeviceKind::Ssd
-            })?;
-            let placement = volume::placement(
-                &cx,
-                volume::PlacementKeys {
+                .zip(&presets)
+                .map(|(p, (pr, capacity))| system::PoolKeys {
+                    name: &p.name,
+                    medium: medium_of(pr),
+                    capacity: Some(capacity.clone()),
+                    queue_depth: p.queue_depth.as_ref(),
+                    scheduler: p.scheduler.as_ref(),
+                    log: p.log,
+                })
+                .collect::<Vec<_>>(),
+            &raw.volumes
+                .iter()
+                .map(|v| system::VolumeKeys {
+                    name: &v.name,
+                    size: &v.size,
+                    pool: &v.pool,
+                    provisioning: v.provisioning.as_ref(),
                     placement: v.placement.as_ref(),
+                    fast_pool: v.fast_pool.as_ref(),
                     fast_percent: v.fast_percent.as_ref(),
                     fast_budget: v.fast_budget.as_ref(),
                     priority: v.priority,
-                },
-            )?;
-            if placement != tiervisor_engine::Placement::Pinned && fast_pool.is_none() {
-                return cx.err(v.name.span(), format!("volume {:?}: {} placement needs a fast pool (an SSD pool other than its home)", v.name.get_ref(), placement.name()));
-            }
-            let qos = tiervisor_conf::sched::qos(
-                &cx,
-                tiervisor_conf::sched::QosKeys {
+                    log: v.log,
                     reservation_iops: v.reservation_iops.as_ref(),
                     limit_iops: v.limit_iops.as_ref(),
                     weight: v.weight.as_ref(),
-                },
-            )?;
-            volumes.push(VolumeSpec {
-                name: v.name.get_ref().clone(),
-                pool,
-                size_bytes,
-                provisioning,
-                placement,
-                fast_pool,
-                prefill: v.prefill.unwrap_or(false),
-                log: v.log.map(|s| s.0),
-                qos,
-            });
-        }
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        let pools: Vec<PoolSpec> = engine
+            .pools
+            .iter()
+            .zip(presets)
+            .map(|(p, (preset, _))| PoolSpec {
+                name: p.name.clone(),
+                preset,
+                capacity_bytes: p.capacity_bytes,
+                queue_depth: p.queue_depth,
+                scheduler: p.scheduler.clone(),
+                log: p.log,
+            })
+            .collect();
+        let volumes: Vec<VolumeSpec> = engine
+            .volumes
+            .iter()
+            .zip(&raw.volumes)
+            .map(|(v, raw)| VolumeSpec {
+                name: v.name.clone(),
+                pool: v.home_pool.0 as usize,
+                size_bytes: v.size_bytes,
+                provisioning: v.provisioning,
+                placement: v.placement.clone(),
+                fast_pool: v.fast_pool.map(|f| f.0 as usize),
+                prefill: raw.prefill.unwrap_or(false),
+                log: v.log,
+                qos: v.qos,
+            })
+            .collect();
         let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
         let mut vms = Vec::new();
         for (i, svm) in raw.vms.iter().enumerate() {
@@ -579,7 +567,7 @@ impl Scenario {
                     };
                     let mode = match vm.mode.as_ref().map(|m| m.get_ref().as_str()) {
                         None | Some("closed") => ReplayMode::Closed {
-                            depth: vm.depth.unwrap_or(1).max(1),
+                            depth: at_least_one(&cx, vm.depth.as_ref(), "depth")?,
                         },
                         Some("timed") => {
                             let speed = vm.speed.as_ref().map_or(1.0, |s| *s.get_ref());
@@ -602,7 +590,7 @@ impl Scenario {
                         trace,
                         devices: vm.devices.clone().unwrap_or_default(),
                         mode,
-                        repeat: vm.repeat.unwrap_or(1).max(1),
+                        repeat: at_least_one(&cx, vm.repeat.as_ref(), "repeat")?,
                     }
                 }
                 (None, Some(f)) => {
@@ -672,7 +660,7 @@ impl Scenario {
                         zoned,
                         rw,
                         bs,
-                        iodepth: f.iodepth.unwrap_or(1).max(1),
+                        iodepth: at_least_one(&cx, f.iodepth.as_ref(), "iodepth")?,
                         offset_bytes,
                         size_bytes,
                         rwmixread,
@@ -697,9 +685,9 @@ impl Scenario {
         Ok(Scenario {
             source: file.to_string(),
             seed: raw.seed.unwrap_or(1),
-            chunk_bytes,
-            journal_bytes,
-            commit_interval_ns: raw.commit_interval_ms.unwrap_or(1000) * 1_000_000,
+            chunk_bytes: engine.chunk_bytes,
+            journal_bytes: engine.journal_bytes,
+            commit_interval_ns: engine.commit_interval_ns,
             sample_interval_ns: match &raw.sample_interval_s {
                 Some(s) if !(s.get_ref().is_finite() && *s.get_ref() > 0.0) => {
                     return cx.err(s.span(), "sample_interval_s: expected a positive number");
@@ -707,11 +695,12 @@ impl Scenario {
                 Some(s) => (s.get_ref() * 1e9) as u64,
                 None => 0,
             },
-            tiering: TieringToml::resolve(raw.tiering.as_ref(), &cx)?,
-            log: LogToml::resolve(raw.log.as_ref(), &cx)?,
+            tiering: engine.tiering.clone(),
+            log: engine.log.clone(),
             pools,
             volumes,
             vms,
+            engine,
         })
     }
 }
@@ -826,6 +815,29 @@ ios = 100
             (e.line, e.message.contains("unknown pool")),
             (Some(9), true)
         );
+        // Zero depths and repeats run nothing; they are mistakes, not defaults (issue 15).
+        let e = parse(&GOOD.replace("ios = 100", "ios = 100\niodepth = 0")).unwrap_err();
+        assert_eq!(e.line, Some(17), "{e}");
+        assert!(
+            e.message.contains("iodepth = 0: expected at least 1"),
+            "{e}"
+        );
+        let e = parse(&GOOD.replace("bs = \"4k\"", "bs = 4.5")).unwrap_err();
+        assert!(e.message.contains("a size such as 4096"), "{e}");
+        let dir = std::env::temp_dir().join(format!("tv-scenario-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t.trace"), "0 0 8 8 1\n").unwrap();
+        let traced = GOOD.replace(
+            "[vm.fio]\nrw = \"randread\"\nbs = \"4k\"\nios = 100\n",
+            "trace = \"t.trace\"\n",
+        );
+        for key in ["depth", "repeat"] {
+            let text = format!("{traced}{key} = 0\n");
+            let e = Scenario::parse("s.toml", &text, &dir).unwrap_err();
+            assert_eq!(e.line, Some(14), "{e}");
+            assert!(e.message.contains(&format!("{key} = 0")), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
         let e = parse("seed = [").unwrap_err();
         assert_eq!(e.file, "s.toml");
         assert!(e.to_string().starts_with("s.toml:1:"), "{e}");
