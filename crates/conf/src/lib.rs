@@ -20,11 +20,38 @@ pub use tiering::TieringToml;
 pub use toml::Spanned;
 
 /// A size as written: a number of bytes or a string with a unit (`"4k"`, `"1g"`).
-#[derive(Deserialize, Debug, Clone)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum SizeVal {
     Int(u64),
     Str(String),
+}
+
+/// What a size should look like, in errors (not serde's "untagged enum SizeVal").
+pub const SIZE_EXPECTED: &str = "a size such as 4096 or \"4k\"";
+
+impl<'de> Deserialize<'de> for SizeVal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SizeVal, D::Error> {
+        use serde::de::{self, Visitor};
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = SizeVal;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(SIZE_EXPECTED)
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<SizeVal, E> {
+                Ok(SizeVal::Int(n))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<SizeVal, E> {
+                u64::try_from(n)
+                    .map(SizeVal::Int)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<SizeVal, E> {
+                Ok(SizeVal::Str(s.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// An error at a place in a file.
@@ -111,5 +138,33 @@ impl<'a> Source<'a> {
                 parse_size(s).map_err(|e| self.error(v.span(), format!("{what}: {e}")))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize, Debug)]
+    #[allow(dead_code)] // only the error matters
+    struct T {
+        size: Spanned<SizeVal>,
+    }
+
+    /// Issue 15: serde's internal wording leaked into errors.
+    #[test]
+    fn a_bad_size_says_what_a_size_looks_like() {
+        for bad in ["size = 1.5", "size = -4", "size = true", "size = [1]"] {
+            let text = format!("# a comment\n{bad}\n");
+            let e = Source::new("s.toml", &text).parse::<T>().unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.message.contains(SIZE_EXPECTED), "{bad}: {e}");
+            assert!(
+                !e.message.contains("untagged") && !e.message.contains("SizeVal"),
+                "{e}"
+            );
+        }
+        let ok: T = Source::new("s.toml", "size = \"4k\"").parse().unwrap();
+        assert!(matches!(ok.size.get_ref(), SizeVal::Str(s) if s == "4k"));
     }
 }
