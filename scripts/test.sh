@@ -20,3 +20,6 @@ fi
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
+# The engine, model, workload and simulator tests (DST included) once more with overflow
+# checks and debug assertions, which the release run above leaves out ([profile.ci-checked]).
+cargo test --profile ci-checked -p tiervisor-engine -p tiervisor-model -p tiervisor-workload -p tiervisor-sim
