@@ -12,6 +12,7 @@ pub mod chunkmap;
 mod codec;
 mod commit;
 pub mod config;
+mod control;
 mod devop;
 mod engine;
 pub mod extents;
@@ -36,6 +37,7 @@ pub use config::{
     CleanerPolicy, ConfigError, EngineConfig, InjectedBug, LogConfig, Medium, Placement,
     PoolConfig, Provisioning, TieringConfig, VolumeConfig,
 };
+pub use control::{Control, ControlError};
 pub use engine::{Engine, EngineState, StartMode};
 pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
 pub use sched::{SchedSpec, VolumeQos};
