@@ -38,10 +38,9 @@ pub(crate) enum Owner {
     Discard {
         free: usize,
     },
-    /// A read or write of a tier migration.
-    Move {
-        vol: u32,
-        chunk: u64,
+    /// A read or write of a copy between pools (`jobs/copy.rs`).
+    Copy {
+        slot: usize,
     },
     /// A log append (details in `Engine::appends`).
     Append {

@@ -113,6 +113,8 @@ pub struct Engine {
     /// Volumes whose final commit failed during shutdown: their uncommitted writes are
     /// lost, so the stop is not clean.
     pub(crate) lost_at_stop: Vec<String>,
+    /// Copies between pools in flight (tier moves, migrations).
+    pub(crate) copies: Slab<crate::jobs::copy::Copy>,
 }
 
 impl Engine {
@@ -166,6 +168,7 @@ impl Engine {
             logs: (0..n_pools).map(|_| Default::default()).collect(),
             appends: Slab::new(),
             lost_at_stop: Vec::new(),
+            copies: Slab::new(),
         })
     }
 
@@ -394,7 +397,7 @@ impl Engine {
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
             Owner::Discard { free } => self.discard_done(free),
-            Owner::Move { vol, chunk } => self.move_done(now, vol, chunk, result, c.data, out),
+            Owner::Copy { slot } => self.copy_io_done(now, slot, result, c.data, out),
             Owner::Append { slot } => self.append_done(now, slot, result, out),
             Owner::CleanRead { pool, idx } => {
                 self.clean_read_done(now, pool as usize, idx as usize, result, c.data, out)

@@ -14,15 +14,12 @@
 //! record is durable and no operation still targets it (see `reclaim.rs`), so a crash
 //! mid-move leaves the old mapping, intact.
 
-use bytes::Bytes;
-
 use crate::chunkmap::ChunkLoc;
 use crate::config::{Placement, Provisioning};
-use crate::engine::{Engine, EngineState, OpSpec, Owner};
-use crate::journal::Record;
+use crate::engine::{Engine, EngineState};
+use crate::jobs::copy::CopyFor;
 use crate::layout::chunk_offset;
-use crate::reclaim::Freed;
-use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId, VolumeId};
+use crate::types::{Errno, Outputs, PoolId, VolumeId};
 use crate::volume::ChunkState;
 
 /// Hot-candidate list bound per volume.
@@ -270,10 +267,7 @@ impl Engine {
                 None => return false,
             }
         };
-        self.vols[v].activity.entry(c).or_default().state = ChunkState::Moving {
-            dst,
-            writing: false,
-        };
+        self.vols[v].activity.entry(c).or_default().state = ChunkState::Moving { dst };
         self.moves_in_flight += 1;
         if is_demotion {
             self.demotions_in_flight[src_pool.0 as usize] += 1;
@@ -281,49 +275,38 @@ impl Engine {
             self.vols[v].promoting += 1;
         }
         self.tier_bucket.take(cb);
-        let off = chunk_offset(src, cb);
-        let mover = Owner::Move {
-            vol: v as u32,
-            chunk: c,
+        let Some(to) = self.vols[v].resolve(dst, c) else {
+            unreachable!("a move targets a concrete chunk")
         };
-        let spec = OpSpec::new(mover, src_pool, DevKind::Read, IoClass::Migration);
-        self.queue_op(now, spec.at(off, cb).for_volume(v as u32), out);
+        self.start_copy(
+            now,
+            CopyFor::TierMove {
+                vol: v as u32,
+                chunk: c,
+            },
+            (src_pool, chunk_offset(src, cb)),
+            (to.0, chunk_offset(to.1, cb)),
+            cb,
+            out,
+        );
         true
     }
 
+    /// The copy of a moving chunk finished (`result` says whether both halves worked).
     pub(crate) fn move_done(
         &mut self,
         now: u64,
         v: u32,
         c: u64,
         result: Result<(), Errno>,
-        data: Option<Bytes>,
         out: &mut Outputs,
     ) {
-        let cb = self.cfg.chunk_bytes;
-        let vi = v as usize;
-        let Some(ChunkState::Moving { dst, writing }) =
-            self.vols[vi].activity.get(&c).map(|a| a.state)
+        let Some(ChunkState::Moving { dst, .. }) =
+            self.vols[v as usize].activity.get(&c).map(|a| a.state)
         else {
             return;
         };
-        if result.is_err() {
-            return self.end_move(now, v, c, None, out);
-        }
-        if !writing {
-            if let Some(a) = self.vols[vi].activity.get_mut(&c) {
-                a.state = ChunkState::Moving { dst, writing: true };
-            }
-            let Some((pool, pc)) = self.vols[vi].resolve(dst, c) else {
-                return self.end_move(now, v, c, None, out);
-            };
-            let off = chunk_offset(pc, cb);
-            let mover = Owner::Move { vol: v, chunk: c };
-            let spec = OpSpec::new(mover, pool, DevKind::Write, IoClass::Migration);
-            self.queue_op(now, spec.at(off, cb).payload(data).for_volume(v), out);
-            return;
-        }
-        self.end_move(now, v, c, Some(dst), out);
+        self.end_move(now, v, c, result.is_ok().then_some(dst), out);
     }
 
     /// Finish a move: switch the map (on success) and let waiting writes go.
@@ -347,15 +330,8 @@ impl Engine {
         let vol = &mut self.vols[vi];
         match done {
             Some(dst) => {
-                let old = vol.map.get(c);
                 let fast = vol.rec.fast_pool;
-                vol.set_loc(c, dst);
-                let seq = vol.journal.append(Record::Map {
-                    chunk: c,
-                    entry: dst.encode(),
-                });
                 if let Some((p, _)) = vol.resolve(dst, c) {
-                    vol.dirty_pools |= 1 << p.0;
                     if Some(p) == fast {
                         vol.stats.promotions += 1;
                     } else {
@@ -364,16 +340,7 @@ impl Engine {
                 }
                 vol.stats.migrated_bytes += cb;
                 // A thick volume's home slot stays reserved; anything else is freed.
-                if let ChunkLoc::At(p, pc) = old {
-                    self.defer_free(
-                        Freed::Chunks {
-                            pool: p,
-                            first: pc,
-                            n: 1,
-                        },
-                        smallvec::smallvec![(v, seq)],
-                    );
-                }
+                self.switch_chunk(v, c, dst, true);
                 self.arm_commit_timer(now, out);
             }
             None => {

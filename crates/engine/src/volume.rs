@@ -35,7 +35,6 @@ pub enum ChunkState {
     /// Tier migration: the chunk is being copied to `dst`; writes wait, reads use the source.
     Moving {
         dst: ChunkLoc,
-        writing: bool,
     },
 }
 
