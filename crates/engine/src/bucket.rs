@@ -16,6 +16,12 @@ impl TokenBucket {
         self.tokens = self.tokens.saturating_add(earned).min(burst);
     }
 
+    /// Start full at `now` (a job's first burst need not be earned).
+    pub fn fill(&mut self, now: u64, burst: u64) {
+        self.last_ns = now;
+        self.tokens = burst;
+    }
+
     pub fn tokens(&self) -> u64 {
         self.tokens
     }

@@ -206,9 +206,23 @@ pub enum InjectedBug {
     SchedLosesWakeup,
     /// Block status reports log-structured data as zeros.
     StatusMissesLog,
+    /// DBT: writes to copied blocks are not marked dirty, so the pivot switches in stale
+    /// destination data.
+    DbtMissesDirty,
+    /// Mirror: acknowledge a copied-region write once the source has it, before its
+    /// destination copy lands, and pivot without waiting for those copies.
+    MirrorAcksEarly,
+    /// LR: reads ignore the bitmap and read the source for blocks already written to the
+    /// destination.
+    LrReadsSource,
+    /// SLR: writes to the copied region go to the source, leaving the destination stale.
+    SlrWritesSource,
+    /// AIO: duplicates to one chunk are not kept in order, so an older one may land last.
+    AioUnorderedDups,
 }
 
 impl InjectedBug {
+    /// The bugs the CI DST set must catch.
     pub fn all() -> [InjectedBug; 8] {
         [
             InjectedBug::AckFlushBeforeJournal,
@@ -221,6 +235,17 @@ impl InjectedBug {
             InjectedBug::StatusMissesLog,
         ]
     }
+    /// One per live-migration scheme: caught by `tests/migration.rs` (dbt, lr, slr); DST
+    /// runs migrations only with `TIERVISOR_DST_MIGRATE=1` for now (docs/MIGRATION.md).
+    pub fn migration() -> [InjectedBug; 5] {
+        [
+            InjectedBug::DbtMissesDirty,
+            InjectedBug::MirrorAcksEarly,
+            InjectedBug::LrReadsSource,
+            InjectedBug::SlrWritesSource,
+            InjectedBug::AioUnorderedDups,
+        ]
+    }
     pub fn name(self) -> &'static str {
         match self {
             InjectedBug::AckFlushBeforeJournal => "ack-flush-before-journal",
@@ -231,10 +256,18 @@ impl InjectedBug {
             InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
             InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
             InjectedBug::StatusMissesLog => "status-misses-log",
+            InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
+            InjectedBug::MirrorAcksEarly => "mirror-acks-early",
+            InjectedBug::LrReadsSource => "lr-reads-source",
+            InjectedBug::SlrWritesSource => "slr-writes-source",
+            InjectedBug::AioUnorderedDups => "aio-unordered-dups",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {
-        Self::all().into_iter().find(|b| b.name() == s)
+        Self::all()
+            .into_iter()
+            .chain(Self::migration())
+            .find(|b| b.name() == s)
     }
 }
 

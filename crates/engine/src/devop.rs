@@ -42,6 +42,20 @@ pub(crate) enum Owner {
     Copy {
         slot: usize,
     },
+    /// A migrating volume's write to the destination (LR, SLR): on completion the range
+    /// is marked `Moved`.
+    MigWrite {
+        req: usize,
+        chunk: u64,
+        start: u64,
+        end: u64,
+    },
+    /// A mirrored (or AIO) duplicate of a write; `req` is `SINGLE` when detached.
+    MigDup {
+        vol: u32,
+        chunk: u64,
+        req: usize,
+    },
     /// A log append (details in `Engine::appends`).
     Append {
         slot: usize,

@@ -115,6 +115,7 @@ pub struct Engine {
     pub(crate) lost_at_stop: Vec<String>,
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
+    pub(crate) migrations: crate::jobs::migrate::Migrations,
 }
 
 impl Engine {
@@ -169,6 +170,7 @@ impl Engine {
             appends: Slab::new(),
             lost_at_stop: Vec::new(),
             copies: Slab::new(),
+            migrations: Default::default(),
         })
     }
 
@@ -398,6 +400,26 @@ impl Engine {
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
             Owner::Discard { free } => self.discard_done(free),
             Owner::Copy { slot } => self.copy_io_done(now, slot, result, c.data, out),
+            Owner::MigWrite {
+                req,
+                chunk,
+                start,
+                end,
+            } => self.migration_dst_write_done(
+                now,
+                req,
+                op.volume.map_or(u32::MAX, |v| v.0),
+                op.pool,
+                op.offset_bytes,
+                chunk,
+                start,
+                end,
+                result,
+                out,
+            ),
+            Owner::MigDup { vol, chunk, req } => {
+                self.migration_dup_done(now, vol, chunk, req, op.pool, result, out)
+            }
             Owner::Append { slot } => self.append_done(now, slot, result, out),
             Owner::CleanRead { pool, idx } => {
                 self.clean_read_done(now, pool as usize, idx as usize, result, c.data, out)
@@ -408,6 +430,7 @@ impl Engine {
             self.release_frees(now, out);
         }
         self.log_resume_all(now, out);
+        self.migration_step(now, out);
         self.maybe_stopped(out);
     }
 
@@ -423,6 +446,7 @@ impl Engine {
             self.log_gather_tick(now, out);
         }
         self.clean_wait_tick(now, out);
+        self.migration_tick(now, out);
         if self.tier_timer_at.is_some_and(|t| t <= now) {
             self.tier_timer_at = None;
             if self.state == EngineState::Ready {

@@ -118,6 +118,9 @@ impl Engine {
                     _ => {}
                 }
             }
+            for (p, pc, what) in self.migration_claims(v.id.0) {
+                claim(p.0 as usize, pc, format!("{what} of {}", r.name))?;
+            }
             if let Some(cm) = &v.commit
                 && let CommitWork::Checkpoint { chunks, .. } = &cm.work
             {

@@ -26,6 +26,15 @@ impl Engine {
     /// A VM request arrives.
     pub fn submit(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
+        // A migrating volume is paused while its pivot is made durable.
+        let req = if self.migrations.is_paused(req.volume.0) {
+            match self.migration_park(req) {
+                Ok(()) => return,
+                Err(r) => r,
+            }
+        } else {
+            req
+        };
         if let Err(e) = self.validate(&req) {
             out.completions.push(VmCompletion {
                 id: req.id,
@@ -185,14 +194,19 @@ impl Engine {
                     if s > cur {
                         push(cur, s, at(cur));
                     }
-                    push(
-                        s,
-                        e,
-                        match ov {
-                            Overlay::Zero => Src::Zero,
-                            Overlay::Log { pool, dev_offset } => Src::Dev(pool, dev_offset),
-                        },
-                    );
+                    let src = match ov {
+                        Overlay::Zero => Src::Zero,
+                        // The injected bug reads the source for data already moved.
+                        Overlay::Moved { .. }
+                            if self.cfg.bug == Some(crate::config::InjectedBug::LrReadsSource) =>
+                        {
+                            at(s)
+                        }
+                        Overlay::Log { pool, dev_offset } | Overlay::Moved { pool, dev_offset } => {
+                            Src::Dev(pool, dev_offset)
+                        }
+                    };
+                    push(s, e, src);
                     cur = e;
                 }
                 if cur < cend {
@@ -310,6 +324,11 @@ impl Engine {
         } else {
             DevKind::Write
         };
+        if self.migrations.jobs.contains_key(&v)
+            && self.migration_write_piece(now, key, v, s, e, kind, &payload, out)
+        {
+            return;
+        }
         if !zero && let Some(pool) = self.log_target(key, v, c, s, e) {
             match self.log_write_piece(now, key, v, s, e, pool, payload.clone(), out) {
                 crate::log::LogOutcome::Logged | crate::log::LogOutcome::Parked => return,
@@ -373,6 +392,9 @@ impl Engine {
     fn place_new_chunk(&self, v: u32, c: u64) -> (PoolId, u64) {
         let vol = &self.vols[v as usize];
         let home = (vol.rec.home_pool, vol.rec.home_base_chunk + c);
+        if let Some(p) = self.migration_place(v, c) {
+            return (p, c);
+        }
         match (&vol.rec.placement, vol.rec.fast_pool) {
             (crate::config::Placement::Split { fast_percent }, Some(f))
                 if crate::tiering::split_selects(vol.rec.id, c, *fast_percent) =>
@@ -509,6 +531,7 @@ impl Engine {
             });
             vol.dirty_pools |= 1 << pool.0;
             self.clear_overlay(v, start, end);
+            self.migration_chunk_allocated(v, c);
             self.arm_commit_timer(now, out);
             self.req_end(now, req, Ok(()), out);
         }
@@ -571,8 +594,9 @@ impl Engine {
             return false;
         }
         let removed = vol.overlay.remove(start, end);
-        vol.journal.append(Record::OverlayClear { start, end });
+        let seq = vol.journal.append(Record::OverlayClear { start, end });
         self.unref_removed(v, &removed);
+        self.migration_unref_moved(v, &removed, seq);
         true
     }
 
@@ -584,6 +608,14 @@ impl Engine {
         }
         if self.cfg.bug == Some(crate::config::InjectedBug::TrimKeepsData) {
             return;
+        }
+        // While the volume migrates, a trim zeroes in place (routed like a write): an
+        // unmap would leave the destination copy to be switched in at the pivot.
+        if self.migrations.jobs.contains_key(&v) {
+            let unmapped = self.vols[v as usize].map.get(c) == ChunkLoc::Unmapped;
+            if !unmapped {
+                return self.write_piece(now, key, v, s, e, out);
+            }
         }
         let vol = &mut self.vols[v as usize];
         let whole = s == c * cb && (e == (c + 1) * cb || e == vol.rec.size_bytes);

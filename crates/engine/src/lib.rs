@@ -18,7 +18,7 @@ mod engine;
 pub mod extents;
 mod invariants;
 mod io;
-mod jobs;
+pub mod jobs;
 pub mod journal;
 pub mod layout;
 mod log;

@@ -1087,6 +1087,10 @@ impl Engine {
                     claims.push((p, pc, format!("chunk {c} of {}", r.name)));
                 }
             }
+            // Destination chunks an interrupted migration wrote newest data into.
+            for (p, pc) in crate::jobs::migrate::moved_chunks(v, self.cfg.chunk_bytes) {
+                claims.push((p, pc, format!("migration destination of {}", r.name)));
+            }
         }
         claims.extend(self.log_claims()?);
         for (p, c, what) in claims {

@@ -10,6 +10,9 @@ pub enum Overlay {
     Zero,
     /// The data is at `dev_offset` on `pool`.
     Log { pool: PoolId, dev_offset: u64 },
+    /// A live migration wrote the range's newest data to its destination, at `dev_offset`
+    /// of `pool` (the paper's bitmap; `jobs/migrate`).
+    Moved { pool: PoolId, dev_offset: u64 },
 }
 
 impl ExtentValue for Overlay {
@@ -18,6 +21,10 @@ impl ExtentValue for Overlay {
         match self {
             Overlay::Zero => Overlay::Zero,
             Overlay::Log { pool, dev_offset } => Overlay::Log {
+                pool,
+                dev_offset: dev_offset + by,
+            },
+            Overlay::Moved { pool, dev_offset } => Overlay::Moved {
                 pool,
                 dev_offset: dev_offset + by,
             },

@@ -61,7 +61,8 @@ impl Engine {
                     Overlay::Log { .. } if self.cfg.bug == Some(InjectedBug::StatusMissesLog) => {
                         (!mapped, true)
                     }
-                    Overlay::Log { .. } => (false, false),
+                    // Data (on the log, or on a migration's destination).
+                    Overlay::Log { .. } | Overlay::Moved { .. } => (false, false),
                 };
                 runs.push(e - s, flags);
                 cur = e;

@@ -36,6 +36,8 @@ pub enum ChunkState {
     Moving {
         dst: ChunkLoc,
     },
+    /// Live migration: the chunk is being copied (or copied back); writes wait.
+    Migrating,
 }
 
 /// What is going on in one chunk right now; only chunks with activity have an entry.

@@ -14,6 +14,8 @@ use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 pub(crate) enum CopyFor {
     /// A tier move of chunk `chunk` of volume `vol` (see `tiering.rs`).
     TierMove { vol: u32, chunk: u64 },
+    /// A piece of the live storage migration of volume `vol`'s chunk `chunk`.
+    Migration { vol: u32, chunk: u64 },
 }
 
 #[derive(Clone, Debug)]
@@ -37,7 +39,7 @@ impl Engine {
         out: &mut Outputs,
     ) {
         let vol = match for_ {
-            CopyFor::TierMove { vol, .. } => vol,
+            CopyFor::TierMove { vol, .. } | CopyFor::Migration { vol, .. } => vol,
         };
         let slot = self.copies.insert(Copy {
             for_,
@@ -70,7 +72,7 @@ impl Engine {
             c.writing = true;
             let (dst, len, for_) = (c.dst, c.len_bytes, c.for_);
             let vol = match for_ {
-                CopyFor::TierMove { vol, .. } => vol,
+                CopyFor::TierMove { vol, .. } | CopyFor::Migration { vol, .. } => vol,
             };
             let spec = OpSpec::new(
                 Owner::Copy { slot },
@@ -84,6 +86,9 @@ impl Engine {
         let c = self.copies.remove(slot);
         match c.for_ {
             CopyFor::TierMove { vol, chunk } => self.move_done(now, vol, chunk, result, out),
+            CopyFor::Migration { vol, chunk } => {
+                self.migration_copy_done(now, vol, chunk, &c, result, out)
+            }
         }
     }
 }

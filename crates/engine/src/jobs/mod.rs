@@ -8,4 +8,5 @@
 //! schemes.
 
 pub(crate) mod copy;
+pub mod migrate;
 pub(crate) mod switch;

@@ -27,6 +27,7 @@ pub fn encode_state(map: &ChunkMap, overlay: &ExtentMap<Overlay>) -> Vec<u8> {
         let (kind, pool, off) = match v {
             Overlay::Zero => (1u8, 0u16, 0u64),
             Overlay::Log { pool, dev_offset } => (2, pool.0, dev_offset),
+            Overlay::Moved { pool, dev_offset } => (3, pool.0, dev_offset),
         };
         e.u64(s).u64(end).u8(kind).u16(pool).u64(off);
     }
@@ -54,6 +55,10 @@ pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentM
         let v = match kind {
             1 => Overlay::Zero,
             2 => Overlay::Log {
+                pool: PoolId(pool),
+                dev_offset: off,
+            },
+            3 => Overlay::Moved {
                 pool: PoolId(pool),
                 dev_offset: off,
             },

@@ -41,6 +41,7 @@ impl Record {
                 let (kind, pool, off) = match value {
                     Overlay::Zero => (1, 0, 0),
                     Overlay::Log { pool, dev_offset } => (2, pool.0, dev_offset),
+                    Overlay::Moved { pool, dev_offset } => (3, pool.0, dev_offset),
                 };
                 e.u8(2)
                     .u8(kind)
@@ -71,6 +72,10 @@ impl Record {
                         pool: PoolId(pool),
                         dev_offset: c,
                     },
+                    3 => Overlay::Moved {
+                        pool: PoolId(pool),
+                        dev_offset: c,
+                    },
                     _ => return None,
                 };
                 (a < b && overlay_fits(a, b, value)).then_some(Record::Overlay {
@@ -90,7 +95,9 @@ impl Record {
 pub(crate) fn overlay_fits(start: u64, end: u64, v: Overlay) -> bool {
     match v {
         Overlay::Zero => true,
-        Overlay::Log { dev_offset, .. } => dev_offset.checked_add(end - start).is_some(),
+        Overlay::Log { dev_offset, .. } | Overlay::Moved { dev_offset, .. } => {
+            dev_offset.checked_add(end - start).is_some()
+        }
     }
 }
 

@@ -54,6 +54,9 @@ pub fn run_range(
                             t.segments_cleaned += st.segments_cleaned;
                             t.cleaner_waits += st.cleaner_waits;
                             t.sched_wait_max_ns = t.sched_wait_max_ns.max(st.sched_wait_max_ns);
+                            t.migrations += st.migrations;
+                            t.migration_pivots += st.migration_pivots;
+                            t.migration_cancels += st.migration_cancels;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

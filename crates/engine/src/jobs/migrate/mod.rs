@@ -1,0 +1,664 @@
+//! Live storage migration of a volume to another pool (seed 004): DBT, IO Mirroring, LR,
+//! SLR, AIO, and `auto` (the paper's Mix, by predicted migration cost).
+//!
+//! The job copies the volume chunk by chunk through the shared copy primitive
+//! (`jobs/copy.rs`) and routes the volume's requests by the scheme's rules
+//! (`route.rs`). Where the newest data of a range sits on the destination before the
+//! pivot (LR and SLR writes), the volume's overlay says so with an `Overlay::Moved` entry,
+//! journaled like every overlay change: that entry *is* the paper's bitmap, made durable
+//! by the volume's own commits, so a crash never loses a flushed write to the destination
+//! and reads go by it. DBT, mirroring and AIO keep the source authoritative until the
+//! pivot; their destination chunks are referenced by nothing durable, so a crash rolls
+//! them back and mount's allocator rebuild reclaims the copies.
+//!
+//! The pivot pauses the volume (new requests wait in the job), lets requests in flight
+//! finish, copies DBT's last dirty blocks, switches every chunk map entry to the
+//! destination and clears the `Moved` entries in one commit, and resumes when that commit
+//! is durable. The pause is measured (`downtime_ns`).
+
+mod cost;
+mod pass;
+mod route;
+
+use std::collections::{BTreeSet, VecDeque};
+
+pub use cost::{CostInputs, MigrationCost, predict_cost};
+
+use crate::bucket::TokenBucket;
+use crate::engine::Engine;
+use crate::types::{Outputs, PoolId, VmRequest, VolumeId};
+
+/// How a migration routes the volume's requests while it copies (seed 004, section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scheme {
+    /// Dirty block tracking: writes go to the source and mark a bitmap; passes recopy
+    /// dirty blocks; the last ones are copied with the volume paused.
+    Dbt,
+    /// IO mirroring: writes to copied chunks go to both pools and complete when both do.
+    Mirror,
+    /// Low redundancy: writes go to the destination; reads go by the bitmap.
+    Lr,
+    /// Source-based low redundancy: the uncopied region is served by the source, writes
+    /// to the copied region go to the destination.
+    Slr,
+    /// Asynchronous mirroring: like `Mirror`, but the duplicate does not hold the write.
+    Aio,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 5] = [
+        Scheme::Dbt,
+        Scheme::Mirror,
+        Scheme::Lr,
+        Scheme::Slr,
+        Scheme::Aio,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Dbt => "dbt",
+            Scheme::Mirror => "mirror",
+            Scheme::Lr => "lr",
+            Scheme::Slr => "slr",
+            Scheme::Aio => "aio",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Scheme> {
+        Self::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// A scheme or `auto` (pick by predicted migration cost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemeChoice {
+    Fixed(Scheme),
+    Auto,
+}
+
+impl SchemeChoice {
+    pub fn parse(s: &str) -> Result<SchemeChoice, String> {
+        if s == "auto" {
+            return Ok(SchemeChoice::Auto);
+        }
+        Scheme::parse(s).map(SchemeChoice::Fixed).ok_or_else(|| {
+            format!("unknown migration scheme {s:?}; expected dbt, mirror, lr, slr, aio or auto")
+        })
+    }
+}
+
+/// What a migration is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationParams {
+    pub to: PoolId,
+    pub scheme: SchemeChoice,
+    /// Copy bandwidth cap (bytes read plus written counts once per byte copied).
+    pub rate_bytes_per_s: u64,
+    /// DBT's dirty-tracking unit; a divisor of the chunk size, at most 64 per chunk.
+    pub granularity_bytes: u64,
+    /// Largest single copy operation.
+    pub buffer_bytes: u64,
+    /// DBT pauses after this many passes even if the dirty set still shrinks.
+    pub dbt_max_passes: u32,
+    /// AIO: while more duplicates than this are unfinished, writes to the faster pool
+    /// wait `aio_delay_ns`.
+    pub aio_threshold: u32,
+    pub aio_delay_ns: u64,
+    /// Weight of SSD wear against I/O performance in the migration cost (for `auto`).
+    pub gamma: f64,
+}
+
+impl MigrationParams {
+    pub fn new(to: PoolId) -> MigrationParams {
+        MigrationParams {
+            to,
+            scheme: SchemeChoice::Auto,
+            rate_bytes_per_s: 64 << 20,
+            granularity_bytes: 64 << 10,
+            buffer_bytes: 1 << 20,
+            dbt_max_passes: 8,
+            aio_threshold: 100,
+            aio_delay_ns: 1_000_000,
+            gamma: 0.5,
+        }
+    }
+}
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationPhase {
+    /// Copying; `pass` counts DBT's passes from 1.
+    Copying {
+        pass: u32,
+    },
+    /// The volume is paused; requests in flight drain.
+    Draining,
+    /// DBT's last dirty blocks are copied with the volume paused.
+    FinalCopy,
+    /// The switch records are being made durable (volume still paused).
+    Committing {
+        seq: u64,
+    },
+    /// Cancel asked: destination data is copied back (LR, SLR) or dropped.
+    Cancelling,
+    Done,
+    Cancelled,
+    /// Failed on an error; the source is authoritative (see `error`).
+    Failed,
+}
+
+/// What a job has done and what it cost (seed 004's metrics, section 4).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigrationStats {
+    pub started_ns: u64,
+    /// When every chunk had been copied once.
+    pub image_copied_ns: Option<u64>,
+    pub finished_ns: Option<u64>,
+    pub paused_ns: Option<u64>,
+    /// The pivot's pause: new requests wait from the pause to the durable switch.
+    pub downtime_ns: u64,
+    pub copied_bytes: u64,
+    /// Bytes written to the destination twice or needlessly (DBT recopies, mirrored
+    /// duplicates).
+    pub redundant_bytes: u64,
+    pub mirrored_bytes: u64,
+    /// VM bytes written during the job, and those that reached an SSD pool.
+    pub vm_write_bytes: u64,
+    pub ssd_write_bytes: u64,
+    pub dirty_bytes: u64,
+    pub pass: u32,
+    pub aio_delays: u64,
+}
+
+/// A job's public view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationStatus {
+    pub volume: String,
+    pub from: Vec<PoolId>,
+    pub to: PoolId,
+    pub scheme: Scheme,
+    /// Why `auto` chose the scheme (empty when it was given).
+    pub why: String,
+    pub phase: MigrationPhase,
+    pub chunks: u64,
+    pub chunks_copied: u64,
+    pub error: Option<String>,
+    pub stats: MigrationStats,
+}
+
+impl MigrationStatus {
+    pub fn percent_copied(&self) -> f64 {
+        if self.chunks == 0 {
+            return 100.0;
+        }
+        100.0 * self.chunks_copied as f64 / self.chunks as f64
+    }
+}
+
+/// Per-chunk copy progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Progress {
+    Uncopied,
+    Copying,
+    Copied,
+}
+
+/// The copy in flight (one chunk at a time).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Copying {
+    pub chunk: u64,
+    pub pieces: u32,
+    pub failed: bool,
+    /// Copying destination data back to the source (cancel).
+    pub back: bool,
+}
+
+pub(crate) struct Job {
+    pub vol: u32,
+    pub params: MigrationParams,
+    pub scheme: Scheme,
+    pub why: String,
+    pub phase: MigrationPhase,
+    pub from: Vec<PoolId>,
+    pub progress: Vec<Progress>,
+    /// Destination physical chunk per logical chunk (allocated when first needed).
+    pub dst: Vec<Option<u64>>,
+    /// LR: the source location of chunks already switched to the destination, kept
+    /// until the pivot (freed) or a cancel (copied back into it).
+    pub kept_src: Vec<Option<crate::chunkmap::ChunkLoc>>,
+    /// DBT: dirty blocks per chunk (bit per `granularity_bytes`).
+    pub dirty: Vec<u64>,
+    pub cursor: u64,
+    /// Chunks to (re)visit after the cursor passed them (busy then, or newly allocated).
+    pub late: BTreeSet<u64>,
+    pub copying: Option<Copying>,
+    pub bucket: TokenBucket,
+    /// Requests that arrived while the volume was paused.
+    pub parked: VecDeque<VmRequest>,
+    /// AIO duplicates in flight, and those waiting behind one to the same chunk.
+    pub dups_in_flight: u32,
+    pub dup_busy: BTreeSet<u64>,
+    pub dup_queue: VecDeque<route::Dup>,
+    /// AIO writes held back by the delay: (due time, waiter).
+    pub delayed: VecDeque<(u64, crate::volume::Waiter)>,
+    /// DBT: dirty bytes when the last pass began.
+    pub last_dirty_bytes: u64,
+    pub cancel_wanted: bool,
+    pub error: Option<String>,
+    pub stats: MigrationStats,
+}
+
+/// Every migration: jobs by volume, finished ones' last status, and the wake-up timer.
+#[derive(Default)]
+pub(crate) struct Migrations {
+    pub jobs: std::collections::BTreeMap<u32, Job>,
+    pub finished: std::collections::BTreeMap<u32, MigrationStatus>,
+    pub timer_at: Option<u64>,
+    /// Set while a delayed AIO write goes on, so it is not delayed again.
+    pub bypass_delay: bool,
+}
+
+/// Physical chunks that `Moved` overlay entries of volume `vol` point into.
+pub(crate) fn moved_chunks(vol: &crate::volume::Volume, cb: u64) -> BTreeSet<(PoolId, u64)> {
+    let mut out = BTreeSet::new();
+    if !vol
+        .overlay
+        .iter()
+        .any(|(_, _, o)| matches!(o, crate::overlay::Overlay::Moved { .. }))
+    {
+        return out;
+    }
+    // A chunk the map already points at (an LR switch whose overlay clears a crash cut
+    // off) is the map's: the entries read the same bytes.
+    let mapped: BTreeSet<(PoolId, u64)> = vol
+        .map
+        .iter()
+        .filter_map(|(_, l)| match l {
+            crate::chunkmap::ChunkLoc::At(p, pc) => Some((p, pc)),
+            _ => None,
+        })
+        .collect();
+    for (s, e, o) in vol.overlay.iter() {
+        if let crate::overlay::Overlay::Moved { pool, dev_offset } = o {
+            let first = (dev_offset - crate::layout::DATA_START_BYTES) / cb;
+            let last = (dev_offset + (e - s) - 1 - crate::layout::DATA_START_BYTES) / cb;
+            for pc in first..=last {
+                if !mapped.contains(&(pool, pc)) {
+                    out.insert((pool, pc));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Migrations {
+    pub fn is_paused(&self, v: u32) -> bool {
+        self.jobs.get(&v).is_some_and(|j| {
+            matches!(
+                j.phase,
+                MigrationPhase::Draining
+                    | MigrationPhase::FinalCopy
+                    | MigrationPhase::Committing { .. }
+            )
+        })
+    }
+}
+
+impl Engine {
+    /// Start migrating volume `v` to `params.to`. Errors say why not (nothing changes).
+    pub fn start_migration(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        params: MigrationParams,
+        out: &mut Outputs,
+    ) -> Result<MigrationStatus, String> {
+        let (scheme, why) = self.check_migration(v, &params)?;
+        let vi = v.0;
+        let vol = &self.vols[vi as usize];
+        let chunks = vol.chunks;
+        let mut from: Vec<PoolId> = (0..self.pools.len())
+            .filter(|&p| vol.chunks_on[p] > 0 && p != params.to.0 as usize)
+            .map(|p| PoolId(p as u16))
+            .collect();
+        if from.is_empty() {
+            from.push(vol.rec.home_pool);
+        }
+        let mut job = Job {
+            vol: vi,
+            scheme,
+            why,
+            phase: MigrationPhase::Copying { pass: 1 },
+            from,
+            progress: vec![Progress::Uncopied; chunks as usize],
+            dst: vec![None; chunks as usize],
+            kept_src: vec![None; chunks as usize],
+            dirty: vec![0; chunks as usize],
+            cursor: 0,
+            late: BTreeSet::new(),
+            copying: None,
+            bucket: TokenBucket::default(),
+            parked: VecDeque::new(),
+            dups_in_flight: 0,
+            dup_busy: BTreeSet::new(),
+            dup_queue: VecDeque::new(),
+            delayed: VecDeque::new(),
+            last_dirty_bytes: u64::MAX,
+            cancel_wanted: false,
+            error: None,
+            stats: MigrationStats {
+                started_ns: now,
+                pass: 1,
+                ..Default::default()
+            },
+            params,
+        };
+        // Destination data an interrupted LR or SLR job left (its `Moved` entries).
+        self.adopt_moved(&mut job);
+        let rate = job.params.rate_bytes_per_s;
+        job.bucket
+            .fill(now, (rate / 4).max(2 * self.cfg.chunk_bytes));
+        self.migrations.finished.remove(&vi);
+        self.migrations.jobs.insert(vi, job);
+        self.migration_step(now, out);
+        Ok(self.migration_status(v).expect("just started"))
+    }
+
+    /// Refuse what the job cannot do, and resolve `auto`.
+    fn check_migration(
+        &self,
+        v: VolumeId,
+        p: &MigrationParams,
+    ) -> Result<(Scheme, String), String> {
+        let vol = self.vols.get(v.0 as usize).ok_or("no such volume")?;
+        let name = &vol.rec.name;
+        if self.state != crate::engine::EngineState::Ready {
+            return Err("the engine is not ready".into());
+        }
+        if self.migrations.jobs.contains_key(&v.0) {
+            return Err(format!("volume {name} is already migrating"));
+        }
+        let pool = self
+            .pools
+            .get(p.to.0 as usize)
+            .ok_or_else(|| format!("no pool {}", p.to.0))?;
+        let cb = self.cfg.chunk_bytes;
+        if vol.rec.provisioning != crate::config::Provisioning::Thin {
+            return Err(format!(
+                "volume {name} is thick; live migration moves thin volumes only (a thick volume's home region cannot move yet)"
+            ));
+        }
+        if vol.rec.placement != crate::config::Placement::Pinned {
+            return Err(format!(
+                "volume {name} uses tiered placement; set placement = \"pinned\" to migrate it"
+            ));
+        }
+        if self.vols_logs(v.0) {
+            return Err(format!(
+                "volume {name} uses the log-structured write path; migrating logged data is not supported"
+            ));
+        }
+        if vol
+            .activity
+            .values()
+            .any(|a| matches!(a.state, crate::volume::ChunkState::Moving { .. }))
+        {
+            return Err(format!("volume {name} has tier moves in flight; try again"));
+        }
+        let g = p.granularity_bytes;
+        if g < 512 || !cb.is_multiple_of(g) || cb / g > 64 {
+            return Err(format!(
+                "granularity {g} bytes: must divide the chunk size ({cb}) into at most 64 blocks of at least 512 bytes"
+            ));
+        }
+        if p.buffer_bytes < 512 || !p.buffer_bytes.is_multiple_of(512) {
+            return Err(format!(
+                "buffer {} bytes: must be a positive multiple of 512",
+                p.buffer_bytes
+            ));
+        }
+        if p.rate_bytes_per_s == 0 {
+            return Err("rate must be positive".into());
+        }
+        if !(0.0..=1.0).contains(&p.gamma) {
+            return Err(format!("gamma {} must lie in [0, 1]", p.gamma));
+        }
+        if let Some(other) = self.moved_pool(v.0)
+            && other != p.to
+        {
+            return Err(format!(
+                "volume {name} holds data of an interrupted migration to pool {}; migrate it there first",
+                self.cfg.pools[other.0 as usize].name
+            ));
+        }
+        let needed = (0..vol.chunks)
+            .filter(|&c| {
+                vol.resolve(vol.map.get(c), c)
+                    .is_some_and(|(pl, _)| pl != p.to)
+            })
+            .count() as u64;
+        if pool.alloc.available_chunks() < needed {
+            return Err(format!(
+                "pool {} has {} free chunks; volume {name} needs {needed}",
+                pool.cfg.name,
+                pool.alloc.available_chunks()
+            ));
+        }
+        match p.scheme {
+            SchemeChoice::Fixed(s) => Ok((s, String::new())),
+            SchemeChoice::Auto => Ok(self.choose_scheme(v.0, p)),
+        }
+    }
+
+    fn vols_logs(&self, v: u32) -> bool {
+        let vol = &self.vols[v as usize];
+        (0..self.pools.len()).any(|p| self.log_enabled(v, PoolId(p as u16)))
+            || vol
+                .overlay
+                .iter()
+                .any(|(_, _, o)| matches!(o, crate::overlay::Overlay::Log { .. }))
+    }
+
+    /// Cancel volume `v`'s migration: the source stays (or becomes again) authoritative.
+    pub fn cancel_migration(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        let job = self
+            .migrations
+            .jobs
+            .get_mut(&v.0)
+            .ok_or("the volume is not migrating")?;
+        match job.phase {
+            MigrationPhase::Committing { .. } => {
+                return Err("the pivot is being made durable; too late to cancel".into());
+            }
+            MigrationPhase::Cancelling => return Ok(()),
+            _ => {}
+        }
+        job.cancel_wanted = true;
+        self.migration_step(now, out);
+        Ok(())
+    }
+
+    /// Change a running job's copy rate.
+    pub fn set_migration_rate(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        rate_bytes_per_s: u64,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        if rate_bytes_per_s == 0 {
+            return Err("rate must be positive".into());
+        }
+        let job = self
+            .migrations
+            .jobs
+            .get_mut(&v.0)
+            .ok_or("the volume is not migrating")?;
+        job.bucket
+            .refill(now, job.params.rate_bytes_per_s, self.cfg.chunk_bytes * 2);
+        job.params.rate_bytes_per_s = rate_bytes_per_s;
+        self.migration_step(now, out);
+        Ok(())
+    }
+
+    /// A job's status (running, or the last finished one of the volume).
+    pub fn migration_status(&self, v: VolumeId) -> Option<MigrationStatus> {
+        if let Some(j) = self.migrations.jobs.get(&v.0) {
+            return Some(self.status_of(j));
+        }
+        self.migrations.finished.get(&v.0).cloned()
+    }
+
+    /// Every volume's running or last migration.
+    pub fn migrations(&self) -> Vec<MigrationStatus> {
+        let mut all: Vec<MigrationStatus> = self.migrations.finished.values().cloned().collect();
+        all.extend(self.migrations.jobs.values().map(|j| self.status_of(j)));
+        all.sort_by(|a, b| a.volume.cmp(&b.volume));
+        all
+    }
+
+    fn status_of(&self, j: &Job) -> MigrationStatus {
+        MigrationStatus {
+            volume: self.vols[j.vol as usize].rec.name.clone(),
+            from: j.from.clone(),
+            to: j.params.to,
+            scheme: j.scheme,
+            why: j.why.clone(),
+            phase: j.phase,
+            chunks: j.progress.len() as u64,
+            chunks_copied: j
+                .progress
+                .iter()
+                .filter(|&&p| p == Progress::Copied)
+                .count() as u64,
+            error: j.error.clone(),
+            stats: MigrationStats {
+                dirty_bytes: j.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
+                    * j.params.granularity_bytes,
+                ..j.stats.clone()
+            },
+        }
+    }
+
+    /// Park a request of a paused volume; it is submitted again when the pivot is done.
+    pub(crate) fn migration_park(&mut self, req: VmRequest) -> Result<(), VmRequest> {
+        if !self.migrations.is_paused(req.volume.0) {
+            return Err(req);
+        }
+        match self.migrations.jobs.get_mut(&req.volume.0) {
+            Some(j) => {
+                j.parked.push_back(req);
+                Ok(())
+            }
+            None => Err(req),
+        }
+    }
+
+    /// Arm the job timer for `at` (one wake-up asked at a time, the soonest).
+    pub(crate) fn migration_wake_at(&mut self, at: u64, out: &mut Outputs) {
+        if self.migrations.timer_at.is_none_or(|t| at < t) {
+            self.migrations.timer_at = Some(at);
+            out.wakeups.push(at);
+        }
+    }
+
+    /// Time passed: due delayed writes and rate-limited copies go on.
+    pub(crate) fn migration_tick(&mut self, now: u64, out: &mut Outputs) {
+        if self.migrations.timer_at.is_some_and(|t| t <= now) {
+            self.migrations.timer_at = None;
+        }
+        self.migration_step(now, out);
+    }
+}
+
+impl Engine {
+    /// Chunks a volume's job holds beyond its map (for the invariant that every chunk has
+    /// exactly one owner): destination copies, and LR's kept sources.
+    pub(crate) fn migration_claims(&self, v: u32) -> Vec<(PoolId, u64, &'static str)> {
+        let vol = &self.vols[v as usize];
+        let mut out: Vec<(PoolId, u64, &'static str)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        if let Some(job) = self.migrations.jobs.get(&v) {
+            for (c, d) in job.dst.iter().enumerate() {
+                let Some(pc) = *d else { continue };
+                let loc = crate::chunkmap::ChunkLoc::At(job.params.to, pc);
+                if vol.map.get(c as u64) != loc && seen.insert((job.params.to, pc)) {
+                    out.push((job.params.to, pc, "migration destination"));
+                }
+            }
+            for k in job.kept_src.iter().flatten() {
+                if let crate::chunkmap::ChunkLoc::At(p, pc) = *k {
+                    out.push((p, pc, "migration source kept for cancel"));
+                }
+            }
+        }
+        for (p, pc) in moved_chunks(vol, self.cfg.chunk_bytes) {
+            if seen.insert((p, pc)) {
+                out.push((p, pc, "migration destination"));
+            }
+        }
+        out
+    }
+}
+
+impl Engine {
+    /// `Moved` entries were removed by newer data (record `seq`): a destination chunk no
+    /// job holds and no entry points into any more is freed once that is durable.
+    pub(crate) fn migration_unref_moved(
+        &mut self,
+        v: u32,
+        removed: &[(u64, u64, crate::overlay::Overlay)],
+        seq: u64,
+    ) {
+        let cb = self.cfg.chunk_bytes;
+        let mut gone = BTreeSet::new();
+        for &(s, e, o) in removed {
+            if let crate::overlay::Overlay::Moved { pool, dev_offset } = o {
+                let first = (dev_offset - crate::layout::DATA_START_BYTES) / cb;
+                let last = (dev_offset + (e - s) - 1 - crate::layout::DATA_START_BYTES) / cb;
+                for pc in first..=last {
+                    gone.insert((pool, pc));
+                }
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        let vol = &self.vols[v as usize];
+        let still = moved_chunks(vol, cb);
+        let held: BTreeSet<(PoolId, u64)> = match self.migrations.jobs.get(&v) {
+            Some(j) => j
+                .dst
+                .iter()
+                .flatten()
+                .map(|&pc| (j.params.to, pc))
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let mapped = |p: PoolId, pc: u64| {
+            vol.map
+                .iter()
+                .any(|(_, l)| l == crate::chunkmap::ChunkLoc::At(p, pc))
+        };
+        let free: Vec<(PoolId, u64)> = gone
+            .into_iter()
+            .filter(|&(p, pc)| {
+                !still.contains(&(p, pc)) && !held.contains(&(p, pc)) && !mapped(p, pc)
+            })
+            .collect();
+        for (pool, pc) in free {
+            self.defer_free(
+                crate::reclaim::Freed::Chunks {
+                    pool,
+                    first: pc,
+                    n: 1,
+                },
+                smallvec::smallvec![(v, seq)],
+            );
+        }
+    }
+}

@@ -1,0 +1,709 @@
+//! The job's progress: copy passes, the pause and pivot, and cancel (which copies LR's and
+//! SLR's destination data back, or drops the destination copies of the others).
+
+use smallvec::smallvec;
+
+use super::{Copying, MigrationPhase, Progress, Scheme};
+use crate::chunkmap::ChunkLoc;
+use crate::config::{InjectedBug, Medium};
+use crate::engine::{Engine, ReqStage};
+use crate::jobs::copy::{Copy, CopyFor};
+use crate::journal::Record;
+use crate::layout::chunk_offset;
+use crate::overlay::Overlay;
+use crate::reclaim::Freed;
+use crate::types::{Errno, Outputs, PoolId};
+use crate::volume::ChunkState;
+
+/// A run of bytes inside one chunk: (offset in chunk, length).
+type Ranges = smallvec::SmallVec<[(u64, u64); 4]>;
+
+impl Engine {
+    /// Move every job on as far as it can go now.
+    pub(crate) fn migration_step(&mut self, now: u64, out: &mut Outputs) {
+        if self.migrations.jobs.is_empty() {
+            return;
+        }
+        let vols: Vec<u32> = self.migrations.jobs.keys().copied().collect();
+        for v in vols {
+            self.release_delayed(now, v, out);
+            self.pump_dups(now, v, out);
+            // A few transitions can happen in one step; each returns when it must wait.
+            for _ in 0..4 {
+                if !self.job_step(now, v, out) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One transition of volume `v`'s job; true if it changed phase (try again).
+    fn job_step(&mut self, now: u64, v: u32, out: &mut Outputs) -> bool {
+        let Some(job) = self.migrations.jobs.get_mut(&v) else {
+            return false;
+        };
+        if job.cancel_wanted && job.phase != MigrationPhase::Cancelling {
+            if matches!(job.phase, MigrationPhase::Committing { .. }) {
+                // Past the point of no return: the pivot completes; the error stays.
+                job.cancel_wanted = false;
+            } else {
+                job.phase = MigrationPhase::Cancelling;
+                job.cursor = 0;
+                self.unpause(now, v, out);
+                return true;
+            }
+        }
+        match job.phase {
+            MigrationPhase::Copying { pass } => self.copy_step(now, v, pass, out),
+            MigrationPhase::Draining => {
+                if !self.drained(v) {
+                    return false;
+                }
+                let job = self.migrations.jobs.get_mut(&v).expect("exists");
+                job.cursor = 0;
+                if job.scheme == Scheme::Dbt && job.dirty.iter().any(|&d| d != 0) {
+                    job.phase = MigrationPhase::FinalCopy;
+                } else {
+                    self.start_pivot(now, v, out);
+                }
+                true
+            }
+            MigrationPhase::FinalCopy => {
+                if job.copying.is_some() {
+                    return false;
+                }
+                match self.next_dirty(v) {
+                    Some(Ok(c)) | Some(Err(c)) => {
+                        self.start_chunk_copy(now, v, c, false, out);
+                        false
+                    }
+                    None => {
+                        self.start_pivot(now, v, out);
+                        true
+                    }
+                }
+            }
+            MigrationPhase::Committing { seq } => {
+                if self.vols[v as usize].journal.durable_seq >= seq {
+                    self.finish_job(now, v, MigrationPhase::Done, out);
+                    return false;
+                }
+                if self.vols[v as usize].commit.is_none() {
+                    self.start_commit(now, v, out);
+                }
+                false
+            }
+            MigrationPhase::Cancelling => self.cancel_step(now, v, out),
+            MigrationPhase::Done | MigrationPhase::Cancelled | MigrationPhase::Failed => false,
+        }
+    }
+
+    /// Copy the next chunk, or end the pass.
+    fn copy_step(&mut self, now: u64, v: u32, pass: u32, out: &mut Outputs) -> bool {
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        if job.copying.is_some() {
+            return false;
+        }
+        let next = if pass == 1 {
+            self.next_uncopied(v)
+        } else {
+            self.next_dirty(v)
+        };
+        match next {
+            Some(Ok(c)) => {
+                self.start_chunk_copy(now, v, c, true, out);
+                false
+            }
+            Some(Err(_)) => false, // only busy chunks left: a completion retries
+            None => self.end_pass(now, v, pass),
+        }
+    }
+
+    /// After a pass: DBT goes round again while the dirty set shrinks; then pause.
+    fn end_pass(&mut self, now: u64, v: u32, pass: u32) -> bool {
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        job.stats.image_copied_ns.get_or_insert(now);
+        if job.scheme == Scheme::Dbt {
+            let dirty: u64 = job.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
+                * job.params.granularity_bytes;
+            if dirty > 0 && dirty < job.last_dirty_bytes && pass < job.params.dbt_max_passes {
+                job.last_dirty_bytes = dirty;
+                job.phase = MigrationPhase::Copying { pass: pass + 1 };
+                job.stats.pass = pass + 1;
+                job.cursor = 0;
+                return true;
+            }
+        }
+        job.phase = MigrationPhase::Draining;
+        job.stats.paused_ns = Some(now);
+        true
+    }
+
+    /// The next chunk of the first pass: Ok(chunk), Err if only busy chunks are left.
+    fn next_uncopied(&mut self, v: u32) -> Option<Result<u64, u64>> {
+        let dbt = self.migrations.jobs[&v].scheme == Scheme::Dbt;
+        let late: Vec<u64> = self.migrations.jobs[&v].late.iter().copied().collect();
+        for c in late {
+            if !self.chunk_busy(v, c, dbt) {
+                self.migrations
+                    .jobs
+                    .get_mut(&v)
+                    .expect("exists")
+                    .late
+                    .remove(&c);
+                return Some(Ok(c));
+            }
+        }
+        loop {
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            let c = job.cursor;
+            if c >= job.progress.len() as u64 {
+                return if job.late.is_empty() {
+                    None
+                } else {
+                    Some(Err(c))
+                };
+            }
+            job.cursor += 1;
+            if job.progress[c as usize] != Progress::Uncopied {
+                continue;
+            }
+            let vol = &self.vols[v as usize];
+            let to = job.params.to;
+            match vol.resolve(vol.map.get(c), c) {
+                // Nothing to copy: unmapped, or already on the destination.
+                None => job.progress[c as usize] = Progress::Copied,
+                Some((p, _)) if p == to => job.progress[c as usize] = Progress::Copied,
+                Some(_) => {
+                    if self.chunk_busy(v, c, dbt) {
+                        self.migrations
+                            .jobs
+                            .get_mut(&v)
+                            .expect("exists")
+                            .late
+                            .insert(c);
+                        continue;
+                    }
+                    return Some(Ok(c));
+                }
+            }
+        }
+    }
+
+    /// DBT: the next chunk with dirty blocks.
+    fn next_dirty(&mut self, v: u32) -> Option<Result<u64, u64>> {
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        while job.cursor < job.dirty.len() as u64 {
+            let c = job.cursor;
+            job.cursor += 1;
+            if job.dirty[c as usize] != 0 {
+                return Some(Ok(c));
+            }
+        }
+        None
+    }
+
+    /// Whether chunk `c` cannot be copied now: writes in flight (except under DBT, which
+    /// tracks them) or a chunk state in transition.
+    fn chunk_busy(&self, v: u32, c: u64, dbt: bool) -> bool {
+        self.vols[v as usize]
+            .activity
+            .get(&c)
+            .is_some_and(|a| a.state != ChunkState::Idle || (!dbt && a.writes_in_flight > 0))
+    }
+
+    /// What to copy of chunk `c` now: the whole chunk less ranges whose newest data is on
+    /// the destination already (first pass), or DBT's dirty blocks (clearing them).
+    fn ranges_to_copy(&mut self, v: u32, c: u64) -> Ranges {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let mut r = Ranges::new();
+        if job.progress[c as usize] == Progress::Copied {
+            let g = job.params.granularity_bytes;
+            let bits = std::mem::take(&mut job.dirty[c as usize]);
+            for b in 0..cb / g {
+                if bits & (1 << b) != 0 {
+                    match r.last_mut() {
+                        Some(last) if last.0 + last.1 == b * g => last.1 += g,
+                        _ => r.push((b * g, g)),
+                    }
+                }
+            }
+            return r;
+        }
+        let base = c * cb;
+        let mut pos = base;
+        let vol = &self.vols[v as usize];
+        for (s, e, o) in vol.overlay.overlapping(base, base + cb) {
+            if matches!(o, Overlay::Moved { .. }) {
+                if s > pos {
+                    r.push((pos - base, s - pos));
+                }
+                pos = e.min(base + cb);
+            }
+        }
+        if pos < base + cb {
+            r.push((pos - base, base + cb - pos));
+        }
+        r
+    }
+
+    /// Start copying chunk `c` (or its dirty blocks) to the destination. `limited`: the
+    /// rate cap applies (not while the volume is paused).
+    fn start_chunk_copy(&mut self, now: u64, v: u32, c: u64, limited: bool, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let ranges = self.ranges_to_copy(v, c);
+        let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        if limited {
+            let rate = job.params.rate_bytes_per_s;
+            let burst = (rate / 4).max(2 * cb);
+            job.bucket.refill(now, rate, burst);
+            if job.bucket.tokens() < bytes.min(burst) {
+                let at = job.bucket.ready_at(bytes.min(burst), rate);
+                // Not now: put the chunk back in line.
+                if job.progress[c as usize] == Progress::Copied {
+                    for (off, len) in &ranges {
+                        let g = job.params.granularity_bytes;
+                        for b in off / g..(off + len) / g {
+                            job.dirty[c as usize] |= 1 << b;
+                        }
+                    }
+                }
+                job.cursor = job.cursor.min(c);
+                self.migration_wake_at(at, out);
+                return;
+            }
+            job.bucket.take(bytes);
+        }
+        let recopy = job.progress[c as usize] == Progress::Copied;
+        if bytes == 0 {
+            // Everything of the chunk was written to the destination already.
+            let first = job.progress[c as usize] != Progress::Copied;
+            job.progress[c as usize] = Progress::Copied;
+            if first && job.scheme == Scheme::Lr {
+                self.lr_switch(now, v, c, out);
+            }
+            return;
+        }
+        let Some(dpc) = self.migration_dst_chunk(v, c) else {
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            job.error
+                .get_or_insert("the destination pool is full".into());
+            job.cancel_wanted = true;
+            return;
+        };
+        let vol = &mut self.vols[v as usize];
+        let Some((sp, spc)) = vol.resolve(vol.map.get(c), c) else {
+            return;
+        };
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let dst = job.params.to;
+        let dbt = job.scheme == Scheme::Dbt;
+        if !recopy {
+            job.progress[c as usize] = Progress::Copying;
+        }
+        job.stats.copied_bytes += bytes;
+        if recopy {
+            job.stats.redundant_bytes += bytes;
+            if self.pools[dst.0 as usize].cfg.medium == Medium::Ssd {
+                job.stats.ssd_write_bytes += bytes;
+            }
+        }
+        let pieces = self.issue_copy(now, v, c, (sp, spc), (dst, dpc), &ranges, out);
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        job.copying = Some(Copying {
+            chunk: c,
+            pieces,
+            failed: false,
+            back: false,
+        });
+        if !dbt {
+            // Writes to the chunk wait for the copy (the paper's "being copied" rule).
+            self.vols[v as usize].activity.entry(c).or_default().state = ChunkState::Migrating;
+        }
+    }
+
+    /// Copy `ranges` of chunk `c` between two physical chunks in buffer-sized pieces.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_copy(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        from: (PoolId, u64),
+        to: (PoolId, u64),
+        ranges: &Ranges,
+        out: &mut Outputs,
+    ) -> u32 {
+        let cb = self.cfg.chunk_bytes;
+        let buf = self.migrations.jobs[&v].params.buffer_bytes;
+        let mut pieces = 0;
+        for &(off, len) in ranges {
+            let mut o = off;
+            while o < off + len {
+                let n = buf.min(off + len - o);
+                self.start_copy(
+                    now,
+                    CopyFor::Migration { vol: v, chunk: c },
+                    (from.0, chunk_offset(from.1, cb) + o),
+                    (to.0, chunk_offset(to.1, cb) + o),
+                    n,
+                    out,
+                );
+                pieces += 1;
+                o += n;
+            }
+        }
+        pieces
+    }
+
+    /// One piece of a chunk copy finished.
+    pub(crate) fn migration_copy_done(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        _copy: &Copy,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
+        let Some(job) = self.migrations.jobs.get_mut(&v) else {
+            return;
+        };
+        let Some(cp) = job.copying.as_mut().filter(|cp| cp.chunk == c) else {
+            return;
+        };
+        cp.pieces -= 1;
+        cp.failed |= result.is_err();
+        if cp.pieces > 0 {
+            return;
+        }
+        let cp = job.copying.take().expect("checked");
+        if cp.failed {
+            job.error
+                .get_or_insert(format!("copying chunk {c} failed (I/O error)"));
+            job.cancel_wanted = true;
+            if job.progress[c as usize] == Progress::Copying {
+                job.progress[c as usize] = Progress::Uncopied;
+            }
+        } else if cp.back {
+            self.copied_back(now, v, c, out);
+        } else {
+            if job.progress[c as usize] == Progress::Copying {
+                job.progress[c as usize] = Progress::Copied;
+            }
+            if job.scheme == Scheme::Lr {
+                self.lr_switch(now, v, c, out);
+            }
+        }
+        if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
+            && a.state == ChunkState::Migrating
+        {
+            a.state = ChunkState::Idle;
+        }
+        self.wake_waiters(now, v, c, out);
+        self.migration_step(now, out);
+    }
+
+    /// LR: a copied chunk is served by the destination from now on; its `Moved` entries
+    /// are folded into the map switch. The source stays allocated until the job ends.
+    fn lr_switch(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let Some(dpc) = job.dst[c as usize] else {
+            return;
+        };
+        let to = job.params.to;
+        job.kept_src[c as usize] = Some(self.vols[v as usize].map.get(c));
+        self.switch_chunk(v, c, ChunkLoc::At(to, dpc), false);
+        self.clear_moved(v, c * cb, (c + 1) * cb);
+        self.arm_commit_timer(now, out);
+    }
+
+    /// Remove `Moved` entries in `[start, end)` (journaled). Returns the last record.
+    fn clear_moved(&mut self, v: u32, start: u64, end: u64) -> Option<u64> {
+        let vol = &mut self.vols[v as usize];
+        let moved: Vec<(u64, u64)> = vol
+            .overlay
+            .overlapping(start, end)
+            .filter(|(_, _, o)| matches!(o, Overlay::Moved { .. }))
+            .map(|(s, e, _)| (s.max(start), e.min(end)))
+            .collect();
+        let mut last = None;
+        for (s, e) in moved {
+            vol.overlay.remove(s, e);
+            last = Some(
+                vol.journal
+                    .append(Record::OverlayClear { start: s, end: e }),
+            );
+        }
+        last
+    }
+
+    /// Whether a paused volume has nothing in flight that the pivot must wait for.
+    fn drained(&self, v: u32) -> bool {
+        let job = &self.migrations.jobs[&v];
+        let dups_done = self.cfg.bug == Some(InjectedBug::MirrorAcksEarly)
+            || (job.dups_in_flight == 0 && job.dup_queue.is_empty());
+        job.copying.is_none()
+            && dups_done
+            && job.delayed.is_empty()
+            && !self
+                .reqs
+                .iter()
+                .any(|(_, r)| r.vol == v && r.stage == ReqStage::Data)
+    }
+
+    /// Switch every chunk to the destination and drop the `Moved` entries in one set of
+    /// records; the volume stays paused until they are durable.
+    fn start_pivot(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let to = job.params.to;
+        let dst = std::mem::take(&mut job.dst);
+        let kept = std::mem::take(&mut job.kept_src);
+        let mut frees = Vec::new();
+        for (c, d) in dst.iter().enumerate() {
+            let c = c as u64;
+            let Some(dpc) = *d else { continue };
+            let vol = &self.vols[v as usize];
+            match vol.resolve(vol.map.get(c), c) {
+                Some((p, _)) if p == to => {
+                    if let Some(ChunkLoc::At(p, pc)) = kept[c as usize] {
+                        frees.push((p, pc));
+                    }
+                }
+                Some(_) => {
+                    self.switch_chunk(v, c, ChunkLoc::At(to, dpc), true);
+                }
+                None => frees.push((to, dpc)),
+            }
+        }
+        let size = self.vols[v as usize].rec.size_bytes;
+        self.clear_moved(v, 0, size.div_ceil(cb) * cb);
+        let vol = &mut self.vols[v as usize];
+        let seq = vol.journal.next_seq - 1;
+        for (p, pc) in frees {
+            self.defer_free(
+                Freed::Chunks {
+                    pool: p,
+                    first: pc,
+                    n: 1,
+                },
+                smallvec![(v, seq)],
+            );
+        }
+        // New chunks of the volume go to its new pool from now on.
+        self.vols[v as usize].rec.home_pool = to;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        job.phase = MigrationPhase::Committing { seq };
+        if self.vols[v as usize].commit.is_none() && self.vols[v as usize].journal.durable_seq < seq
+        {
+            self.start_commit(now, v, out);
+        }
+    }
+
+    /// Let requests of a paused volume go again.
+    fn unpause(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let Some(job) = self.migrations.jobs.get_mut(&v) else {
+            return;
+        };
+        if let Some(at) = job.stats.paused_ns.take() {
+            job.stats.downtime_ns += now - at;
+        }
+        let parked = std::mem::take(&mut job.parked);
+        for r in parked {
+            self.submit(now, r, out);
+        }
+    }
+
+    /// The job is over: keep its status, resume the volume.
+    fn finish_job(&mut self, now: u64, v: u32, phase: MigrationPhase, out: &mut Outputs) {
+        let Some(mut job) = self.migrations.jobs.remove(&v) else {
+            return;
+        };
+        job.phase = phase;
+        job.stats.finished_ns = Some(now);
+        if let Some(at) = job.stats.paused_ns.take() {
+            job.stats.downtime_ns += now - at;
+        }
+        let parked = std::mem::take(&mut job.parked);
+        let st = self.status_of(&job);
+        self.migrations.finished.insert(v, st);
+        for r in parked {
+            self.submit(now, r, out);
+        }
+    }
+
+    /// Cancel: LR's switched chunks and LR/SLR `Moved` ranges are copied back to the
+    /// source one chunk at a time (writes to it wait); destination chunks are then freed.
+    fn cancel_step(&mut self, now: u64, v: u32, out: &mut Outputs) -> bool {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        if job.copying.is_some()
+            || job.dups_in_flight > 0
+            || !job.dup_queue.is_empty()
+            || !job.delayed.is_empty()
+        {
+            return false;
+        }
+        let to = job.params.to;
+        let home = job.from.first().copied().unwrap_or(to);
+        while let Some(job) = self.migrations.jobs.get_mut(&v)
+            && job.cursor < job.progress.len() as u64
+        {
+            let c = job.cursor;
+            let vol = &self.vols[v as usize];
+            let on_dst = vol.resolve(vol.map.get(c), c).is_some_and(|(p, _)| p == to);
+            let switched = on_dst && job.kept_src[c as usize].is_some();
+            let moved = vol
+                .overlay
+                .overlapping(c * cb, (c + 1) * cb)
+                .any(|(_, _, o)| matches!(o, Overlay::Moved { .. }));
+            // A write in flight may still add a `Moved` entry (or needs the chunk).
+            if self.chunk_busy(v, c, false) {
+                return false; // a completion retries
+            }
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            if !switched && !moved {
+                job.cursor += 1;
+                // Nothing of the chunk's newest data is on its destination copy.
+                // (After the records that dropped any entry into it are durable.)
+                if let Some(dpc) = job.dst[c as usize].take()
+                    && !on_dst
+                {
+                    let seq = self.vols[v as usize].journal.next_seq - 1;
+                    self.defer_free(
+                        Freed::Chunks {
+                            pool: to,
+                            first: dpc,
+                            n: 1,
+                        },
+                        smallvec![(v, seq)],
+                    );
+                }
+                continue;
+            }
+            self.start_copy_back(now, v, c, switched, home, out);
+            return false;
+        }
+        // Writes that were in flight to the destination when the cancel began may have
+        // added `Moved` entries behind the cursor: sweep again until none is left.
+        let size = self.vols[v as usize].rec.size_bytes;
+        let any_moved = self.vols[v as usize]
+            .overlay
+            .overlapping(0, size)
+            .any(|(_, _, o)| matches!(o, Overlay::Moved { .. }));
+        let writing = self.vols[v as usize]
+            .activity
+            .values()
+            .any(|a| a.writes_in_flight > 0);
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        if any_moved || (writing && matches!(job.scheme, Scheme::Lr | Scheme::Slr)) {
+            job.cursor = 0;
+            return any_moved;
+        }
+        let failed = job.error.is_some();
+        let phase = if failed {
+            MigrationPhase::Failed
+        } else {
+            MigrationPhase::Cancelled
+        };
+        self.finish_job(now, v, phase, out);
+        false
+    }
+
+    /// Copy chunk `c`'s destination data back to the source: the whole chunk if LR
+    /// switched it, else its `Moved` ranges.
+    fn start_copy_back(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        switched: bool,
+        home: PoolId,
+        out: &mut Outputs,
+    ) {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let vol = &self.vols[v as usize];
+        let (from, target, ranges) = if switched {
+            let Some((dp, dpc)) = vol.resolve(vol.map.get(c), c) else {
+                return;
+            };
+            let target = match job.kept_src[c as usize] {
+                Some(ChunkLoc::At(p, pc)) => (p, pc),
+                _ => match self.pools[home.0 as usize].alloc.allocate(c, false) {
+                    Some(pc) => {
+                        job.kept_src[c as usize] = Some(ChunkLoc::At(home, pc));
+                        (home, pc)
+                    }
+                    None => {
+                        job.error
+                            .get_or_insert("cancel: the source pool is full".into());
+                        job.cursor += 1;
+                        return;
+                    }
+                },
+            };
+            let mut r = Ranges::new();
+            r.push((0, cb));
+            ((dp, dpc), target, r)
+        } else {
+            let Some(target) = vol.resolve(vol.map.get(c), c) else {
+                return;
+            };
+            let mut r = Ranges::new();
+            let mut from = None;
+            for (s, e, o) in vol.overlay.overlapping(c * cb, (c + 1) * cb) {
+                if let Overlay::Moved { pool, dev_offset } = o {
+                    let s2 = s.max(c * cb);
+                    let e2 = e.min((c + 1) * cb);
+                    let dev = dev_offset + (s2 - s);
+                    from = Some((pool, (dev - crate::layout::DATA_START_BYTES) / cb));
+                    r.push((s2 - c * cb, e2 - s2));
+                }
+            }
+            let Some(from) = from else { return };
+            (from, target, r)
+        };
+        let pieces = self.issue_copy(now, v, c, from, target, &ranges, out);
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        job.copying = Some(Copying {
+            chunk: c,
+            pieces,
+            failed: false,
+            back: true,
+        });
+        self.vols[v as usize].activity.entry(c).or_default().state = ChunkState::Migrating;
+    }
+
+    /// A chunk's destination data is back on the source: point there and free the copy.
+    fn copied_back(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
+        let cb = self.cfg.chunk_bytes;
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let to = job.params.to;
+        let vol = &self.vols[v as usize];
+        let on_dst = vol.resolve(vol.map.get(c), c).is_some_and(|(p, _)| p == to);
+        if on_dst && let Some(src) = job.kept_src[c as usize].take() {
+            job.dst[c as usize] = None;
+            // Frees the destination chunk once the switch back is durable.
+            self.switch_chunk(v, c, src, true);
+        } else {
+            let seq = self.clear_moved(v, c * cb, (c + 1) * cb);
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            if let (Some(dpc), Some(seq)) = (job.dst[c as usize].take(), seq) {
+                self.defer_free(
+                    Freed::Chunks {
+                        pool: to,
+                        first: dpc,
+                        n: 1,
+                    },
+                    smallvec![(v, seq)],
+                );
+            }
+        }
+        self.arm_commit_timer(now, out);
+    }
+}
