@@ -426,10 +426,13 @@ impl Engine {
     ) {
         let cb = self.cfg.chunk_bytes;
         let (pool, hint) = self.place_new_chunk(v, c);
-        // When the chosen pool is full, the volume's other pool takes the chunk.
+        // When the chosen pool is full, the volume's other pool takes the chunk, except
+        // for `pinned`: its data stays on the home pool, and a full home pool is ENOSPC.
         let other = {
             let r = &self.vols[v as usize].rec;
-            if pool == r.home_pool {
+            if r.placement == crate::config::Placement::Pinned {
+                None
+            } else if pool == r.home_pool {
                 r.fast_pool
             } else {
                 Some(r.home_pool)

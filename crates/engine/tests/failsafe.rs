@@ -108,3 +108,39 @@ fn a_failed_final_commit_is_reported_as_lost() {
         r.engine.lost_at_stop()
     );
 }
+
+#[test]
+fn a_pinned_volume_with_a_full_home_pool_gets_enospc_and_never_spills() {
+    let mut cfg = config(1 << 20);
+    cfg.pools[1].capacity_bytes = 12 * MIB; // the home pool: a few chunks
+    cfg.volumes[0].fast_pool = Some(PoolId(0)); // a fast pool it must not use
+    let mut r = Rig::new(cfg);
+    let chunk = vec![0x5a; MIB as usize];
+    let mut refused = None;
+    for i in 0..40 {
+        let c = r.req(
+            "thin",
+            ReqKind::Write,
+            i * MIB,
+            MIB,
+            Some(Bytes::copy_from_slice(&chunk)),
+        );
+        if c.result.is_err() {
+            refused = Some((i, c.result));
+            break;
+        }
+    }
+    let (at, result) = refused.expect("a full home pool refuses writes");
+    assert_eq!(result, Err(Errno::NoSpc), "after {at} chunks");
+    let rep = r.engine.report();
+    let thin = rep.volumes.iter().find(|v| v.name == "thin").unwrap();
+    let on_ssd = thin
+        .chunks_by_pool
+        .iter()
+        .find(|(p, _)| p == "ssd")
+        .map_or(0, |(_, n)| *n);
+    assert_eq!(on_ssd, 0, "pinned data spilled: {:?}", thin.chunks_by_pool);
+    // What was written before the pool filled is intact, and the volume still serves.
+    assert_eq!(r.read("thin", 0, MIB), chunk);
+    r.flush("thin");
+}
