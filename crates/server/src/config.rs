@@ -62,6 +62,8 @@ struct RawConfig {
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
     discard: Option<tiervisor_conf::Switch>,
+    inflight_per_connection: Option<Spanned<SizeVal>>,
+    inflight_total: Option<Spanned<SizeVal>>,
     io: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
@@ -145,6 +147,11 @@ pub struct ServerConfig {
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ms: u64,
+    /// Request payload bytes one connection may hold (in flight plus queued replies)
+    /// before the server stops reading its requests.
+    pub inflight_per_connection_bytes: u64,
+    /// The same, over all connections.
+    pub inflight_total_bytes: u64,
     pub tiering: tiervisor_engine::TieringConfig,
     pub log: tiervisor_engine::LogConfig,
     pub io: IoKind,
@@ -160,6 +167,12 @@ pub struct ServerConfig {
 fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|x| !x.is_empty())
 }
+
+/// Request payload bytes a connection may hold before its requests wait: a little more
+/// than one maximal (32 MiB) request.
+pub const DEFAULT_INFLIGHT_PER_CONNECTION_BYTES: u64 = 48 << 20;
+/// The same over all connections.
+pub const DEFAULT_INFLIGHT_TOTAL_BYTES: u64 = 512 << 20;
 
 /// Two spellings of one path (`a/./b`, `a//b`): compared component by component.
 fn same_path(a: &Path, b: &Path) -> bool {
@@ -345,6 +358,26 @@ impl ServerConfig {
             })
         };
         let listen = address(&src, raw.listen, "listen", "127.0.0.1:10809")?;
+        let inflight = |v: &Option<Spanned<SizeVal>>, key: &str, default: u64| match v {
+            Some(v) => {
+                let n = src.size(v, key)?;
+                if n < 1 << 20 {
+                    return src.err(v.span(), format!("{key}: expected at least 1m"));
+                }
+                Ok(n)
+            }
+            None => Ok(default),
+        };
+        let inflight_per_connection_bytes = inflight(
+            &raw.inflight_per_connection,
+            "inflight_per_connection",
+            DEFAULT_INFLIGHT_PER_CONNECTION_BYTES,
+        )?;
+        let inflight_total_bytes = inflight(
+            &raw.inflight_total,
+            "inflight_total",
+            DEFAULT_INFLIGHT_TOTAL_BYTES,
+        )?;
         let metrics = address(&src, raw.metrics, "metrics", "127.0.0.1:9109")?;
         Ok(ServerConfig {
             source: file.to_string(),
@@ -355,6 +388,8 @@ impl ServerConfig {
             chunk_bytes: engine.chunk_bytes,
             journal_bytes: engine.journal_bytes,
             commit_interval_ms: engine.commit_interval_ns / 1_000_000,
+            inflight_per_connection_bytes,
+            inflight_total_bytes,
             tiering: engine.tiering.clone(),
             log: engine.log.clone(),
             io,

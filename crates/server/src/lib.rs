@@ -2,6 +2,7 @@
 //! pools, with the real clock.
 
 pub mod admin;
+pub mod budget;
 pub mod config;
 pub mod io;
 pub mod nbd;

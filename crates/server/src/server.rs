@@ -17,6 +17,7 @@ use tiervisor_engine::{
 };
 
 use crate::admin;
+use crate::budget::Budget;
 use crate::config::ServerConfig;
 use crate::io::{self, Backend};
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
@@ -81,6 +82,8 @@ struct Route {
     handle: u64,
     cmd: u16,
     offset: u64,
+    /// Payload bytes the request holds (see `nbd::conn::payload_cost`).
+    cost: u64,
 }
 
 /// Counters the server keeps beside the engine's.
@@ -129,6 +132,7 @@ pub struct Server {
     stopping: bool,
     stats: ServerStats,
     per_export: Vec<u64>,
+    budget: Budget,
     log: Box<dyn FnMut(&str)>,
 }
 
@@ -269,6 +273,7 @@ impl Server {
             io_backend: backend.name().to_string(),
             ..Default::default()
         };
+        let cfg_inflight = (cfg.inflight_per_connection_bytes, cfg.inflight_total_bytes);
         let mut s = Server {
             cfg,
             engine,
@@ -300,6 +305,7 @@ impl Server {
             stopping: false,
             stats,
             per_export: Vec::new(),
+            budget: Budget::new(cfg_inflight.0, cfg_inflight.1),
             log: Box::new(|_| {}),
         };
         s.engine.start(s.now(), mode, &mut s.out);
@@ -455,7 +461,10 @@ impl Server {
         if slot.generation != r.generation {
             return; // the connection closed; nobody to answer
         }
-        slot.conn.reply(r.handle, r.cmd, r.offset, c.result, c.data);
+        let before = slot.conn.held_bytes();
+        slot.conn
+            .reply_costed(r.cost, r.handle, r.cmd, r.offset, c.result, c.data);
+        self.budget.adjust(before, slot.conn.held_bytes());
         self.dirty.push(r.conn);
     }
 
@@ -515,6 +524,21 @@ impl Server {
             if slot.conn.closing.is_some() {
                 return;
             }
+            slot.conn.budget_bytes = self.budget.limit_for_conn();
+            if slot.conn.over_budget {
+                // Requests already buffered go first; read more only once they are taken.
+                self.parse_and_submit(key);
+                let Some(slot) = self.conns.get_mut(key) else {
+                    return;
+                };
+                if slot.conn.over_budget {
+                    slot.read_paused = true;
+                    return;
+                }
+            }
+            let Some(slot) = self.conns.get_mut(key) else {
+                return;
+            };
             if slot.conn.in_flight >= MAX_IN_FLIGHT || slot.conn.out_bytes >= MAX_QUEUED_OUT {
                 slot.read_paused = true;
                 return;
@@ -547,6 +571,21 @@ impl Server {
             }
             // SAFETY: see above.
             unsafe { buf.set_len(buf.len() + n as usize) };
+            self.parse_and_submit(key);
+            self.dirty.push(key);
+            self.reread.push(key);
+            return;
+        }
+    }
+
+    /// Parse what the connection has buffered (within its budget) and hand the requests
+    /// to the engine.
+    fn parse_and_submit(&mut self, key: usize) {
+        let Some(slot) = self.conns.get_mut(key) else {
+            return;
+        };
+        let held_before = slot.conn.held_bytes();
+        {
             let mut wire = std::mem::take(&mut self.wire);
             slot.conn.process(&self.exports, &mut wire);
             answer_status_queries(&self.engine, &mut slot.conn);
@@ -569,6 +608,7 @@ impl Server {
                     handle: w.handle,
                     cmd: w.cmd,
                     offset: w.offset,
+                    cost: crate::nbd::conn::payload_cost(w.cmd, w.length),
                 }) as u64;
                 let mut r = VmRequest::new(id, w.volume, w.kind, w.offset, w.length);
                 r.fua = w.fua;
@@ -577,9 +617,9 @@ impl Server {
                 self.engine.submit(now, r, &mut self.out);
             }
             self.wire = wire;
-            self.dirty.push(key);
-            self.reread.push(key);
-            return;
+        }
+        if let Some(slot) = self.conns.get(key) {
+            self.budget.adjust(held_before, slot.conn.held_bytes());
         }
     }
 
@@ -599,7 +639,11 @@ impl Server {
                 .count();
             match slot.stream.write_vectored(&slices[..n]) {
                 Ok(0) => break,
-                Ok(n) => slot.conn.consumed(n),
+                Ok(n) => {
+                    let before = slot.conn.held_bytes();
+                    slot.conn.consumed(n);
+                    self.budget.adjust(before, slot.conn.held_bytes());
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -613,6 +657,7 @@ impl Server {
         } else if slot.read_paused
             && slot.conn.in_flight < MAX_IN_FLIGHT / 2
             && slot.conn.out_bytes < MAX_QUEUED_OUT / 2
+            && slot.conn.held_bytes() < self.budget.per_conn_bytes
         {
             self.read_conn(key);
         }
@@ -620,6 +665,7 @@ impl Server {
 
     fn close_conn(&mut self, key: usize) {
         let mut slot = self.conns.remove(key);
+        self.budget.adjust(slot.conn.held_bytes(), 0);
         let _ = self.poll.registry().deregister(slot.stream.source());
         self.stats.connections_open -= 1;
         if let Some(e) = slot.counted_export {
@@ -744,6 +790,10 @@ impl Server {
                 self.flush_conn(key);
             }
             self.dirty = dirty;
+            if self.budget.take_total_freed() {
+                let paused = self.conns.iter().filter(|(_, c)| c.read_paused);
+                self.reread.extend(paused.map(|(k, _)| k));
+            }
             if self.stopping
                 && self.engine.state() == &EngineState::Stopped
                 && self.conns.iter().all(|(_, c)| c.conn.out.is_empty())

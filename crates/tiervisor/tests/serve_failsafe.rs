@@ -271,3 +271,53 @@ fn a_failed_final_commit_exits_non_zero() {
     assert!(!log.contains("all data flushed"), "{log}");
     drop(n);
 }
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_cannot_grow_the_server() {
+    const MIB: u64 = 1 << 20;
+    let cap = 48 * MIB; // the default per-connection cap
+    let d = TempDir::new("fs-rss");
+    let s = ServerProc::start(d.path(), &[]);
+    // Real data to read, so replies are buffers the server fills (not lazy zero pages).
+    let data = vec![0xa5u8; 32 * MIB as usize];
+    let mut w = handshake(&s.addr, "vm1");
+    send_req(&mut w, MAGIC, 1, 1, 0, data.len() as u32, &data);
+    assert_eq!(read_reply(&mut w), (0, 1));
+    drop(data);
+    // 24 reads of 32 MiB pipelined (768 MiB of replies), and no reply ever read.
+    let mut greedy = handshake(&s.addr, "vm1");
+    for h in 0..24 {
+        send_req(&mut greedy, MAGIC, 0, 100 + h, 0, 32 * MIB as u32, &[]);
+    }
+    let pid = s.child.id();
+    let mut peak = 0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        peak = peak.max(rss_bytes(pid));
+    }
+    assert!(
+        peak < cap + 64 * MIB,
+        "server RSS peaked at {} MiB with a cap of {} MiB",
+        peak / MIB,
+        cap / MIB
+    );
+    // Another client is still served meanwhile.
+    send_req(&mut w, MAGIC, 0, 2, 0, 4096, &[]);
+    assert_eq!(read_reply(&mut w), (0, 2));
+    let mut got = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut w, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0xa5));
+    eprintln!("server RSS peak {} MiB (cap {} MiB)", peak / MIB, cap / MIB);
+    drop(greedy);
+    drop(w);
+    assert_eq!(s.term(), Some(0));
+}

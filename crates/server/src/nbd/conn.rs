@@ -34,6 +34,15 @@ pub struct StatusQuery {
 }
 
 /// A request decoded from the wire, ready for the engine.
+/// The payload bytes a request holds while in flight: a write's data, a read's reply.
+pub fn payload_cost(cmd: u16, length: u64) -> u64 {
+    if (cmd == CMD_READ || cmd == CMD_WRITE) && length <= MAX_PAYLOAD_BYTES as u64 {
+        length
+    } else {
+        0
+    }
+}
+
 #[derive(Debug)]
 pub struct WireRequest {
     pub handle: u64,
@@ -75,6 +84,13 @@ pub struct Conn {
     pub out: VecDeque<Bytes>,
     pub out_bytes: usize,
     pub in_flight: u32,
+    /// Read and write payload bytes of accepted requests not yet answered.
+    pub in_flight_bytes: u64,
+    /// Parse no further read or write while this connection holds this much (in flight
+    /// plus queued output), unless it holds nothing: set by the server before `process`.
+    pub budget_bytes: u64,
+    /// `process` stopped at a request because of `budget_bytes`; it waits in `inbuf`.
+    pub over_budget: bool,
     pub closing: Option<Closing>,
     /// The export `base:allocation` was selected for (`NBD_OPT_SET_META_CONTEXT`).
     meta_export: Option<usize>,
@@ -101,6 +117,9 @@ impl Conn {
             out: VecDeque::new(),
             out_bytes: 0,
             in_flight: 0,
+            in_flight_bytes: 0,
+            budget_bytes: u64::MAX,
+            over_budget: false,
             closing: None,
             meta_export: None,
             status_queries: Vec::new(),
@@ -122,6 +141,11 @@ impl Conn {
         self.out.push_back(b);
     }
 
+    /// Bytes this connection holds in memory for requests: payloads in flight and output.
+    pub fn held_bytes(&self) -> u64 {
+        self.in_flight_bytes + self.out_bytes as u64
+    }
+
     /// Bytes the socket should try to receive next, so a write's payload lands in place.
     pub fn want_bytes(&self) -> usize {
         64 << 10
@@ -129,6 +153,7 @@ impl Conn {
 
     /// Parse everything complete in `inbuf`; requests for the engine go to `reqs`.
     pub fn process(&mut self, exports: &[Export], reqs: &mut Vec<WireRequest>) {
+        self.over_budget = false;
         while self.closing.is_none() {
             let progressed = match self.phase {
                 Phase::ClientFlags => self.client_flags(),
@@ -374,6 +399,13 @@ impl Conn {
         };
         let is_write = h.cmd == CMD_WRITE;
         let oversize = h.length > MAX_PAYLOAD_BYTES;
+        let cost = payload_cost(h.cmd, h.length as u64);
+        let held = self.held_bytes();
+        if held > 0 && held + cost > self.budget_bytes {
+            // Leave the request (and its payload) unread until replies drain.
+            self.over_budget = true;
+            return false;
+        }
         if is_write && !oversize && self.inbuf.len() < REQUEST_HEADER_BYTES + h.length as usize {
             // Make room so the payload arrives in one buffer.
             self.inbuf
@@ -436,6 +468,7 @@ impl Conn {
             return true;
         }
         self.in_flight += 1;
+        self.in_flight_bytes += cost;
         reqs.push(WireRequest {
             handle: h.handle,
             cmd: h.cmd,
@@ -529,6 +562,20 @@ impl Conn {
             Ok(ext) => self.send(meta::block_status_reply(handle, &ext)),
             Err(e) => self.error_reply(handle, CMD_BLOCK_STATUS, e.code(), errno_message(e)),
         }
+    }
+
+    /// Queue the reply to a request the engine finished (`cost` as it was accepted with).
+    pub fn reply_costed(
+        &mut self,
+        cost: u64,
+        handle: u64,
+        cmd: u16,
+        offset: u64,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+    ) {
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(cost);
+        self.reply(handle, cmd, offset, result, data);
     }
 
     /// Queue the reply to a request the engine finished.
