@@ -110,7 +110,7 @@ impl Engine {
         vol.commit = Some(Commit {
             phase: CommitPhase::LogWait,
             pending_ops: 0,
-            failed: false,
+            failed: None,
             waiters,
             work,
             last_seq,
@@ -127,8 +127,8 @@ impl Engine {
             return;
         };
         c.phase = CommitPhase::DataFlush;
-        if c.failed {
-            return self.finish_commit(now, v, Err(Errno::Io), out);
+        if let Some(err) = c.failed {
+            return self.finish_commit(now, v, Err(err), out);
         }
         let flushed_pools = c.flushed_pools;
         let mut n = 0;
@@ -159,7 +159,7 @@ impl Engine {
             return;
         };
         c.pending_ops -= 1;
-        c.failed |= result.is_err();
+        c.failed = Errno::worse(c.failed, result.err());
         if c.pending_ops == 0 {
             self.advance_commit(now, v, out);
         }
@@ -190,8 +190,8 @@ impl Engine {
         let Some(c) = self.vols[vi].commit.as_ref() else {
             return;
         };
-        if c.failed {
-            return self.finish_commit(now, v, Err(Errno::Io), out);
+        if let Some(err) = c.failed {
+            return self.finish_commit(now, v, Err(err), out);
         }
         match c.phase {
             CommitPhase::LogWait => unreachable!("log waits end in commit_data_flush"),

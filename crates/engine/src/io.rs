@@ -470,7 +470,7 @@ impl Engine {
             loc: ChunkLoc::At(pool, pc),
             start: s,
             end: e,
-            failed: false,
+            failed: None,
             req: key,
         };
         self.reqs[key].outstanding += 1;
@@ -513,7 +513,7 @@ impl Engine {
             return;
         };
         *pending -= 1;
-        *failed |= result.is_err();
+        *failed = Errno::worse(*failed, result.err());
         if *pending > 0 {
             return;
         }
@@ -522,10 +522,11 @@ impl Engine {
         let ChunkLoc::At(pool, pc) = loc else {
             unreachable!("allocation targets a concrete chunk")
         };
-        if failed {
-            // Nothing references the chunk: give it straight back.
+        if let Some(err) = failed {
+            // Nothing references the chunk: give it straight back. A write that failed
+            // for space reports ENOSPC (a VM pauses and retries), not a broken disk.
             self.pools[pool.0 as usize].alloc.release(pc);
-            self.req_end(now, req, Err(Errno::Io), out);
+            self.req_end(now, req, Err(err), out);
         } else {
             vol.set_loc(c, loc);
             vol.journal.append(Record::Map {

@@ -41,6 +41,15 @@ impl Errno {
             Errno::Shutdown => 108,
         }
     }
+
+    /// Of two errors of one operation's parts, the one to report: a device failure
+    /// outranks running out of space (which a retry after freeing space can cure).
+    pub fn worse(a: Option<Errno>, b: Option<Errno>) -> Option<Errno> {
+        match (a, b) {
+            (Some(Errno::NoSpc), Some(x)) | (Some(x), _) | (None, Some(x)) => Some(x),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What a VM asks of its disk.

@@ -10,7 +10,7 @@ use crate::journal::{Journal, Record};
 use crate::layout::{JournalHeader, VolumeRecord};
 use crate::overlay::Overlay;
 use crate::stats::VolumeStats;
-use crate::types::{PoolId, VolumeId};
+use crate::types::{Errno, PoolId, VolumeId};
 
 /// A piece of a request parked until its chunk is free.
 #[derive(Clone, Copy, Debug)]
@@ -29,7 +29,8 @@ pub enum ChunkState {
         loc: ChunkLoc,
         start: u64,
         end: u64,
-        failed: bool,
+        /// The first device error of the allocation's writes (`NoSpc` kept as such).
+        failed: Option<Errno>,
         req: usize,
     },
     /// Tier migration: the chunk is being copied to `dst`; writes wait, reads use the source.
@@ -69,7 +70,8 @@ impl Activity {
 pub struct Commit {
     pub phase: CommitPhase,
     pub pending_ops: u32,
-    pub failed: bool,
+    /// The worst error of the round's device operations so far ([`Errno::worse`]).
+    pub failed: Option<Errno>,
     /// FLUSH requests and FUA writes that complete with this round.
     pub waiters: Vec<usize>,
     pub work: CommitWork,

@@ -212,42 +212,6 @@ fn a_second_sigterm_does_not_abort_the_shutdown_and_sighup_is_ignored() {
     assert!(log.contains("stopped cleanly"), "{log}");
 }
 
-/// A tmpfs of `size` mounted for the test, unmounted on drop; None (with a message)
-/// where mounting is not permitted.
-struct SmallFs(std::path::PathBuf);
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Option<SmallFs> {
-        std::fs::create_dir_all(at).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(at)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)");
-            return None;
-        }
-        Some(SmallFs(at.to_path_buf()))
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// Fill the filesystem at `dir` until a write fails.
-fn fill(dir: &Path) {
-    use std::io::Write as _;
-    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
-    let block = vec![0x55u8; 1 << 20];
-    while f.write_all(&block).is_ok() {}
-    let small = vec![0x55u8; 4096];
-    while f.write_all(&small).is_ok() {}
-}
-
 #[test]
 fn a_failed_final_commit_exits_non_zero() {
     let d = TempDir::new("fs-final");

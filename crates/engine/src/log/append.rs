@@ -349,7 +349,7 @@ impl Engine {
                 && c.phase == CommitPhase::LogWait
                 && a.id < c.log_wait_upto
             {
-                c.failed = true;
+                c.failed = Errno::worse(c.failed, Some(Errno::Io));
             }
             self.log_relocate(now, &a, out);
         }

@@ -20,6 +20,9 @@ pub struct Rig {
     /// While set, device operations wait in `held` until released.
     pub hold: bool,
     pub held: VecDeque<DeviceOp>,
+    /// While set, every device write (data, zeroing, journal) fails with this error and
+    /// changes nothing, as on a full or failing disk; reads, flushes and discards succeed.
+    pub fail_writes: Option<Errno>,
 }
 
 pub fn config(journal_bytes: u64) -> EngineConfig {
@@ -87,6 +90,7 @@ impl Rig {
             next_id: 1,
             hold: false,
             held: VecDeque::new(),
+            fail_writes: None,
         };
         r.start();
         r
@@ -170,6 +174,15 @@ impl Rig {
             let dev = &mut self.devs[op.pool.0 as usize];
             let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
             let mut data = None;
+            let is_write = matches!(op.kind, DevKind::Write | DevKind::WriteZeroes);
+            if let Some(e) = self.fail_writes.filter(|_| is_write) {
+                let done = DeviceCompletion {
+                    id: op.id,
+                    result: Err(e),
+                    data: None,
+                };
+                return self.engine.device_done(self.now, done, out);
+            }
             match op.kind {
                 DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
                 DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),

@@ -254,3 +254,39 @@ pub fn write_random_image(path: &Path, len: usize) {
     }
     std::fs::write(path, &data).unwrap();
 }
+
+/// A tmpfs of `size` mounted for the test, unmounted on drop; None (with a message)
+/// where mounting is not permitted.
+pub struct SmallFs(pub PathBuf);
+
+impl SmallFs {
+    pub fn mount(at: &Path, size: &str) -> Option<SmallFs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)");
+            return None;
+        }
+        Some(SmallFs(at.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Fill the filesystem at `dir` until a write fails.
+pub fn fill(dir: &Path) {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let block = vec![0x55u8; 1 << 20];
+    while f.write_all(&block).is_ok() {}
+    let small = vec![0x55u8; 4096];
+    while f.write_all(&small).is_ok() {}
+}

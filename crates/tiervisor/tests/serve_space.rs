@@ -1,0 +1,120 @@
+//! `tiervisor serve` on a filesystem that runs out of space: clients see ENOSPC (not EIO),
+//! other volumes keep working, and once space is freed writes and FLUSH succeed again
+//! and a restart finds every flushed write.
+
+mod support;
+
+use std::io::Read as _;
+use std::net::TcpStream;
+
+use support::raw_nbd::*;
+use support::*;
+
+/// Two thin volumes on the hdd pool; pools far larger than the tmpfs under them. No
+/// background commit during the test: the test decides when records are committed.
+const TWO_VOLUMES: &str = r#"
+chunk = "1m"
+journal = "1m"
+commit_interval_ms = 3600000
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "64m"
+kind = "ssd"
+[[pool]]
+name = "hdd"
+path = "hdd.pool"
+size = "256m"
+kind = "hdd"
+[[volume]]
+name = "vm1"
+size = "32m"
+pool = "hdd"
+placement = "pinned"
+[[volume]]
+name = "vm2"
+size = "32m"
+pool = "hdd"
+placement = "pinned"
+"#;
+
+const ENOSPC: u32 = 28;
+
+/// NBD error of a write of `data` at `off`.
+fn write(s: &mut TcpStream, off: u64, data: &[u8]) -> u32 {
+    send_req(s, MAGIC, 1, 11, off, data.len() as u32, data);
+    let (err, h) = read_reply(s);
+    assert_eq!(h, 11);
+    err
+}
+
+/// NBD error of a FLUSH.
+fn flush(s: &mut TcpStream) -> u32 {
+    send_req(s, MAGIC, 3, 12, 0, 0, &[]);
+    let (err, h) = read_reply(s);
+    assert_eq!(h, 12);
+    err
+}
+
+fn read(s: &mut TcpStream, off: u64, len: usize) -> Vec<u8> {
+    send_req(s, MAGIC, 0, 13, off, len as u32, &[]);
+    assert_eq!(read_reply(s), (0, 13), "read at {off}");
+    let mut got = vec![0u8; len];
+    s.read_exact(&mut got).unwrap();
+    got
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
+    let d = TempDir::new("space-full");
+    let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+        return;
+    };
+    let conf = d.path().join("c.toml");
+    std::fs::write(&conf, TWO_VOLUMES).unwrap();
+    let c = conf.to_str().unwrap();
+    let s = ServerProc::start(&fs.0, &["--config", c]);
+    let (mut v1, mut v2) = (handshake(&s.addr, "vm1"), handshake(&s.addr, "vm2"));
+    let a = vec![0xA1u8; 65536];
+    let b = vec![0xB2u8; 65536];
+    assert_eq!(write(&mut v1, 0, &a), 0);
+    assert_eq!(write(&mut v2, 0, &b), 0);
+    assert_eq!(flush(&mut v1), 0);
+    assert_eq!(flush(&mut v2), 0);
+    // Allocated before the disk fills, not yet committed: its record needs a new
+    // journal block, so the FLUSH that commits it must fail for space.
+    let c2 = vec![0xC3u8; 65536];
+    assert_eq!(write(&mut v1, 2 * MIB, &c2), 0);
+    fill(&fs.0);
+
+    // A write that needs new space: ENOSPC, as QEMU's werror=enospc expects.
+    let big = vec![0xD4u8; MIB as usize];
+    assert_eq!(write(&mut v1, 8 * MIB, &big), ENOSPC, "{}", s.log());
+    assert_eq!(flush(&mut v1), ENOSPC, "{}", s.log());
+    // The other volume keeps working where its space is already there.
+    let b2 = vec![0xB5u8; 65536];
+    assert_eq!(read(&mut v2, 0, b.len()), b);
+    assert_eq!(write(&mut v2, 0, &b2), 0);
+    assert_eq!(flush(&mut v2), 0, "{}", s.log());
+    assert_eq!(read(&mut v1, 0, a.len()), a);
+
+    // Space returns: the failed commit is retried, new writes and FLUSH succeed.
+    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    assert_eq!(flush(&mut v1), 0, "{}", s.log());
+    assert_eq!(write(&mut v1, 8 * MIB, &big), 0, "{}", s.log());
+    assert_eq!(flush(&mut v1), 0);
+    drop((v1, v2));
+    assert_eq!(s.term(), Some(0));
+
+    // Every flushed write is found after a restart.
+    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    let (mut v1, mut v2) = (handshake(&s.addr, "vm1"), handshake(&s.addr, "vm2"));
+    assert_eq!(read(&mut v1, 0, a.len()), a);
+    assert_eq!(read(&mut v1, 2 * MIB, c2.len()), c2);
+    assert_eq!(read(&mut v1, 8 * MIB, big.len()), big);
+    assert_eq!(read(&mut v2, 0, b2.len()), b2);
+    drop((v1, v2));
+    assert_eq!(s.term(), Some(0));
+}
