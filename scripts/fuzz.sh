@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the NBD handshake and request parser and the on-disk decoders with cargo-fuzz
+# Fuzz the NBD handshake and request parser, the on-disk decoders and the trace readers with cargo-fuzz
 # (libFuzzer), each target for a time budget, and print executions per target.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every target)
@@ -17,7 +17,7 @@ budget="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(nbd_handshake nbd_requests superblock volume_table journal checkpoint)
+  targets=(nbd_handshake nbd_requests superblock volume_table journal checkpoint trace)
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal

@@ -213,3 +213,40 @@ pub fn checkpoint(data: &[u8]) {
         }
     }
 }
+
+/// A trace file of any format (the first byte picks the reading options): a trace that
+/// loads has requests, each of at least one byte, ending within 2^64, in arrival order.
+pub fn trace(data: &[u8]) {
+    use tiervisor_workload::trace::{AssumeOp, BlkEvent, LoadOptions};
+    use tiervisor_workload::{Trace, TraceFormat};
+    let Some((&pick, text)) = data.split_first() else {
+        return;
+    };
+    let formats = TraceFormat::all();
+    let opts = LoadOptions {
+        format: match pick as usize % (formats.len() + 1) {
+            0 => None,
+            i => Some(formats[i - 1]),
+        },
+        blkparse_event: if pick & 0x80 != 0 {
+            BlkEvent::Queue
+        } else {
+            BlkEvent::Issue
+        },
+        block_size_bytes: (pick & 0x40 != 0).then_some(4096),
+        assume_op: (pick & 0x20 != 0).then_some(AssumeOp::Mix {
+            read_fraction: 0.5,
+            seed: 1,
+        }),
+        spread_ticks: pick & 0x10 != 0,
+    };
+    if let Ok(t) = Trace::parse_with("fuzz", text, &opts) {
+        assert!(!t.records.is_empty());
+        for r in &t.records {
+            assert!(r.len_bytes > 0);
+            assert!(r.offset_bytes.checked_add(r.len_bytes).is_some());
+        }
+        assert!(t.records.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns));
+        let _ = t.warnings();
+    }
+}

@@ -17,9 +17,11 @@
 //! volume = "vm1"
 //! trace = "../../shared/traces/wsrch-small.trace.xz"   # relative to this file
 //! devices = [0]            # trace devices/ASUs this VM replays (default: all)
-//! mode = "closed"          # or "timed"
+//! mode = "closed"          # or "timed", or "rate" (fixed arrivals, `iops = N`)
 //! depth = 1                # closed: requests outstanding
 //! speed = 1.0              # timed: time compression
+//! # format = "arc", assume_op = "mix:0.7", event = "Q", block_size = "4k",
+//! # spread_ticks = true: see docs/CONFIG.md (traces)
 //! repeat = 1
 //! # or instead of a trace:
 //! [vm.fio]
@@ -31,17 +33,19 @@
 //! ```
 //! Every error names the file and line and says what was expected.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, SchedSpec};
+
+#[path = "scenario_trace.rs"]
+mod trace_vm;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
-    AppJob, AppKind, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceFormat, TraceWorkload,
-    Workload, WorkloadError,
+    AppJob, AppKind, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceWorkload, Workload,
+    WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -117,7 +121,17 @@ struct RawVm {
     mode: Option<Spanned<String>>,
     depth: Option<Spanned<u32>>,
     speed: Option<Spanned<f64>>,
+    /// `mode = "rate"`: requests per second.
+    iops: Option<Spanned<f64>>,
     repeat: Option<Spanned<u32>>,
+    /// blkparse traces: "D" (default) or "Q".
+    event: Option<Spanned<String>>,
+    /// raw-u32 traces: bytes per block number.
+    block_size: Option<Spanned<SizeVal>>,
+    /// Address-only traces: "read", "write" or "mix:FRACTION".
+    assume_op: Option<Spanned<String>>,
+    assume_seed: Option<u64>,
+    spread_ticks: Option<bool>,
     fio: Option<RawFio>,
     surge: Option<RawSurge>,
     app: Option<RawApp>,
@@ -473,7 +487,7 @@ impl Scenario {
                 qos: v.qos,
             })
             .collect();
-        let mut traces: BTreeMap<PathBuf, Arc<Trace>> = BTreeMap::new();
+        let mut traces = trace_vm::TraceCache::new();
         let mut vms = Vec::new();
         for (i, svm) in raw.vms.iter().enumerate() {
             let vm = svm.get_ref();
@@ -531,68 +545,7 @@ impl Scenario {
             }
             let workload = match (&vm.trace, &vm.fio) {
                 (None, None) | (Some(_), Some(_)) => unreachable!("checked above"),
-                (Some(t), None) => {
-                    let path = base.join(t.get_ref());
-                    let format = match &vm.format {
-                        Some(f) => Some(TraceFormat::parse_name(f.get_ref()).map_or_else(
-                            || {
-                                cx.err(
-                                    f.span(),
-                                    format!(
-                                        "unknown trace format {:?}; expected one of: {}",
-                                        f.get_ref(),
-                                        TraceFormat::all()
-                                            .iter()
-                                            .map(|f| f.name())
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
-                                    ),
-                                )
-                            },
-                            Ok,
-                        )?),
-                        None => None,
-                    };
-                    if !path.exists() {
-                        return cx
-                            .err(t.span(), format!("trace {} does not exist", path.display()));
-                    }
-                    let trace = match traces.get(&path) {
-                        Some(tr) => tr.clone(),
-                        None => {
-                            let tr = Arc::new(Trace::load(&path, format)?);
-                            traces.insert(path.clone(), tr.clone());
-                            tr
-                        }
-                    };
-                    let mode = match vm.mode.as_ref().map(|m| m.get_ref().as_str()) {
-                        None | Some("closed") => ReplayMode::Closed {
-                            depth: at_least_one(&cx, vm.depth.as_ref(), "depth")?,
-                        },
-                        Some("timed") => {
-                            let speed = vm.speed.as_ref().map_or(1.0, |s| *s.get_ref());
-                            if !(speed.is_finite() && speed > 0.0) {
-                                return cx.err(
-                                    vm.speed.as_ref().map_or(0..0, |s| s.span()),
-                                    "speed: expected a positive number",
-                                );
-                            }
-                            ReplayMode::Timed { speed }
-                        }
-                        Some(o) => {
-                            return cx.err(
-                                vm.mode.as_ref().map_or(0..0, |m| m.span()),
-                                format!("mode {o:?}: expected \"closed\" or \"timed\""),
-                            );
-                        }
-                    };
-                    WorkloadSpec::Trace {
-                        trace,
-                        devices: vm.devices.clone().unwrap_or_default(),
-                        mode,
-                        repeat: at_least_one(&cx, vm.repeat.as_ref(), "repeat")?,
-                    }
-                }
+                (Some(t), None) => trace_vm::trace_vm(&cx, base, vm, t, &mut traces)?,
                 (None, Some(f)) => {
                     let rw = FioRw::parse(f.rw.get_ref()).map_or_else(
                         || {

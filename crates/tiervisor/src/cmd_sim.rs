@@ -22,6 +22,15 @@ pub struct SimArgs {
 
 pub fn run(a: SimArgs) -> Result<(), Failure> {
     let sc = Scenario::load(&a.scenario).map_err(|e| Failure::input(e.to_string()))?;
+    // What a reader of the results must know about the traces (coarse timestamps,
+    // address-only traces that measure locality only), on stderr beside the report.
+    for vm in &sc.vms {
+        if let tiervisor_sim::scenario::WorkloadSpec::Trace { trace, .. } = &vm.workload {
+            for w in trace.warnings() {
+                eprintln!("tiervisor: {}: {}: {w}", vm.name, trace.source);
+            }
+        }
+    }
     let opts = RunOptions {
         seed: a.seed,
         max_sim_ns: None,

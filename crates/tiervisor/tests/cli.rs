@@ -67,7 +67,7 @@ fn bad_scenario_exits_2_with_file_and_line() {
 }
 
 #[test]
-fn malformed_trace_line_exits_2_and_empty_trace_is_an_empty_report() {
+fn malformed_trace_line_exits_2_and_a_trace_without_requests_is_an_error() {
     let p = tmp("bad.trace", "1 0 8 8 1\n2 0 8 x 1\n");
     let o = bin().args(["trace", "info"]).arg(&p).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
@@ -76,15 +76,28 @@ fn malformed_trace_line_exits_2_and_empty_trace_is_an_empty_report() {
         e.contains("bad.trace:2:") && e.contains("SizeInSectors"),
         "{e}"
     );
+    // Empty, all skipped, binary: exit 2 with what was found, never an empty report.
     let empty = tmp("empty.trace", "");
-    let o = bin()
-        .args(["trace", "info", "--json"])
-        .arg(&empty)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["requests"], 0);
+    let skipped = tmp(
+        "skipped.txt",
+        "  8,0  1  1  0.1  9  Q  W 8 + 8 [a]\n  8,0  1  2  0.2  9  C  W 8 + 8 [0]\n",
+    );
+    let binary = tmp("blocks.bin", "\u{7}\0\0\0\u{9}\0\0\0");
+    for (f, says) in [
+        (&empty, "no trace records"),
+        (&skipped, "1 blkparse C events"),
+        (&binary, "binary data"),
+    ] {
+        let o = bin()
+            .args(["trace", "info", "--json"])
+            .arg(f)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", f.display());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(says), "{}: {e}", f.display());
+        assert!(o.stdout.is_empty());
+    }
     let sc = tmp(
         "empty.toml",
         &format!(
@@ -93,9 +106,78 @@ fn malformed_trace_line_exits_2_and_empty_trace_is_an_empty_report() {
         ),
     );
     let o = bin().args(["sim", "--json"]).arg(&sc).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no trace records"));
+}
+
+/// Address-only traces: read only by name with an assumed operation, reported as
+/// locality-only, and refused for timed replay with the scenario's line.
+#[test]
+fn address_only_traces_state_their_assumptions() {
+    let blocks: Vec<u8> = (0u32..64).flat_map(|b| (b % 8).to_le_bytes()).collect();
+    let raw = tmp("stream.u32", "");
+    std::fs::write(&raw, &blocks).unwrap();
+    let o = bin()
+        .args(["trace", "info", "--format", "raw-u32", "--block-size", "4k"])
+        .arg(&raw)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("assume-op"));
+    let o = bin()
+        .args([
+            "trace",
+            "info",
+            "--json",
+            "--format",
+            "raw-u32",
+            "--block-size",
+            "4k",
+        ])
+        .args(["--assume-op", "mix:0.5", "--seed", "3"])
+        .arg(&raw)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["ios"], 0);
+    assert_eq!(v["requests"], 64);
+    assert_eq!(v["touched_mib"], 1);
+    assert_eq!(v["timed"], false);
+    assert!(
+        v["locality_only"]
+            .as_str()
+            .unwrap()
+            .contains("50.0% reads (seed 3)")
+    );
+    let arc = tmp("p1.lis", "100 8 0 1\n108 8 0 2\n100 8 0 3\n");
+    let scenario = |mode: &str| {
+        tmp(
+            "arc.toml",
+            &format!(
+                "[[pool]]\nname=\"h\"\nmodel=\"hitachi-7k1000c\"\ncapacity=\"10g\"\n[[volume]]\nname=\"v\"\npool=\"h\"\nsize=\"1g\"\n[[vm]]\nvolume=\"v\"\ntrace=\"{}\"\nformat=\"arc\"\nassume_op=\"read\"\n{mode}\n",
+                arc.display()
+            ),
+        )
+    };
+    let o = bin()
+        .args(["sim", "--json"])
+        .arg(scenario("mode=\"timed\""))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("arc.toml:14:") && e.contains("no arrival times"),
+        "{e}"
+    );
+    let o = bin()
+        .args(["sim", "--json"])
+        .arg(scenario("mode=\"rate\"\niops=100.0"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ios"], 3);
 }
 
 #[test]

@@ -17,7 +17,7 @@ pub enum TraceFormat {
     /// MSR Cambridge: `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`
     /// (Windows FILETIME ticks, Read/Write, bytes).
     Msr,
-    /// `blkparse` default text output; `Q` (queued) events are used.
+    /// `blkparse` default text output; `D` (issued) events by default, or `Q` (queued).
     Blkparse,
     /// fio iolog version 2 (no times) or 3 (leading time in ms).
     FioIolog,
@@ -26,6 +26,15 @@ pub enum TraceFormat {
     TencentCbs,
     /// SYSTOR'17: `Timestamp,Response,IOType,LUN,Offset,Size` (seconds, R/W, bytes).
     Systor17,
+    /// CSV with a header line naming its columns (the CloudPhysics vSCSI CSV
+    /// `version,time,op,size,lbn` among them); see [`super::csv`].
+    Csv,
+    /// ARC-style address-only trace: `StartingBlock NumberOfBlocks Ignore RequestNumber`
+    /// (512-byte blocks, no operation, no time). Only by name, with an assumed operation.
+    Arc,
+    /// Raw little-endian uint32 block numbers, one block per request, no operation or time.
+    /// Only by name, with a block size and an assumed operation.
+    RawU32,
 }
 
 impl TraceFormat {
@@ -38,6 +47,9 @@ impl TraceFormat {
             TraceFormat::FioIolog,
             TraceFormat::TencentCbs,
             TraceFormat::Systor17,
+            TraceFormat::Csv,
+            TraceFormat::Arc,
+            TraceFormat::RawU32,
         ]
     }
 
@@ -50,11 +62,24 @@ impl TraceFormat {
             TraceFormat::FioIolog => "fio-iolog",
             TraceFormat::TencentCbs => "tencent-cbs",
             TraceFormat::Systor17 => "systor17",
+            TraceFormat::Csv => "csv",
+            TraceFormat::Arc => "arc",
+            TraceFormat::RawU32 => "raw-u32",
         }
     }
 
+    /// A format by name; `cloudphysics` is the header CSV reader.
     pub fn parse_name(s: &str) -> Option<TraceFormat> {
+        if s == "cloudphysics" {
+            return Some(TraceFormat::Csv);
+        }
         Self::all().iter().copied().find(|f| f.name() == s)
+    }
+
+    /// Formats without an operation per record: they need an assumed one, and their
+    /// replays say they measure locality only.
+    pub fn address_only(self) -> bool {
+        matches!(self, TraceFormat::Arc | TraceFormat::RawU32)
     }
 
     /// What a line should look like, for error messages.
@@ -75,6 +100,13 @@ impl TraceFormat {
                 "`Timestamp,Offset,Size,IOType,VolumeID` (IOType 0=read 1=write)"
             }
             TraceFormat::Systor17 => "`Timestamp,Response,IOType,LUN,Offset,Size` (IOType R or W)",
+            TraceFormat::Csv => {
+                "a CSV header line naming the columns (offset or lba/lbn, size, and op, time, device if present), then one request per line"
+            }
+            TraceFormat::Arc => {
+                "`StartingBlock NumberOfBlocks Ignore RequestNumber` (4 whole numbers, 512-byte blocks)"
+            }
+            TraceFormat::RawU32 => "binary little-endian uint32 block numbers",
         }
     }
 
@@ -91,6 +123,12 @@ impl TraceFormat {
         }
         let comma: Vec<&str> = t.split(',').map(str::trim).collect();
         let num = |s: &str| s.parse::<f64>().is_ok();
+        if comma.len() >= 2
+            && !comma.iter().any(|f| num(f))
+            && super::csv::Columns::from_header(t).is_ok()
+        {
+            return Some(TraceFormat::Csv);
+        }
         match comma.len() {
             7 if matches!(comma[3].to_ascii_lowercase().as_str(), "read" | "write") => {
                 return Some(TraceFormat::Msr);
@@ -119,13 +157,13 @@ impl TraceFormat {
     }
 }
 
-fn int(s: &str, what: &str) -> Result<u64, String> {
+pub(super) fn int(s: &str, what: &str) -> Result<u64, String> {
     s.trim()
         .parse::<u64>()
         .map_err(|_| format!("{what} {s:?} is not a whole number"))
 }
 
-fn float(s: &str, what: &str) -> Result<f64, String> {
+pub(super) fn float(s: &str, what: &str) -> Result<f64, String> {
     let v = s
         .trim()
         .parse::<f64>()
@@ -139,7 +177,12 @@ fn float(s: &str, what: &str) -> Result<f64, String> {
     }
 }
 
-fn fields(line: &str, sep: Option<char>, n: usize, fmt: TraceFormat) -> Result<Vec<&str>, String> {
+pub(super) fn fields(
+    line: &str,
+    sep: Option<char>,
+    n: usize,
+    fmt: TraceFormat,
+) -> Result<Vec<&str>, String> {
     let f: Vec<&str> = match sep {
         Some(c) => line.split(c).map(str::trim).collect(),
         None => line.split_whitespace().collect(),
@@ -159,7 +202,7 @@ fn fields(line: &str, sep: Option<char>, n: usize, fmt: TraceFormat) -> Result<V
 pub const MAX_RECORD_BYTES: u64 = 1 << 40;
 
 /// `v * unit`, or a message naming the field if it does not fit in 64 bits.
-fn times(v: u64, unit: u64, what: &str, unit_name: &str) -> Result<u64, String> {
+pub(super) fn times(v: u64, unit: u64, what: &str, unit_name: &str) -> Result<u64, String> {
     v.checked_mul(unit).ok_or_else(|| {
         format!(
             "{what} {v} {unit_name} does not fit in 64 bits (at most {} {unit_name})",
@@ -168,23 +211,23 @@ fn times(v: u64, unit: u64, what: &str, unit_name: &str) -> Result<u64, String> 
     })
 }
 
-fn sectors(s: &str, what: &str) -> Result<u64, String> {
+pub(super) fn sectors(s: &str, what: &str) -> Result<u64, String> {
     times(int(s, what)?, 512, what, "sectors")
 }
 
-fn small(s: &str, what: &str) -> Result<u32, String> {
+pub(super) fn small(s: &str, what: &str) -> Result<u32, String> {
     let v = int(s, what)?;
     u32::try_from(v).map_err(|_| format!("{what} {v} is too large (at most {})", u32::MAX))
 }
 
 /// A record whose size is within [`MAX_RECORD_BYTES`] and whose end fits in 64 bits.
-fn record(
+pub(super) fn record(
     arrival_ns: u64,
     device: u32,
     offset_bytes: u64,
     len_bytes: u64,
     op: TraceOp,
-) -> Result<Option<TraceRecord>, String> {
+) -> Result<TraceRecord, String> {
     if len_bytes > MAX_RECORD_BYTES {
         return Err(format!(
             "request size {len_bytes} bytes is over the {MAX_RECORD_BYTES}-byte limit"
@@ -195,17 +238,17 @@ fn record(
             "request at byte {offset_bytes} of {len_bytes} bytes ends beyond 2^64"
         ));
     }
-    Ok(Some(TraceRecord {
+    Ok(TraceRecord {
         arrival_ns,
         device,
         offset_bytes,
         len_bytes,
         op,
-    }))
+    })
 }
 
 /// A time in `unit_ns` units (fractions allowed) as nanoseconds, if it fits in 64 bits.
-fn time_ns(s: &str, what: &str, unit_ns: f64) -> Result<u64, String> {
+pub(super) fn time_ns(s: &str, what: &str, unit_ns: f64) -> Result<u64, String> {
     let ns = (float(s, what)? * unit_ns).round();
     if ns >= u64::MAX as f64 {
         return Err(format!(
@@ -215,13 +258,25 @@ fn time_ns(s: &str, what: &str, unit_ns: f64) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
-/// Parse one line. `Ok(None)` for lines that carry no request (headers, other events).
-pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, String> {
+/// What one line of a trace holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A request.
+    Record(TraceRecord),
+    /// A line that carries no request, and why (counted per reason in [`super::Trace`]).
+    Skip(&'static str),
+    /// A blank or comment line.
+    Blank,
+}
+
+/// Parse one line of a stateless line format (every format but `csv`, `blkparse`'s event
+/// choice and the address-only ones, which [`super::LineParser`] handles).
+pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Parsed, String> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
-        return Ok(None);
+        return Ok(Parsed::Blank);
     }
-    match fmt {
+    let r = match fmt {
         TraceFormat::Disksim => {
             let f = fields(line, None, 5, fmt)?;
             let arrival_ns = if f[0].contains('.') || f[0].contains('e') {
@@ -270,38 +325,11 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
             )
         }
         TraceFormat::Blkparse => {
-            let f = fields(line, None, 10, fmt)?;
-            if f[5] != "Q" || f.get(8) != Some(&"+") {
-                return Ok(None);
-            }
-            let op = if f[6].contains('W') {
-                TraceOp::Write
-            } else if f[6].contains('R') {
-                TraceOp::Read
-            } else {
-                return Ok(None);
-            };
-            let (maj, min) = f[0]
-                .split_once(',')
-                .ok_or_else(|| format!("device {:?} is not maj,min", f[0]))?;
-            let (major, minor) = (int(maj, "major")?, int(min, "minor")?);
-            if major > 0xff_ffff || minor > 0xff {
-                return Err(format!(
-                    "device {}: expected major at most {} and minor at most 255",
-                    f[0], 0xff_ffff
-                ));
-            }
-            record(
-                time_ns(f[3], "time", 1e9)?,
-                ((major << 8) | minor) as u32,
-                sectors(f[7], "sector")?,
-                sectors(f[9], "count")?,
-                op,
-            )
+            return super::blkparse::Parser::new(super::BlkEvent::Issue).line(line);
         }
         TraceFormat::FioIolog => {
             if line.starts_with("fio version") {
-                return Ok(None);
+                return Ok(Parsed::Skip("fio iolog header"));
             }
             let f: Vec<&str> = line.split_whitespace().collect();
             // v3 lines start with a time in ms.
@@ -324,7 +352,7 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 Some("read") | Some("write") => {
                     Err(format!("expected {}, got {:?}", fmt.expected(), line))
                 }
-                Some(_) => Ok(None),
+                Some(_) => return Ok(Parsed::Skip("fio iolog file action (open, close, wait)")),
                 None => Err(format!("expected {}, got {:?}", fmt.expected(), line)),
             }
         }
@@ -345,7 +373,7 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
         }
         TraceFormat::Systor17 => {
             if line.to_ascii_lowercase().starts_with("timestamp") {
-                return Ok(None);
+                return Ok(Parsed::Skip("header line"));
             }
             let f = fields(line, Some(','), 6, fmt)?;
             let op = match f[2] {
@@ -361,12 +389,26 @@ pub fn parse_line(fmt: TraceFormat, line: &str) -> Result<Option<TraceRecord>, S
                 op,
             )
         }
-    }
+        TraceFormat::Csv | TraceFormat::Arc | TraceFormat::RawU32 => {
+            return Err(format!(
+                "{} is read with its header or assumptions (internal: use the trace loader)",
+                fmt.name()
+            ));
+        }
+    };
+    r.map(Parsed::Record)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rec(p: Parsed) -> TraceRecord {
+        match p {
+            Parsed::Record(r) => r,
+            other => panic!("expected a record, got {other:?}"),
+        }
+    }
 
     #[test]
     fn detects_each_format_from_a_sample_line() {
@@ -401,7 +443,7 @@ mod tests {
     #[test]
     fn fields_are_converted_to_bytes_and_nanoseconds() {
         let r = parse_line(TraceFormat::Disksim, "11413000 0 657728 16 1")
-            .unwrap()
+            .map(rec)
             .unwrap();
         assert_eq!(
             r,
@@ -414,7 +456,7 @@ mod tests {
             }
         );
         let r = parse_line(TraceFormat::Spc, "2,100,4096,w,1.5")
-            .unwrap()
+            .map(rec)
             .unwrap();
         assert_eq!(
             r,
@@ -426,8 +468,8 @@ mod tests {
                 op: TraceOp::Write
             }
         );
-        let r = parse_line(TraceFormat::Blkparse, "8,16 0 5 1.25 99 Q R 100 + 8 [x]")
-            .unwrap()
+        let r = parse_line(TraceFormat::Blkparse, "8,16 0 5 1.25 99 D R 100 + 8 [x]")
+            .map(rec)
             .unwrap();
         assert_eq!(
             (r.device, r.offset_bytes, r.len_bytes, r.op),
@@ -435,10 +477,10 @@ mod tests {
         );
         assert_eq!(
             parse_line(TraceFormat::Blkparse, "8,16 0 5 1.25 99 C R 100 + 8 [0]").unwrap(),
-            None
+            Parsed::Skip("blkparse C events (completions)")
         );
         let r = parse_line(TraceFormat::FioIolog, "17 /dev/x write 4096 512")
-            .unwrap()
+            .map(rec)
             .unwrap();
         assert_eq!(
             (r.arrival_ns, r.offset_bytes, r.op),
@@ -446,7 +488,7 @@ mod tests {
         );
         assert_eq!(
             parse_line(TraceFormat::FioIolog, "/dev/x open").unwrap(),
-            None
+            Parsed::Skip("fio iolog file action (open, close, wait)")
         );
     }
 
