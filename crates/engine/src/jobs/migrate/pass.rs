@@ -469,9 +469,13 @@ impl Engine {
             let Some(dpc) = *d else { continue };
             let vol = &self.vols[v as usize];
             match vol.resolve(vol.map.get(c), c) {
-                Some((p, _)) if p == to => {
+                Some((p, pc)) if p == to => {
                     if let Some(ChunkLoc::At(p, pc)) = kept[c as usize] {
                         frees.push((p, pc));
+                    }
+                    // A copy of a chunk that was on the destination already is no one's.
+                    if pc != dpc {
+                        frees.push((to, dpc));
                     }
                 }
                 Some(_) => {

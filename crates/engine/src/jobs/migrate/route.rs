@@ -63,7 +63,11 @@ impl Engine {
         job.stats.vm_write_bytes += e - s;
         let to_dst = match job.scheme {
             Scheme::Dbt => {
-                if prog != Progress::Uncopied && bug != Some(InjectedBug::DbtMissesDirty) {
+                // A chunk already on the destination is not copied, so not dirtied.
+                if prog != Progress::Uncopied
+                    && pool != dst
+                    && bug != Some(InjectedBug::DbtMissesDirty)
+                {
                     let g = job.params.granularity_bytes;
                     let (first, last) = ((s - c * cb) / g, (e - 1 - c * cb) / g);
                     for b in first..=last {
