@@ -141,10 +141,9 @@ impl Engine {
 
     /// The next chunk of the first pass: Ok(chunk), Err if only busy chunks are left.
     fn next_uncopied(&mut self, v: u32) -> Option<Result<u64, u64>> {
-        let dbt = self.migrations.jobs[&v].scheme == Scheme::Dbt;
         let late: Vec<u64> = self.migrations.jobs[&v].late.iter().copied().collect();
         for c in late {
-            if !self.chunk_busy(v, c, dbt) {
+            if !self.chunk_busy(v, c) {
                 self.migrations
                     .jobs
                     .get_mut(&v)
@@ -175,7 +174,7 @@ impl Engine {
                 None => job.progress[c as usize] = Progress::Copied,
                 Some((p, _)) if p == to => job.progress[c as usize] = Progress::Copied,
                 Some(_) => {
-                    if self.chunk_busy(v, c, dbt) {
+                    if self.chunk_busy(v, c) {
                         self.migrations
                             .jobs
                             .get_mut(&v)
@@ -203,13 +202,14 @@ impl Engine {
         None
     }
 
-    /// Whether chunk `c` cannot be copied now: writes in flight (except under DBT, which
-    /// tracks them) or a chunk state in transition.
-    fn chunk_busy(&self, v: u32, c: u64, dbt: bool) -> bool {
+    /// Whether chunk `c` cannot be copied now: writes in flight or a chunk state in
+    /// transition. DBT waits for writes too: one routed while the chunk was uncopied (or
+    /// before the job) marked nothing dirty, so a copy reading under it would lose it.
+    fn chunk_busy(&self, v: u32, c: u64) -> bool {
         self.vols[v as usize]
             .activity
             .get(&c)
-            .is_some_and(|a| a.state != ChunkState::Idle || (!dbt && a.writes_in_flight > 0))
+            .is_some_and(|a| a.state != ChunkState::Idle || a.writes_in_flight > 0)
     }
 
     /// What to copy of chunk `c` now: the whole chunk less ranges whose newest data is on
@@ -566,7 +566,7 @@ impl Engine {
                 .overlapping(c * cb, (c + 1) * cb)
                 .any(|(_, _, o)| matches!(o, Overlay::Moved { .. }));
             // A write in flight may still add a `Moved` entry (or needs the chunk).
-            if self.chunk_busy(v, c, false) {
+            if self.chunk_busy(v, c) {
                 return false; // a completion retries
             }
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
