@@ -465,6 +465,7 @@ impl Engine {
         let pending = 1 + (before > 0) as u32 + (after > 0) as u32;
         let vol = &mut self.vols[v as usize];
         vol.stats.chunks_allocated += 1;
+        vol.stats.zero_fill_bytes += before + after;
         vol.activity.entry(c).or_default().state = ChunkState::Allocating {
             pending,
             loc: ChunkLoc::At(pool, pc),

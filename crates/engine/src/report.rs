@@ -53,6 +53,8 @@ pub struct VolumeReport {
     pub journal_pending_records: u64,
     pub checkpoints: u64,
     pub chunks_allocated: u64,
+    /// Zeroes written around first writes to thin chunks.
+    pub zero_fill_bytes: u64,
     pub fast_pool: Option<String>,
     pub promotions: u64,
     pub demotions: u64,
@@ -175,6 +177,7 @@ impl Engine {
             journal_pending_records: vol.journal.pending.len() as u64,
             checkpoints: s.checkpoints,
             chunks_allocated: s.chunks_allocated,
+            zero_fill_bytes: s.zero_fill_bytes,
             fast_pool: vol
                 .rec
                 .fast_pool

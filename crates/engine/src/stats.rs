@@ -79,6 +79,9 @@ pub struct VolumeStats {
     pub journal_blocks: u64,
     pub checkpoints: u64,
     pub chunks_allocated: u64,
+    /// Bytes written as zeroes around the first write to a thin chunk (device writes the
+    /// workload did not ask for).
+    pub zero_fill_bytes: u64,
     pub promotions: u64,
     pub demotions: u64,
     pub migrated_bytes: u64,

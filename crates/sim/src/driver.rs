@@ -657,6 +657,7 @@ impl Simulation {
                     errors: st.read.errors + st.write.errors + st.flush.errors,
                     read_bytes: st.read.bytes,
                     write_bytes: st.write.bytes,
+                    zero_fill_bytes: st.zero_fill_bytes,
                     iops: if exec > 0.0 { ios as f64 / exec } else { 0.0 },
                     mb_per_s: if exec > 0.0 {
                         (st.read.bytes + st.write.bytes) as f64 / exec / 1e6

@@ -147,10 +147,28 @@ pub struct VolumeReport {
     pub errors: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Zeroes the engine wrote around first writes to thin chunks: device writes beyond
+    /// `write_bytes`.
+    pub zero_fill_bytes: u64,
     pub iops: f64,
     pub mb_per_s: f64,
     pub exec_time_s: f64,
     pub lat_us: LatReport,
+}
+
+impl VolumeReport {
+    /// A warning when thin provisioning's zero-fill adds more device writes than the
+    /// workload made (sparse traces on big chunks): such a run measures the zero-fill.
+    pub fn zero_fill_warning(&self, name: &str) -> Option<String> {
+        (self.zero_fill_bytes > self.write_bytes).then(|| {
+            format!(
+                "volume {name}: thin-provisioning zero-fill wrote {} bytes beside the workload's {} ({:.1}x): the first write to each chunk zeroes the rest; provisioning = \"thick\" or prefill = true measures without it",
+                self.zero_fill_bytes,
+                self.write_bytes,
+                self.zero_fill_bytes as f64 / self.write_bytes.max(1) as f64
+            )
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

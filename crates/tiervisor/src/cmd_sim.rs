@@ -44,6 +44,11 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
         sim = sim.with_progress(Box::new(Bar::new(total)));
     }
     let report = sim.run().map_err(Failure::run)?;
+    for (name, v) in &report.volumes {
+        if let Some(w) = v.zero_fill_warning(name) {
+            eprintln!("tiervisor: warning: {w}");
+        }
+    }
     if a.json {
         println!("{}", report.to_json());
     } else {

@@ -222,3 +222,44 @@ fn trace_info_reads_compressed_input() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["requests"], 6999);
 }
+
+/// Sparse writes to a thin volume zero-fill the rest of each chunk: the report counts those
+/// bytes and `sim` warns when they exceed the workload's own writes; a thick volume has none.
+#[test]
+fn thin_zero_fill_is_reported_when_it_inflates_writes() {
+    let scenario = |prov: &str| {
+        tmp(
+            &format!("zf-{prov}.toml"),
+            &format!(
+                "[[pool]]\nname=\"s\"\nmodel=\"intel-x25m-80g\"\ncapacity=\"4g\"\n[[volume]]\nname=\"v\"\npool=\"s\"\nsize=\"1g\"\nprovisioning=\"{prov}\"\n[[vm]]\nvolume=\"v\"\n[vm.fio]\nrw=\"randwrite\"\nbs=\"4k\"\nios=200\n"
+            ),
+        )
+    };
+    let o = bin()
+        .args(["sim", "--json"])
+        .arg(scenario("thin"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (zf, wb) = (
+        v["volumes"]["v"]["zero_fill_bytes"].as_u64().unwrap(),
+        v["volumes"]["v"]["write_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(wb, 200 * 4096);
+    assert!(zf > 10 * wb, "{zf} vs {wb}");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("zero-fill wrote") && e.contains("volume v"),
+        "{e}"
+    );
+    let o = bin()
+        .args(["sim", "--json"])
+        .arg(scenario("thick"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["volumes"]["v"]["zero_fill_bytes"], 0);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("zero-fill"));
+}
