@@ -14,6 +14,7 @@
 use std::mem;
 
 use crate::engine::{Engine, OpSpec, Owner};
+use crate::inject::InjectedBug;
 use crate::journal::Journal;
 use crate::journal::checkpoint::{build_chain, encode_state, pieces_needed};
 use crate::layout::{BLOCK_BYTES, JournalHeader, chunk_offset};
@@ -196,7 +197,7 @@ impl Engine {
         match c.phase {
             CommitPhase::LogWait => unreachable!("log waits end in commit_data_flush"),
             CommitPhase::DataFlush => {
-                if self.cfg.bug == Some(crate::config::InjectedBug::AckFlushBeforeJournal) {
+                if self.bug_is(InjectedBug::AckFlushBeforeJournal) {
                     let waiters = self.vols[vi]
                         .commit
                         .as_mut()

@@ -181,96 +181,6 @@ impl Default for LogConfig {
     }
 }
 
-/// Deliberate defects, for proving that deterministic simulation testing catches them.
-/// Never set outside tests; the server has no way to set one.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InjectedBug {
-    /// Acknowledge a FLUSH once the data flush is done, before the journal is durable.
-    AckFlushBeforeJournal,
-    /// Trim (and write-zeroes) leave the old data readable.
-    TrimKeepsData,
-    /// Give freed chunks straight back to the allocator (no durability or in-flight wait),
-    /// so a crash can leave one volume's old mapping pointing at another's data.
-    ReuseFreedImmediately,
-    /// Do not zero the rest of a freshly allocated chunk.
-    NoZeroFill,
-    /// Let writes to a chunk being tier-migrated go to the source copy, which the move
-    /// may already have read: the write is lost when the map switches.
-    MoveIgnoresWrites,
-    /// Let a commit flush and write its records without waiting for the log appends
-    /// that carry the data they point at.
-    CommitSkipsLogWait,
-    /// Drop the wake-up a scheduler asks for with `Dispatch::WaitUntil`, so an idling
-    /// scheduler (anticipation, a limit) sleeps until some unrelated event.
-    SchedLosesWakeup,
-    /// Block status reports log-structured data as zeros.
-    StatusMissesLog,
-    /// DBT: writes to copied blocks are not marked dirty, so the pivot switches in stale
-    /// destination data.
-    DbtMissesDirty,
-    /// Mirror: acknowledge a copied-region write once the source has it, before its
-    /// destination copy lands, and pivot without waiting for those copies.
-    MirrorAcksEarly,
-    /// LR: reads ignore the bitmap and read the source for blocks already written to the
-    /// destination.
-    LrReadsSource,
-    /// SLR: writes to the copied region go to the source, leaving the destination stale.
-    SlrWritesSource,
-    /// AIO: duplicates to one chunk are not kept in order, so an older one may land last.
-    AioUnorderedDups,
-}
-
-impl InjectedBug {
-    /// The bugs the CI DST set must catch.
-    pub fn all() -> [InjectedBug; 8] {
-        [
-            InjectedBug::AckFlushBeforeJournal,
-            InjectedBug::TrimKeepsData,
-            InjectedBug::ReuseFreedImmediately,
-            InjectedBug::NoZeroFill,
-            InjectedBug::MoveIgnoresWrites,
-            InjectedBug::CommitSkipsLogWait,
-            InjectedBug::SchedLosesWakeup,
-            InjectedBug::StatusMissesLog,
-        ]
-    }
-    /// One per live-migration scheme: caught by `tests/migration.rs` (dbt, lr, slr); DST
-    /// runs migrations only with `TIERVISOR_DST_MIGRATE=1` for now (docs/MIGRATION.md).
-    pub fn migration() -> [InjectedBug; 5] {
-        [
-            InjectedBug::DbtMissesDirty,
-            InjectedBug::MirrorAcksEarly,
-            InjectedBug::LrReadsSource,
-            InjectedBug::SlrWritesSource,
-            InjectedBug::AioUnorderedDups,
-        ]
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            InjectedBug::AckFlushBeforeJournal => "ack-flush-before-journal",
-            InjectedBug::TrimKeepsData => "trim-keeps-data",
-            InjectedBug::ReuseFreedImmediately => "reuse-freed-immediately",
-            InjectedBug::NoZeroFill => "no-zero-fill",
-            InjectedBug::MoveIgnoresWrites => "move-ignores-writes",
-            InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
-            InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
-            InjectedBug::StatusMissesLog => "status-misses-log",
-            InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
-            InjectedBug::MirrorAcksEarly => "mirror-acks-early",
-            InjectedBug::LrReadsSource => "lr-reads-source",
-            InjectedBug::SlrWritesSource => "slr-writes-source",
-            InjectedBug::AioUnorderedDups => "aio-unordered-dups",
-        }
-    }
-    pub fn parse(s: &str) -> Option<InjectedBug> {
-        Self::all()
-            .into_iter()
-            .chain(Self::migration())
-            .find(|b| b.name() == s)
-    }
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     /// Identifies the set of pools that belong together.
@@ -293,8 +203,6 @@ pub struct EngineConfig {
     pub discard_freed: bool,
     pub tiering: TieringConfig,
     pub log: LogConfig,
-    #[doc(hidden)]
-    pub bug: Option<InjectedBug>,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -319,7 +227,6 @@ impl Default for EngineConfig {
             discard_freed: false,
             tiering: TieringConfig::default(),
             log: LogConfig::default(),
-            bug: None,
         }
     }
 }

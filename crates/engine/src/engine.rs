@@ -9,6 +9,7 @@ use slab::Slab;
 use crate::alloc::ChunkAllocator;
 use crate::config::{ConfigError, EngineConfig, PoolConfig};
 pub(crate) use crate::devop::{Op, OpSpec, Owner, SINGLE};
+use crate::inject::InjectedBug;
 use crate::layout::{Superblock, VolumeTable};
 use crate::reclaim::{Epochs, Freed, PendingFree};
 use crate::sched::{BACKGROUND_MAX_WAIT_NS, Classes, Dispatch, Lane};
@@ -116,6 +117,8 @@ pub struct Engine {
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
+    /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
+    pub(crate) bug: Option<InjectedBug>,
 }
 
 impl Engine {
@@ -171,6 +174,7 @@ impl Engine {
             lost_at_stop: Vec::new(),
             copies: Slab::new(),
             migrations: Default::default(),
+            bug: None,
         })
     }
 
@@ -318,7 +322,7 @@ impl Engine {
                 Dispatch::Idle => break,
                 Dispatch::WaitUntil(t) => {
                     self.pools[pool].wait_until = Some(t);
-                    if self.cfg.bug != Some(crate::config::InjectedBug::SchedLosesWakeup) {
+                    if !self.bug_is(InjectedBug::SchedLosesWakeup) {
                         out.wakeups.push(t);
                     }
                     break;
@@ -496,7 +500,7 @@ impl Engine {
 
     /// Record that a location is free once `needs` are durable and in-flight I/O drained.
     pub(crate) fn defer_free(&mut self, what: Freed, needs: smallvec::SmallVec<[(u32, u64); 1]>) {
-        if self.cfg.bug == Some(crate::config::InjectedBug::ReuseFreedImmediately) {
+        if self.bug_is(InjectedBug::ReuseFreedImmediately) {
             return self.release_chunks(what);
         }
         let epoch = self.epochs.close();

@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 use crate::chunkmap::ChunkLoc;
 use crate::config::Provisioning;
 use crate::engine::{Engine, EngineState, OpSpec, Owner, Req, ReqStage, SINGLE};
+use crate::inject::InjectedBug;
 use crate::journal::Record;
 use crate::layout::chunk_offset;
 use crate::overlay::Overlay;
@@ -197,11 +198,7 @@ impl Engine {
                     let src = match ov {
                         Overlay::Zero => Src::Zero,
                         // The injected bug reads the source for data already moved.
-                        Overlay::Moved { .. }
-                            if self.cfg.bug == Some(crate::config::InjectedBug::LrReadsSource) =>
-                        {
-                            at(s)
-                        }
+                        Overlay::Moved { .. } if self.bug_is(InjectedBug::LrReadsSource) => at(s),
                         Overlay::Log { pool, dev_offset } | Overlay::Moved { pool, dev_offset } => {
                             Src::Dev(pool, dev_offset)
                         }
@@ -288,7 +285,7 @@ impl Engine {
 
     /// Park a piece behind a chunk in transition. Returns true if parked.
     fn park_if_busy(&mut self, key: usize, v: u32, c: u64, s: u64, e: u64) -> bool {
-        let bug = self.cfg.bug == Some(crate::config::InjectedBug::MoveIgnoresWrites);
+        let bug = self.bug_is(InjectedBug::MoveIgnoresWrites);
         if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
             && a.state != ChunkState::Idle
             && !(bug && matches!(a.state, ChunkState::Moving { .. }))
@@ -460,7 +457,7 @@ impl Engine {
         let base = chunk_offset(pc, cb);
         let before = s - cstart;
         let after = cstart + cb - e;
-        let zero_fill = self.cfg.bug != Some(crate::config::InjectedBug::NoZeroFill);
+        let zero_fill = !self.bug_is(InjectedBug::NoZeroFill);
         let (before, after) = if zero_fill { (before, after) } else { (0, 0) };
         let pending = 1 + (before > 0) as u32 + (after > 0) as u32;
         let vol = &mut self.vols[v as usize];
@@ -611,7 +608,7 @@ impl Engine {
         if self.park_if_busy(key, v, c, s, e) {
             return;
         }
-        if self.cfg.bug == Some(crate::config::InjectedBug::TrimKeepsData) {
+        if self.bug_is(InjectedBug::TrimKeepsData) {
             return;
         }
         // While the volume migrates, a trim zeroes in place (routed like a write): an

@@ -16,6 +16,7 @@ mod control;
 mod devop;
 mod engine;
 pub mod extents;
+pub mod inject;
 mod invariants;
 mod io;
 pub mod jobs;
@@ -35,11 +36,12 @@ pub mod types;
 mod volume;
 
 pub use config::{
-    CleanerPolicy, ConfigError, EngineConfig, InjectedBug, LogConfig, Medium, Placement,
-    PoolConfig, Provisioning, TieringConfig, VolumeConfig,
+    CleanerPolicy, ConfigError, EngineConfig, LogConfig, Medium, Placement, PoolConfig,
+    Provisioning, TieringConfig, VolumeConfig,
 };
 pub use control::{Control, ControlError};
 pub use engine::{Engine, EngineState, StartMode};
+pub use inject::InjectedBug;
 pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
 pub use sched::{SchedSpec, VolumeQos};
 pub use status::StatusExtent;

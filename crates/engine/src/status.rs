@@ -7,8 +7,8 @@
 //! written and acknowledged is never reported as a hole or as zeros.
 
 use crate::chunkmap::ChunkLoc;
-use crate::config::InjectedBug;
 use crate::engine::Engine;
+use crate::inject::InjectedBug;
 use crate::overlay::Overlay;
 use crate::types::{Errno, VolumeId};
 
@@ -58,7 +58,7 @@ impl Engine {
                 let flags = match ov {
                     // Zeroed inside an allocated chunk still occupies storage.
                     Overlay::Zero => (!mapped, true),
-                    Overlay::Log { .. } if self.cfg.bug == Some(InjectedBug::StatusMissesLog) => {
+                    Overlay::Log { .. } if self.bug_is(InjectedBug::StatusMissesLog) => {
                         (!mapped, true)
                     }
                     // Data (on the log, or on a migration's destination).

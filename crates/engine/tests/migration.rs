@@ -392,9 +392,7 @@ fn bad_requests_are_refused_with_a_reason() {
 /// Run a job with writes all over the volume while it copies; true if every read (during
 /// the job, after the pivot, after a crash) matched the reference.
 fn scenario_holds(s: Scheme, bug: Option<InjectedBug>) -> bool {
-    let mut cfg = config(1 << 20);
-    cfg.bug = bug;
-    let mut r = Rig::new(cfg);
+    let mut r = Rig::with_bug(config(1 << 20), bug);
     let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
     for c in 0..CHUNKS {
         write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);

@@ -5,6 +5,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{BufPiece, COLD, HOT, RamPiece, Segment};
 use crate::engine::{Engine, OpSpec, Owner};
+use crate::inject::InjectedBug;
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 use crate::volume::{CommitPhase, Waiter};
@@ -455,7 +456,7 @@ impl Engine {
         if c.phase != CommitPhase::LogWait {
             return;
         }
-        let bug = self.cfg.bug == Some(crate::config::InjectedBug::CommitSkipsLogWait);
+        let bug = self.bug_is(InjectedBug::CommitSkipsLogWait);
         if !bug
             && vol
                 .log

@@ -23,6 +23,8 @@ pub struct Rig {
     /// While set, every device write (data, zeroing, journal) fails with this error and
     /// changes nothing, as on a full or failing disk; reads, flushes and discards succeed.
     pub fail_writes: Option<Errno>,
+    /// A defect every engine of this rig gets (also after `crash_and_mount`).
+    pub bug: Option<InjectedBug>,
 }
 
 pub fn config(journal_bytes: u64) -> EngineConfig {
@@ -75,13 +77,20 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
 
 impl Rig {
     pub fn new(cfg: EngineConfig) -> Rig {
+        Rig::with_bug(cfg, None)
+    }
+
+    /// A rig whose engine carries an injected defect, for tests that must catch it.
+    pub fn with_bug(cfg: EngineConfig, bug: Option<InjectedBug>) -> Rig {
         let devs = cfg
             .pools
             .iter()
             .map(|p| vec![0xEE; p.capacity_bytes as usize])
             .collect();
+        let mut engine = Engine::new(cfg.clone()).unwrap();
+        engine.inject_bug(bug);
         let mut r = Rig {
-            engine: Engine::new(cfg.clone()).unwrap(),
+            engine,
             cfg,
             devs,
             now: 0,
@@ -91,6 +100,7 @@ impl Rig {
             hold: false,
             held: VecDeque::new(),
             fail_writes: None,
+            bug,
         };
         r.start();
         r
@@ -114,6 +124,7 @@ impl Rig {
         self.held.clear();
         self.hold = false;
         self.engine = Engine::new(self.cfg.clone()).unwrap();
+        self.engine.inject_bug(self.bug);
         self.events.clear();
         self.start();
     }

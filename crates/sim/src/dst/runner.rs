@@ -144,7 +144,7 @@ fn draw_qos(srng: &mut Xoshiro256PlusPlus) -> VolumeQos {
     }
 }
 
-fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug>) -> EngineConfig {
+fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
     // Tiering choices come from their own stream, so seeds without it replay exactly as
     // they did before tiering existed (the regression seeds keep their meaning).
     let mut trng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7153_u64.rotate_left(40));
@@ -286,7 +286,6 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64, bug: Option<InjectedBug
         journal_bytes,
         commit_interval_ns: (1 + below(rng, 50)) * 1_000_000,
         discard_freed: below(rng, 2) == 0,
-        bug,
         // Aggressive migration, so moves overlap writes, trims, crashes and faults.
         tiering: TieringConfig {
             interval_ns: (1 + below(&mut trng, 20)) * 1_000_000,
@@ -305,11 +304,12 @@ impl Sim {
     fn new(cfg: DstConfig) -> Result<Sim, Fail> {
         let mut rng =
             Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
-        let engine_cfg = build_config(&mut rng, cfg.seed, cfg.bug);
+        let engine_cfg = build_config(&mut rng, cfg.seed);
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config: {engine_cfg:?}");
         }
-        let engine = Engine::new(engine_cfg.clone()).map_err(|e| format!("config: {e}"))?;
+        let mut engine = Engine::new(engine_cfg.clone()).map_err(|e| format!("config: {e}"))?;
+        engine.inject_bug(cfg.bug);
         let mut devs: Vec<DataDevice> = engine_cfg
             .pools
             .iter()
@@ -680,6 +680,7 @@ impl Sim {
         self.in_flight_ops.clear();
         self.reqs.clear();
         self.engine = Engine::new(self.engine_cfg.clone()).map_err(|e| e.to_string())?;
+        self.engine.inject_bug(self.cfg.bug);
         self.recover()
     }
 

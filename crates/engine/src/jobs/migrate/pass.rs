@@ -5,8 +5,9 @@ use smallvec::smallvec;
 
 use super::{Copying, MigrationPhase, Progress, Scheme};
 use crate::chunkmap::ChunkLoc;
-use crate::config::{InjectedBug, Medium};
+use crate::config::Medium;
 use crate::engine::{Engine, ReqStage};
+use crate::inject::InjectedBug;
 use crate::jobs::copy::{Copy, CopyFor};
 use crate::journal::Record;
 use crate::layout::chunk_offset;
@@ -444,7 +445,7 @@ impl Engine {
     /// Whether a paused volume has nothing in flight that the pivot must wait for.
     fn drained(&self, v: u32) -> bool {
         let job = &self.migrations.jobs[&v];
-        let dups_done = self.cfg.bug == Some(InjectedBug::MirrorAcksEarly)
+        let dups_done = self.bug_is(InjectedBug::MirrorAcksEarly)
             || (job.dups_in_flight == 0 && job.dup_queue.is_empty());
         job.copying.is_none()
             && dups_done

@@ -13,8 +13,9 @@
 use bytes::Bytes;
 
 use super::{MigrationPhase, Progress, Scheme};
-use crate::config::{InjectedBug, Medium};
+use crate::config::Medium;
 use crate::engine::{Engine, OpSpec, Owner, SINGLE};
+use crate::inject::InjectedBug;
 use crate::journal::Record;
 use crate::layout::chunk_offset;
 use crate::overlay::Overlay;
@@ -49,7 +50,8 @@ impl Engine {
     ) -> bool {
         let cb = self.cfg.chunk_bytes;
         let c = s / cb;
-        let bug = self.cfg.bug;
+        let dbt_bug = self.bug_is(InjectedBug::DbtMissesDirty);
+        let slr_bug = self.bug_is(InjectedBug::SlrWritesSource);
         let Some(job) = self.migrations.jobs.get_mut(&v) else {
             return false;
         };
@@ -64,10 +66,7 @@ impl Engine {
         let to_dst = match job.scheme {
             Scheme::Dbt => {
                 // A chunk already on the destination is not copied, so not dirtied.
-                if prog != Progress::Uncopied
-                    && pool != dst
-                    && bug != Some(InjectedBug::DbtMissesDirty)
-                {
+                if prog != Progress::Uncopied && pool != dst && !dbt_bug {
                     let g = job.params.granularity_bytes;
                     let (first, last) = ((s - c * cb) / g, (e - 1 - c * cb) / g);
                     for b in first..=last {
@@ -86,12 +85,7 @@ impl Engine {
                 false
             }
             Scheme::Lr => !cancelling && pool != dst && prog == Progress::Uncopied,
-            Scheme::Slr => {
-                !cancelling
-                    && pool != dst
-                    && prog == Progress::Copied
-                    && bug != Some(InjectedBug::SlrWritesSource)
-            }
+            Scheme::Slr => !cancelling && pool != dst && prog == Progress::Copied && !slr_bug,
         };
         let target = if to_dst {
             self.migration_dst_chunk(v, c).map(|pc| (dst, pc))
@@ -173,8 +167,7 @@ impl Engine {
         let dev = chunk_offset(dpc, cb) + (s - c * cb);
         job.stats.mirrored_bytes += e - s;
         job.stats.redundant_bytes += e - s;
-        let holds =
-            job.scheme == Scheme::Mirror && self.cfg.bug != Some(InjectedBug::MirrorAcksEarly);
+        let holds = job.scheme == Scheme::Mirror && !self.bug_is(InjectedBug::MirrorAcksEarly);
         self.count_ssd_write(v, dst, e - s);
         if holds {
             self.reqs[key].outstanding += 1;
@@ -239,6 +232,7 @@ impl Engine {
 
     /// Issue queued AIO duplicates whose chunk has none in flight and whose time came.
     pub(crate) fn pump_dups(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let ordered = !self.bug_is(InjectedBug::AioUnorderedDups);
         let Some(job) = self.migrations.jobs.get_mut(&v) else {
             return;
         };
@@ -250,7 +244,6 @@ impl Engine {
         while i < job.dup_queue.len() {
             let d = &job.dup_queue[i];
             // Only the oldest waiting duplicate of a chunk may go (order per chunk).
-            let ordered = self.cfg.bug != Some(InjectedBug::AioUnorderedDups);
             if ordered && (job.dup_busy.contains(&d.chunk) || !seen.insert(d.chunk)) {
                 i += 1;
                 continue;
