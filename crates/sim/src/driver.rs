@@ -81,6 +81,13 @@ const EV_ARRIVAL: u8 = 1;
 const EV_WAKE: u8 = 2;
 /// A paced closed-loop request whose not-before time has come (payload: `held` slot).
 const EV_HELD: u8 = 3;
+/// A closed-loop VM's refill after a request that took no simulated time (payload: VM).
+const EV_REFILL: u8 = 4;
+
+/// What a request answered without device I/O (a read of unwritten space, an error, a
+/// flush with nothing to commit) costs its VM before the next one: without it such
+/// requests complete at one instant forever and a timed job's clock never advances.
+const NO_IO_REQUEST_NS: u64 = 1_000;
 
 struct VmRun {
     name: String,
@@ -97,6 +104,8 @@ struct VmRun {
     response: Moments,
     next: Option<tiervisor_workload::WlRequest>,
     exhausted: bool,
+    /// An `EV_REFILL` is queued for it.
+    refill_pending: bool,
     ios: u64,
     read_bytes: u64,
     write_bytes: u64,
@@ -254,6 +263,7 @@ impl Simulation {
                 outstanding: 0,
                 next: None,
                 exhausted: false,
+                refill_pending: false,
                 ios: 0,
                 read_bytes: 0,
                 write_bytes: 0,
@@ -368,7 +378,15 @@ impl Simulation {
             p.advance(self.done_ios);
         }
         if !v.timed && !v.exhausted {
-            self.refill.push(vm as usize);
+            if self.now == issued {
+                // One refill for every slot freed at this instant.
+                if !v.refill_pending {
+                    v.refill_pending = true;
+                    self.push(self.now + NO_IO_REQUEST_NS, EV_REFILL, vm as u64);
+                }
+            } else {
+                self.refill.push(vm as usize);
+            }
         }
     }
 
@@ -490,6 +508,10 @@ impl Simulation {
                     self.issue(vm, index, r);
                 }
                 self.schedule_arrival(vm);
+            }
+            EV_REFILL => {
+                self.vms[payload as usize].refill_pending = false;
+                self.fill(payload as usize);
             }
             EV_HELD => {
                 if let Some((vm, index, r)) = self.held.take(payload as usize) {
