@@ -531,3 +531,59 @@ fn a_write_in_flight_when_the_copy_starts_is_not_lost() {
         r.engine.check_invariants().unwrap();
     }
 }
+
+/// Cancel copies LR's and SLR's destination data back to the source and then drops the
+/// `Moved` entries: the source pool must be flushed before the records that drop them are
+/// durable, or a power loss reads the old data there (DST seed 38: a copy back, then an
+/// FUA commit of the clear without a flush of the HDD).
+#[test]
+fn a_cancel_flushes_the_copied_back_data_before_dropping_the_entries() {
+    for s in [Scheme::Lr, Scheme::Slr] {
+        let (mut r, mut reference) = setup();
+        let v = vid(&r);
+        r.hold = true;
+        start(&mut r, params(s));
+        if s == Scheme::Slr {
+            // SLR writes to the destination only in the copied region: let chunk 0 copy.
+            while r.engine.migration_status(v).unwrap().chunks_copied == 0 {
+                assert!(r.release_one().is_some(), "the copy stalled");
+            }
+            held_write(&mut r, &mut reference, 4096, 61, 4096);
+        } else {
+            held_write(&mut r, &mut reference, 5 * MIB + 4096, 61, 4096);
+        }
+        let mut out = Outputs::default();
+        r.engine.cancel_migration(r.now, v, &mut out).unwrap();
+        r.drain(out);
+        let mut ops = Vec::new();
+        for _ in 0..10_000 {
+            match r.release_one() {
+                Some(op) => ops.push(op),
+                None if matches!(phase(&r), MigrationPhase::Cancelled) => break,
+                None => r.tick(1_000_000),
+            }
+        }
+        // Let the last commit go.
+        for _ in 0..100 {
+            r.tick(30_000_000);
+            while let Some(op) = r.release_one() {
+                ops.push(op);
+            }
+        }
+        assert_eq!(phase(&r), MigrationPhase::Cancelled, "{s:?}");
+        let back = ops
+            .iter()
+            .rposition(|o| {
+                o.pool == HDD && o.kind == DevKind::Write && o.class == IoClass::Migration
+            })
+            .unwrap_or_else(|| panic!("{s:?}: nothing was copied back"));
+        assert!(
+            ops[back..]
+                .iter()
+                .any(|o| o.pool == HDD && o.kind == DevKind::Flush),
+            "{s:?}: the copied-back data was never flushed"
+        );
+        r.hold = false;
+        check(&mut r, &reference, &format!("{s:?} cancelled"));
+    }
+}

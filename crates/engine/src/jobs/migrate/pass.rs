@@ -696,6 +696,11 @@ impl Engine {
             // Frees the destination chunk once the switch back is durable.
             self.switch_chunk(v, c, src, true);
         } else {
+            // The copied-back data must be flushed before the clear is durable.
+            let vol = &mut self.vols[v as usize];
+            if let Some((p, _)) = vol.resolve(vol.map.get(c), c) {
+                vol.dirty_pools |= 1 << p.0;
+            }
             let seq = self.clear_moved(v, c * cb, (c + 1) * cb);
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
             if let (Some(dpc), Some(seq)) = (job.dst[c as usize].take(), seq) {
