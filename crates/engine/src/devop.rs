@@ -65,6 +65,8 @@ pub(crate) enum Owner {
         pool: u16,
         idx: u32,
     },
+    /// A rewrite of the volume table (a new home pool after a migration's pivot).
+    VolTab,
 }
 
 /// `Owner::Read::dest` when the device data is the whole reply.

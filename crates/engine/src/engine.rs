@@ -428,6 +428,7 @@ impl Engine {
             Owner::CleanRead { pool, idx } => {
                 self.clean_read_done(now, pool as usize, idx as usize, result, c.data, out)
             }
+            Owner::VolTab => self.volume_table_written(now, result, out),
         }
         self.pump(now, pool, out);
         if !self.frees.is_empty() {

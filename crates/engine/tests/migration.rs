@@ -587,3 +587,20 @@ fn a_cancel_flushes_the_copied_back_data_before_dropping_the_entries() {
         check(&mut r, &reference, &format!("{s:?} cancelled"));
     }
 }
+
+/// After the pivot the volume's new chunks go to its new pool, after a restart too: the
+/// volume table records the new home pool (it used to keep the old one).
+#[test]
+fn the_new_home_pool_survives_a_restart() {
+    let (mut r, mut reference) = setup();
+    reference.resize(8 * MIB as usize, 0);
+    let v = vid(&r);
+    start(&mut r, params(Scheme::Dbt));
+    finish(&mut r);
+    assert_eq!(phase(&r), MigrationPhase::Done);
+    r.crash_and_mount();
+    write_ref(&mut r, &mut reference, 7 * MIB, 90, 4096);
+    assert_eq!(r.engine.chunk_location(v, 7).map(|l| l.0), Some(SSD));
+    r.engine.check_invariants().unwrap();
+    check(&mut r, &reference, "after the restart");
+}

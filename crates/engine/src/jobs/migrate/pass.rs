@@ -87,6 +87,8 @@ impl Engine {
             MigrationPhase::Committing { seq } => {
                 if self.vols[v as usize].journal.durable_seq >= seq {
                     self.finish_job(now, v, MigrationPhase::Done, out);
+                    // The new home pool, for the next mount.
+                    self.write_volume_table(now, out);
                     return false;
                 }
                 if self.vols[v as usize].commit.is_none() {
