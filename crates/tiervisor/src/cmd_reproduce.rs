@@ -22,6 +22,9 @@ pub enum ReproduceCmd {
     /// of service and response time, sectors/ms, beside the paper's real column.
     Scheduling(SchedulingArgs),
     Flush(FlushArgs),
+    /// Every reproduction above: one Markdown report with each point's paper value, ours,
+    /// the ratio and whether it is within [0.67, 1.5], a plot per experiment, a summary.
+    All(crate::cmd_reproduce_all::AllArgs),
 }
 
 #[derive(Args)]
@@ -55,7 +58,7 @@ pub struct ReproduceArgs {
 }
 
 /// `scenarios/<name>` under the working directory, else under this source tree.
-fn scenario_dir(given: Option<PathBuf>, name: &str) -> PathBuf {
+pub(crate) fn scenario_dir(given: Option<PathBuf>, name: &str) -> PathBuf {
     given.unwrap_or_else(|| {
         let here = PathBuf::from("scenarios").join(name);
         if here.is_dir() {
@@ -94,6 +97,7 @@ fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
 pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
     match cmd {
         ReproduceCmd::Flush(a) => crate::cmd_flush::run(a),
+        ReproduceCmd::All(a) => crate::cmd_reproduce_all::run(a),
         ReproduceCmd::Scheduling(a) => scheduling(a),
         ReproduceCmd::Logwrite(a) => {
             let dir = scenario_dir(a.scenarios.clone(), "logwrite");

@@ -4,9 +4,11 @@ mod cmd_dst;
 mod cmd_flush;
 mod cmd_model;
 mod cmd_reproduce;
+mod cmd_reproduce_all;
 mod cmd_serve;
 mod cmd_sim;
 mod cmd_trace;
+mod plot;
 
 use std::process::ExitCode;
 

@@ -263,3 +263,49 @@ fn thin_zero_fill_is_reported_when_it_inflates_writes() {
     assert_eq!(v["volumes"]["v"]["zero_fill_bytes"], 0);
     assert!(!String::from_utf8_lossy(&o.stderr).contains("zero-fill"));
 }
+
+/// `reproduce all` writes one report, a plot per experiment and every point with its
+/// paper value, ratio and verdict; the summary counts the points within the band.
+#[test]
+fn reproduce_all_writes_report_points_and_plots() {
+    let out = std::env::temp_dir().join(format!("tiervisor-all-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = bin()
+        .args([
+            "reproduce",
+            "all",
+            "--skip",
+            "logwrite,tiering,scheduling,flush",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("points.json")).unwrap()).unwrap();
+    let points = v["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    let within = points
+        .iter()
+        .filter(|p| {
+            let r = p["model"].as_f64().unwrap() / p["paper"].as_f64().unwrap();
+            assert!((r - p["ratio"].as_f64().unwrap()).abs() < 1e-9);
+            assert_eq!(p["in_band"], (0.67..=1.5).contains(&r), "{p}");
+            (0.67..=1.5).contains(&r)
+        })
+        .count();
+    let summary = format!("{within} of {} points within [0.67, 1.5]", points.len());
+    assert_eq!(v["summary"], summary.as_str());
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains(&summary) && report.contains("(calibrate.svg)"));
+    let svg = std::fs::read_to_string(out.join("calibrate.svg")).unwrap();
+    assert_eq!(svg.matches("<circle").count(), points.len());
+    let o = bin()
+        .args(["reproduce", "all", "--skip", "nothing", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&out);
+}

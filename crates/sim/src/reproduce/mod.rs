@@ -4,6 +4,7 @@
 
 pub mod flush;
 mod logwrite;
+pub mod points;
 mod scheduling;
 mod tiering;
 
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use flush::{FlushOptions, FlushResult, flush};
+pub use flush::{Check, FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
 pub use scheduling::{Measure, Ranking, SchedulingReport, SchedulingRow, scheduling};
 pub use tiering::{TieringRow, tiering};

@@ -1,0 +1,146 @@
+//! Every reproduction's claimed points in one shape: the paper's number, ours, the ratio
+//! and whether it falls within the project's band, for `tiervisor reproduce all`.
+
+use serde::Serialize;
+use tiervisor_model::calibrate::CalRow;
+
+use super::{Check, LogwriteRow, SchedulingReport};
+
+/// A reproduction is within the band when model / paper is in [0.67, 1.5].
+pub const BAND: (f64, f64) = (0.67, 1.5);
+
+/// One number the paper gives, beside ours.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Point {
+    /// `calibrate`, `logwrite`, `flush`, `scheduling`, ...
+    pub experiment: String,
+    /// The paper's table or figure and what the point measures.
+    pub what: String,
+    pub paper: f64,
+    pub model: f64,
+    /// model / paper (0 where the paper's value is 0).
+    pub ratio: f64,
+    /// Within [`BAND`].
+    pub in_band: bool,
+}
+
+impl Point {
+    pub fn new(experiment: &str, what: impl Into<String>, paper: f64, model: f64) -> Point {
+        let ratio = if paper != 0.0 { model / paper } else { 0.0 };
+        Point {
+            experiment: experiment.to_string(),
+            what: what.into(),
+            paper,
+            model,
+            ratio,
+            in_band: ratio.is_finite() && (BAND.0..=BAND.1).contains(&ratio),
+        }
+    }
+}
+
+/// "N of M points within [0.67, 1.5]".
+pub fn summary(points: &[Point]) -> String {
+    format!(
+        "{} of {} points within [{}, {}]",
+        points.iter().filter(|p| p.in_band).count(),
+        points.len(),
+        BAND.0,
+        BAND.1
+    )
+}
+
+/// Calibration rows that have a published number.
+pub fn from_calibrate(rows: &[CalRow]) -> Vec<Point> {
+    rows.iter()
+        .filter_map(|r| {
+            let paper = r.paper?;
+            Some(Point::new(
+                "calibrate",
+                format!("{}: {} ({})", r.source, r.figure, r.unit),
+                paper,
+                r.model,
+            ))
+        })
+        .collect()
+}
+
+/// Seed 002's speed-ups where the paper gives one.
+pub fn from_logwrite(rows: &[LogwriteRow]) -> Vec<Point> {
+    rows.iter()
+        .filter_map(|r| {
+            let (paper, model) = (r.paper_speedup?, r.speedup?);
+            Some(Point::new(
+                "logwrite",
+                format!(
+                    "speed-up of the log, {} KiB random writes on {}",
+                    r.record_bytes / 1024,
+                    r.device
+                ),
+                paper,
+                model,
+            ))
+        })
+        .collect()
+}
+
+/// Seed 001's claimed points.
+pub fn from_flush(checks: &[Check]) -> Vec<Point> {
+    checks
+        .iter()
+        .map(|c| Point::new("flush", c.what.clone(), c.paper, c.model))
+        .collect()
+}
+
+/// Seed 003's judged means and throughputs (variances are shown, not judged).
+pub fn from_scheduling(r: &SchedulingReport) -> Vec<Point> {
+    let mut v = Vec::new();
+    for row in &r.rows {
+        for (name, m) in [
+            ("mean service ms", &row.mean_service_ms),
+            ("mean response ms", &row.mean_response_ms),
+            ("sectors/ms", &row.sectors_per_ms),
+        ] {
+            if let (Some(paper), Some(_)) = (m.paper, m.verdict) {
+                v.push(Point::new(
+                    "scheduling",
+                    format!("{} {} {}: {name}", row.table, row.scheduler, row.column),
+                    paper,
+                    m.ours,
+                ));
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn band_edges_and_summary() {
+        let p = [
+            Point::new("x", "a", 10.0, 6.7),
+            Point::new("x", "b", 10.0, 15.0),
+            Point::new("x", "c", 10.0, 15.1),
+            Point::new("x", "d", 10.0, 6.6),
+            Point::new("x", "e", 0.0, 1.0),
+        ];
+        assert_eq!(
+            p.iter().map(|p| p.in_band).collect::<Vec<_>>(),
+            vec![true, true, false, false, false]
+        );
+        assert_eq!(summary(&p), "2 of 5 points within [0.67, 1.5]");
+    }
+
+    #[test]
+    fn calibrate_rows_without_a_paper_value_are_not_points() {
+        let rows = tiervisor_model::calibrate::run();
+        let points = from_calibrate(&rows);
+        assert_eq!(
+            points.len(),
+            rows.iter().filter(|r| r.paper.is_some()).count()
+        );
+        assert!(points.iter().all(|p| p.ratio > 0.0));
+    }
+}
