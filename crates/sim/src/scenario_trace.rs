@@ -17,23 +17,7 @@ pub(super) type TraceCache = BTreeMap<String, Arc<Trace>>;
 
 fn options(cx: &Source, vm: &RawVm) -> Result<LoadOptions, ScenarioError> {
     let format = match &vm.format {
-        Some(f) => Some(TraceFormat::parse_name(f.get_ref()).map_or_else(
-            || {
-                cx.err(
-                    f.span(),
-                    format!(
-                        "unknown trace format {:?}; expected one of: {}",
-                        f.get_ref(),
-                        TraceFormat::all()
-                            .iter()
-                            .map(|f| f.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            },
-            Ok,
-        )?),
+        Some(f) => Some(TraceFormat::from_name(f.get_ref()).or_else(|m| cx.err(f.span(), m))?),
         None => None,
     };
     let blkparse_event = match &vm.event {

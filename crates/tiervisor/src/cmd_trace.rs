@@ -46,19 +46,10 @@ fn options(
     seed: u64,
     spread_ticks: bool,
 ) -> Result<LoadOptions, Failure> {
-    let format = match format {
-        Some(f) => Some(TraceFormat::parse_name(&f).ok_or_else(|| {
-            Failure::input(format!(
-                "unknown trace format {f:?}; expected one of: {}",
-                TraceFormat::all()
-                    .iter()
-                    .map(|f| f.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?),
-        None => None,
-    };
+    let format = format
+        .map(|f| TraceFormat::from_name(&f))
+        .transpose()
+        .map_err(Failure::input)?;
     let blkparse_event = BlkEvent::parse(event).ok_or_else(|| {
         Failure::input(format!(
             "--event {event:?}: expected D (issued) or Q (queued)"

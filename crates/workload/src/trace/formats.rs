@@ -76,6 +76,20 @@ impl TraceFormat {
         Self::all().iter().copied().find(|f| f.name() == s)
     }
 
+    /// A format by name, or a message listing the names.
+    pub fn from_name(s: &str) -> Result<TraceFormat, String> {
+        Self::parse_name(s).ok_or_else(|| {
+            format!(
+                "unknown trace format {s:?}; expected one of: {}, cloudphysics",
+                Self::all()
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
+
     /// Formats without an operation per record: they need an assumed one, and their
     /// replays say they measure locality only.
     pub fn address_only(self) -> bool {
