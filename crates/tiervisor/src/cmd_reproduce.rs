@@ -218,14 +218,7 @@ fn scheduling(a: SchedulingArgs) -> Result<(), Failure> {
     }
     println!();
     for k in &report.rankings {
-        println!(
-            "ranking {} {}: ours {} paper {}: {}",
-            k.table,
-            k.measure,
-            k.ours.join(" > "),
-            k.paper.join(" > "),
-            k.verdict
-        );
+        println!("{k}");
     }
     if !report.missing.is_empty() {
         println!("not in this build (no rows): {}", report.missing.join(", "));

@@ -95,16 +95,7 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
             let mut notes = note(
                 "The issue's own target band for these means is [0.5, 2]; this report judges every point by the project's [0.67, 1.5].",
             );
-            notes.extend(r.rankings.iter().map(|k| {
-                format!(
-                    "ranking {} {}: ours {}, paper {}: {}",
-                    k.table,
-                    k.measure,
-                    k.ours.join(" > "),
-                    k.paper.join(" > "),
-                    k.verdict
-                )
-            }));
+            notes.extend(r.rankings.iter().map(|k| k.to_string()));
             notes.push(format!("virtual column: {}", r.virtual_column));
             Outcome {
                 points: points::from_scheduling(&r),

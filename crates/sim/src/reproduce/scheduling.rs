@@ -90,6 +90,21 @@ pub struct Ranking {
     pub verdict: &'static str,
 }
 
+impl std::fmt::Display for Ranking {
+    /// One line, as `reproduce scheduling` and `reproduce all` print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ranking {} {}: ours {}, paper {}: {}",
+            self.table,
+            self.measure,
+            self.ours.join(" > "),
+            self.paper.join(" > "),
+            self.verdict
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SchedulingReport {
     pub rows: Vec<SchedulingRow>,
