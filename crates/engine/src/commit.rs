@@ -367,7 +367,7 @@ impl Engine {
         if again {
             self.start_commit(now, v, out);
         }
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
         self.release_frees(now, out);
         self.maybe_stopped(out);
     }

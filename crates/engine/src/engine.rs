@@ -322,9 +322,6 @@ impl Engine {
                 Dispatch::Idle => break,
                 Dispatch::WaitUntil(t) => {
                     self.pools[pool].wait_until = Some(t);
-                    if !self.bug_is(InjectedBug::SchedLosesWakeup) {
-                        out.wakeups.push(t);
-                    }
                     break;
                 }
             }
@@ -439,7 +436,35 @@ impl Engine {
         self.maybe_stopped(out);
     }
 
-    /// Time passed: run due background work (commits, scheduler waits).
+    /// When the engine next wants [`Engine::tick`]: its earliest timer (background commit,
+    /// tier migration, log gather, cleaner budget, a scheduler's wait, a job's timer).
+    /// Drivers pull it after every call rather than being told, so a timer the engine
+    /// holds cannot be lost between driver and engine (the push design lost one twice). A
+    /// time at or before now means "tick now". Drivers: `crate::host::Wakeups`.
+    pub fn next_deadline(&self) -> Option<u64> {
+        // The injected defect drops the scheduler's wait, as a driver losing it would.
+        let sched_waits = !self.bug_is(InjectedBug::SchedLosesWakeup);
+        let pools = self
+            .pools
+            .iter()
+            .filter_map(|p| p.wait_until)
+            .filter(|_| sched_waits);
+        let cleaners = self.logs.iter().filter_map(|l| l.clean_wait_at);
+        [
+            self.commit_timer_at,
+            self.tier_timer_at,
+            self.log_gather_at,
+            self.migrations.timer_at,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(pools)
+        .chain(cleaners)
+        .min()
+    }
+
+    /// Time passed: run the timers due at `now` (see [`Engine::next_deadline`]); those not
+    /// yet due are left alone.
     pub fn tick(&mut self, now: u64, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
         for p in 0..self.pools.len() {
@@ -473,12 +498,12 @@ impl Engine {
                 self.release_frees(now, out);
             }
             self.log_resume_all(now, out);
-            self.arm_commit_timer(now, out);
+            self.arm_commit_timer(now);
         }
     }
 
     /// Ask for a background commit after the interval if there is anything to commit.
-    pub(crate) fn arm_commit_timer(&mut self, now: u64, out: &mut Outputs) {
+    pub(crate) fn arm_commit_timer(&mut self, now: u64) {
         if self.commit_timer_at.is_some() {
             return;
         }
@@ -487,7 +512,6 @@ impl Engine {
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);
-            out.wakeups.push(t);
         }
     }
 

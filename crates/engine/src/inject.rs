@@ -26,8 +26,9 @@ pub enum InjectedBug {
     /// Let a commit flush and write its records without waiting for the log appends
     /// that carry the data they point at.
     CommitSkipsLogWait,
-    /// Drop the wake-up a scheduler asks for with `Dispatch::WaitUntil`, so an idling
-    /// scheduler (anticipation, a limit) sleeps until some unrelated event.
+    /// Leave the wait a scheduler asks for with `Dispatch::WaitUntil` out of
+    /// `Engine::next_deadline`, so an idling scheduler (anticipation, a limit) sleeps until
+    /// some unrelated event.
     SchedLosesWakeup,
     /// Block status reports log-structured data as zeros.
     StatusMissesLog,

@@ -61,7 +61,7 @@ impl Engine {
                 .sequential;
             if matches!(vol.rec.placement, crate::config::Placement::Hot { .. }) {
                 self.note_hot(v, req.offset_bytes, req.len_bytes, epoch);
-                self.arm_tier_timer(now, out);
+                self.arm_tier_timer(now);
             }
         }
         let kind = req.kind;
@@ -534,7 +534,7 @@ impl Engine {
             vol.dirty_pools |= 1 << pool.0;
             self.clear_overlay(v, start, end);
             self.migration_chunk_allocated(v, c);
-            self.arm_commit_timer(now, out);
+            self.arm_commit_timer(now);
             self.req_end(now, req, Ok(()), out);
         }
         self.wake_waiters(now, v, c, out);
@@ -583,7 +583,7 @@ impl Engine {
         if result.is_ok() {
             vol.dirty_pools |= 1 << pool;
             if self.clear_overlay(v, start, end) {
-                self.arm_commit_timer(now, out);
+                self.arm_commit_timer(now);
             }
         }
         self.req_end(now, req, result, out);
@@ -652,6 +652,6 @@ impl Engine {
             // zero ranges in the map instead would let checkpoints grow without bound.)
             _ => return self.write_piece(now, key, v, s, e, out),
         }
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
     }
 }

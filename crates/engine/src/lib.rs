@@ -16,6 +16,7 @@ mod control;
 mod devop;
 mod engine;
 pub mod extents;
+pub mod host;
 pub mod inject;
 mod invariants;
 mod io;

@@ -585,7 +585,7 @@ impl Engine {
                 self.startup = None;
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);
-                self.arm_tier_timer(now, out);
+                self.arm_tier_timer(now);
                 Ok(())
             }
             Phase::Superblocks => self.after_superblocks(now, out),

@@ -75,11 +75,10 @@ impl Engine {
             })
     }
 
-    pub(crate) fn arm_tier_timer(&mut self, now: u64, out: &mut Outputs) {
+    pub(crate) fn arm_tier_timer(&mut self, now: u64) {
         if self.tier_timer_at.is_none() && self.state == EngineState::Ready && self.tier_work() {
             let t = now + self.cfg.tiering.interval_ns;
             self.tier_timer_at = Some(t);
-            out.wakeups.push(t);
         }
     }
 
@@ -149,7 +148,7 @@ impl Engine {
                 idle += 1;
             }
         }
-        self.arm_tier_timer(now, out);
+        self.arm_tier_timer(now);
     }
 
     /// `hot`: promote the hottest candidate, demoting the coldest fast chunk if needed.
@@ -341,7 +340,7 @@ impl Engine {
                 vol.stats.migrated_bytes += cb;
                 // A thick volume's home slot stays reserved; anything else is freed.
                 self.switch_chunk(v, c, dst, true);
-                self.arm_commit_timer(now, out);
+                self.arm_commit_timer(now);
             }
             None => {
                 // Never referenced by any mapping: give the destination straight back.

@@ -233,10 +233,6 @@ pub enum EngineEvent {
 pub struct Outputs {
     pub completions: Vec<VmCompletion>,
     pub ops: Vec<DeviceOp>,
-    /// Call [`crate::Engine::tick`] at (or after) each of these times. Each is asked
-    /// for once: a driver that kept only the earliest would lose the others (a commit
-    /// timer armed while a sooner gather timer was pending, say) for good.
-    pub wakeups: Vec<u64>,
     pub events: Vec<EngineEvent>,
 }
 
@@ -244,13 +240,9 @@ impl Outputs {
     pub fn clear(&mut self) {
         self.completions.clear();
         self.ops.clear();
-        self.wakeups.clear();
         self.events.clear();
     }
     pub fn is_empty(&self) -> bool {
-        self.completions.is_empty()
-            && self.ops.is_empty()
-            && self.wakeups.is_empty()
-            && self.events.is_empty()
+        self.completions.is_empty() && self.ops.is_empty() && self.events.is_empty()
     }
 }

@@ -122,8 +122,6 @@ pub struct Server {
     /// Connections whose last read got data: read again on the next pass.
     reread: Vec<usize>,
     t0: Instant,
-    /// Times the engine asked to be ticked at (all of them: see `Outputs::wakeups`).
-    wakes: std::collections::BTreeSet<u64>,
     generation: u64,
     signal_rx: mio::net::UnixStream,
     hup_rx: mio::net::UnixStream,
@@ -296,7 +294,6 @@ impl Server {
             dirty: Vec::new(),
             reread: Vec::new(),
             t0: Instant::now(),
-            wakes: Default::default(),
             generation: 0,
             signal_rx,
             hup_rx,
@@ -435,7 +432,6 @@ impl Server {
                 self.backend.submit(op);
             }
             let now = self.now();
-            self.wakes.extend(self.out.wakeups.drain(..));
             let comps = std::mem::take(&mut self.out.completions);
             for c in comps {
                 self.route_completion(c);
@@ -730,7 +726,8 @@ impl Server {
                 passes_without_poll = 0;
                 let timeout = if self.reread.is_empty() {
                     let check = self.pool_check_at.saturating_duration_since(Instant::now());
-                    Some(self.wakes.first().map_or(check, |&w| {
+                    // The engine holds its timers; it is asked, not told (`next_deadline`).
+                    Some(self.engine.next_deadline().map_or(check, |w| {
                         Duration::from_nanos(w.saturating_sub(self.now())).min(check)
                     }))
                 } else {
@@ -773,9 +770,8 @@ impl Server {
             }
             self.watch_pools(false);
             let now = self.now();
-            if self.wakes.first().is_some_and(|&w| w <= now) {
-                // One tick runs everything due; later times stay asked for.
-                self.wakes = self.wakes.split_off(&(now + 1));
+            if self.engine.next_deadline().is_some_and(|w| w <= now) {
+                // One tick runs everything due; later timers stay with the engine.
                 self.engine.tick(now, &mut self.out);
             }
             self.drive();

@@ -11,6 +11,7 @@ use std::time::Instant;
 use rand::RngCore;
 use rand::SeedableRng;
 use slab_lite::Slab;
+use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::stats::Latency;
 use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
@@ -145,7 +146,8 @@ pub struct Simulation {
     /// Paced requests waiting for their not-before time: VM, index, request.
     held: Slab<(usize, u64, tiervisor_workload::WlRequest)>,
     /// Wake-up times already in the event heap.
-    wakes: std::collections::BTreeSet<u64>,
+    /// Wake-ups queued for the engine's timers (it holds them; see `next_deadline`).
+    wakeups: Wakeups,
     failure: Option<String>,
     total_expected: Option<u64>,
     done_ios: u64,
@@ -290,7 +292,7 @@ impl Simulation {
             devs: vec![DevRun::default(); npools],
             inflight: Slab::new(),
             held: Slab::new(),
-            wakes: Default::default(),
+            wakeups: Wakeups::default(),
             failure: None,
             total_expected: total,
             done_ios: 0,
@@ -331,14 +333,9 @@ impl Simulation {
                 self.push(done, EV_DEV, payload);
             }
             self.out.ops.clear();
-            // Every time asked for is kept (see `Outputs::wakeups`), once.
-            for i in 0..self.out.wakeups.len() {
-                let t = self.out.wakeups[i];
-                if self.wakes.insert(t) {
-                    self.push(t, EV_WAKE, 0);
-                }
+            if let Some(t) = self.wakeups.to_queue(&self.engine, self.now) {
+                self.push(t, EV_WAKE, 0);
             }
-            self.out.wakeups.clear();
             for e in self.out.events.drain(..) {
                 if let EngineEvent::Failed { reason } = e {
                     self.failure = Some(reason);
@@ -520,7 +517,7 @@ impl Simulation {
                 }
             }
             _ => {
-                self.wakes.remove(&t);
+                self.wakeups.fired(t);
                 self.engine.tick(t, &mut self.out);
             }
         }
@@ -535,6 +532,7 @@ impl Simulation {
             // Once every workload is done, background timers (tier migration, commits)
             // no longer keep the run going; operations already in flight still finish.
             if kind == EV_WAKE && self.workloads_done() {
+                self.wakeups.fired(t);
                 continue;
             }
             self.step(t, kind, payload);

@@ -94,7 +94,7 @@ impl Engine {
         stats.user_bytes += len;
         self.log_place(now, v, si, s, e, data);
         self.log_maybe_seal(now, v, si, out);
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
         LogOutcome::Logged
     }
 
@@ -237,14 +237,13 @@ impl Engine {
             self.log_seal(now, v, si, out);
         } else if st.in_flight == 0 {
             // A busy stream is looked at again when its append completes.
-            self.arm_gather_timer(due, out);
+            self.arm_gather_timer(due);
         }
     }
 
-    fn arm_gather_timer(&mut self, at: u64, out: &mut Outputs) {
+    fn arm_gather_timer(&mut self, at: u64) {
         if self.log_gather_at.is_none_or(|t| t > at) {
             self.log_gather_at = Some(at);
-            out.wakeups.push(at);
         }
     }
 

@@ -49,7 +49,7 @@ impl Engine {
         let Some(g) = self.clean_victim(now, pool) else {
             return;
         };
-        if !self.clean_budget(now, pool, g, out) {
+        if !self.clean_budget(now, pool, g) {
             return;
         }
         let base = self.seg_base(g);
@@ -126,7 +126,7 @@ impl Engine {
 
     /// Whether the bandwidth cap lets victim `g` be cleaned now; if not, a wake-up is
     /// asked for when it will. Uncapped while free segments are short.
-    fn clean_budget(&mut self, now: u64, pool: usize, g: u64, out: &mut Outputs) -> bool {
+    fn clean_budget(&mut self, now: u64, pool: usize, g: u64) -> bool {
         let rate = self.cfg.log.clean_bytes_per_s;
         if rate == 0 || self.cleaner_urgent(pool) {
             return true;
@@ -143,7 +143,6 @@ impl Engine {
         let at = pl.clean_bucket.ready_at(cost, rate);
         if pl.clean_wait_at.is_none_or(|t| t > at) {
             pl.clean_wait_at = Some(at);
-            out.wakeups.push(at);
         }
         pl.stats.cleaner_waits += 1;
         false
@@ -292,7 +291,7 @@ impl Engine {
             }
             None => progress = true,
         }
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
         if progress {
             self.clean_maybe(now, pool, out);
         }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use bytes::{Bytes, BytesMut};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
+use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
 
 use tiervisor_engine::{
@@ -107,6 +108,8 @@ struct Sim {
     devs: Vec<DataDevice>,
     refs: Vec<RefDisk>,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
+    /// Wake-ups queued in `heap` for the engine's timers.
+    wakeups: Wakeups,
     seq: u64,
     now_ns: u64,
     /// Logical time for the reference model: one tick per submission or completion.
@@ -351,6 +354,7 @@ impl Sim {
             devs,
             refs,
             heap: BinaryHeap::new(),
+            wakeups: Wakeups::default(),
             seq: 0,
             now_ns: 0,
             clock: 1,
@@ -408,8 +412,8 @@ impl Sim {
             self.in_flight_ops.insert(id, op);
             self.push(t, EV_DEV, id);
         }
-        for t in out.wakeups.drain(..) {
-            self.push(t.max(self.now_ns), EV_WAKE, 0);
+        if let Some(t) = self.wakeups.to_queue(&self.engine, self.now_ns) {
+            self.push(t, EV_WAKE, 0);
         }
         for e in out.events.drain(..) {
             if let EngineEvent::Failed { reason } = e {
@@ -633,6 +637,7 @@ impl Sim {
                 &mut out,
             );
         } else {
+            self.wakeups.fired(t);
             self.engine.tick(self.now_ns, &mut out);
         }
         self.pump(&mut out)?;
@@ -677,6 +682,7 @@ impl Sim {
             r.crash();
         }
         self.heap.clear();
+        self.wakeups.clear();
         self.in_flight_ops.clear();
         self.reqs.clear();
         self.engine = Engine::new(self.engine_cfg.clone()).map_err(|e| e.to_string())?;

@@ -562,10 +562,9 @@ impl Engine {
     }
 
     /// Arm the job timer for `at` (one wake-up asked at a time, the soonest).
-    pub(crate) fn migration_wake_at(&mut self, at: u64, out: &mut Outputs) {
+    pub(crate) fn migration_wake_at(&mut self, at: u64) {
         if self.migrations.timer_at.is_none_or(|t| at < t) {
             self.migrations.timer_at = Some(at);
-            out.wakeups.push(at);
         }
     }
 

@@ -274,7 +274,7 @@ impl Engine {
                     }
                 }
                 job.cursor = job.cursor.min(c);
-                self.migration_wake_at(at, out);
+                self.migration_wake_at(at);
                 return;
             }
             job.bucket.take(bytes);
@@ -285,7 +285,7 @@ impl Engine {
             let first = job.progress[c as usize] != Progress::Copied;
             job.progress[c as usize] = Progress::Copied;
             if first && job.scheme == Scheme::Lr {
-                self.lr_switch(now, v, c, out);
+                self.lr_switch(now, v, c);
             }
             return;
         }
@@ -391,13 +391,13 @@ impl Engine {
                 job.progress[c as usize] = Progress::Uncopied;
             }
         } else if cp.back {
-            self.copied_back(now, v, c, out);
+            self.copied_back(now, v, c);
         } else {
             if job.progress[c as usize] == Progress::Copying {
                 job.progress[c as usize] = Progress::Copied;
             }
             if job.scheme == Scheme::Lr {
-                self.lr_switch(now, v, c, out);
+                self.lr_switch(now, v, c);
             }
         }
         if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
@@ -411,7 +411,7 @@ impl Engine {
 
     /// LR: a copied chunk is served by the destination from now on; its `Moved` entries
     /// are folded into the map switch. The source stays allocated until the job ends.
-    fn lr_switch(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
+    fn lr_switch(&mut self, now: u64, v: u32, c: u64) {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         let Some(dpc) = job.dst[c as usize] else {
@@ -421,7 +421,7 @@ impl Engine {
         job.kept_src[c as usize] = Some(self.vols[v as usize].map.get(c));
         self.switch_chunk(v, c, ChunkLoc::At(to, dpc), false);
         self.clear_moved(v, c * cb, (c + 1) * cb);
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
     }
 
     /// Remove `Moved` entries in `[start, end)` (journaled). Returns the last record.
@@ -687,7 +687,7 @@ impl Engine {
     }
 
     /// A chunk's destination data is back on the source: point there and free the copy.
-    fn copied_back(&mut self, now: u64, v: u32, c: u64, out: &mut Outputs) {
+    fn copied_back(&mut self, now: u64, v: u32, c: u64) {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         let to = job.params.to;
@@ -716,6 +716,6 @@ impl Engine {
                 );
             }
         }
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
     }
 }

@@ -77,7 +77,7 @@ impl Engine {
             }
             Scheme::Mirror | Scheme::Aio => {
                 if !cancelling && prog == Progress::Copied && pool != dst {
-                    if job.scheme == Scheme::Aio && self.aio_delay(now, key, v, s, e, out) {
+                    if job.scheme == Scheme::Aio && self.aio_delay(now, key, v, s, e) {
                         return true;
                     }
                     self.mirror_dup(now, key, v, c, s, e, kind, payload.clone(), out);
@@ -195,15 +195,7 @@ impl Engine {
 
     /// AIO with the source the faster pool: while too many duplicates are unfinished,
     /// the write waits `aio_delay_ns` before going on. True if it was held back.
-    fn aio_delay(
-        &mut self,
-        now: u64,
-        key: usize,
-        v: u32,
-        s: u64,
-        e: u64,
-        out: &mut Outputs,
-    ) -> bool {
+    fn aio_delay(&mut self, now: u64, key: usize, v: u32, s: u64, e: u64) -> bool {
         if self.migrations.bypass_delay {
             return false;
         }
@@ -226,7 +218,7 @@ impl Engine {
             },
         ));
         self.reqs[key].outstanding += 1;
-        self.migration_wake_at(at, out);
+        self.migration_wake_at(at);
         true
     }
 
@@ -263,7 +255,7 @@ impl Engine {
             );
         }
         if let Some(w) = wake {
-            self.migration_wake_at(w, out);
+            self.migration_wake_at(w);
         }
     }
 
@@ -368,7 +360,7 @@ impl Engine {
         vol.overlay.insert(start, end, value);
         vol.journal.append(Record::Overlay { start, end, value });
         vol.dirty_pools |= 1 << pool;
-        self.arm_commit_timer(now, out);
+        self.arm_commit_timer(now);
         self.req_end(now, req, result, out);
         self.wake_waiters(now, v, c, out);
     }
@@ -416,7 +408,7 @@ impl Engine {
                     self.migrations.bypass_delay = false;
                 }
                 Some(&(at, _)) => {
-                    self.migration_wake_at(at, out);
+                    self.migration_wake_at(at);
                     return;
                 }
                 None => return,

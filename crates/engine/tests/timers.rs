@@ -1,0 +1,68 @@
+//! Timers the driver pulls: `next_deadline` names the engine's earliest timer until it has
+//! run, and `host::Wakeups` queues a wake-up for it once.
+
+mod common;
+
+use common::*;
+use tiervisor_engine::host::Wakeups;
+use tiervisor_engine::*;
+
+#[test]
+fn a_timer_stays_asked_for_until_it_has_run() {
+    let mut r = Rig::new(config(1 << 20));
+    assert_eq!(
+        r.engine.next_deadline(),
+        None,
+        "an idle engine has no timer"
+    );
+    let data = pattern(7, 4096);
+    let id = r.submit("thin", ReqKind::Write, 0, Some(&data), 4096);
+    assert!(r.take_done(id).is_some());
+    // The write left journal records to commit: the commit timer is armed.
+    let t = r.engine.next_deadline().expect("commit timer armed");
+    assert!(t > r.now);
+    // Ticking early runs nothing and loses nothing.
+    r.tick(t - r.now - 1);
+    assert_eq!(r.engine.next_deadline(), Some(t));
+    assert!(r.engine.report().volumes[0].journal_pending_records > 0);
+    // At the time, the commit runs and the timer is gone.
+    r.tick(1);
+    assert!(r.engine.next_deadline().is_none_or(|u| u > t));
+    assert_eq!(r.engine.report().volumes[0].journal_pending_records, 0);
+}
+
+#[test]
+fn wakeups_queue_each_deadline_once_and_again_after_it_fires() {
+    let mut r = Rig::new(config(1 << 20));
+    let mut w = Wakeups::default();
+    assert_eq!(w.to_queue(&r.engine, r.now), None, "nothing to wake for");
+    let data = pattern(3, 4096);
+    let id = r.submit("thin", ReqKind::Write, 0, Some(&data), 4096);
+    assert!(r.take_done(id).is_some());
+    let t = w
+        .to_queue(&r.engine, r.now)
+        .expect("the commit timer is queued");
+    assert_eq!(Some(t), r.engine.next_deadline());
+    assert_eq!(w.to_queue(&r.engine, r.now), None, "already queued");
+    // A deadline already past is queued at now, not in the past.
+    assert_eq!(
+        w.to_queue(&r.engine, t + 5),
+        None,
+        "one at or before it is queued"
+    );
+    w.fired(t);
+    assert_eq!(w.to_queue(&r.engine, t + 5), Some(t + 5));
+    w.fired(t + 5);
+    r.tick(t + 5 - r.now);
+    // The commit ran and wrote the journal; whatever timer remains is queued anew.
+    assert_eq!(r.engine.report().volumes[0].journal_pending_records, 0);
+    assert_eq!(
+        w.to_queue(&r.engine, r.now),
+        r.engine.next_deadline().map(|d| d.max(r.now))
+    );
+    w.clear();
+    assert_eq!(
+        w.to_queue(&r.engine, r.now),
+        r.engine.next_deadline().map(|d| d.max(r.now))
+    );
+}
