@@ -6,6 +6,7 @@ pub mod sched;
 mod size;
 mod switch;
 pub mod system;
+pub mod throttle;
 mod tiering;
 pub mod volume;
 

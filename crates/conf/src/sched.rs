@@ -28,23 +28,7 @@ pub fn scheduler(src: &Source, key: Option<&Spanned<toml::Value>>) -> Result<Sch
                 return src.err(k.span(), expected());
             };
             let mut spec = SchedSpec::named(name);
-            for (key, v) in t.iter().filter(|(key, _)| *key != "name") {
-                let pv = match v {
-                    toml::Value::Integer(i) => ParamValue::Int(*i),
-                    toml::Value::Float(x) => ParamValue::Float(*x),
-                    toml::Value::Boolean(b) => ParamValue::Bool(*b),
-                    toml::Value::String(s) => ParamValue::Str(s.clone()),
-                    _ => {
-                        return src.err(
-                            k.span(),
-                            format!(
-                                "scheduler parameter {key}: expected a number, boolean or string"
-                            ),
-                        );
-                    }
-                };
-                spec.params.insert(key.clone(), pv);
-            }
+            spec.params = param_values(src, k, t, "name", "scheduler")?;
             spec
         }
         _ => return src.err(k.span(), expected()),
@@ -52,6 +36,33 @@ pub fn scheduler(src: &Source, key: Option<&Spanned<toml::Value>>) -> Result<Sch
     // Build once to check the name, the keys and their values; the engine builds again.
     spec.build().map_err(|e| src.error(k.span(), e.message))?;
     Ok(spec)
+}
+
+/// A parameter table's values, without its `skip` key (the name or model).
+pub(crate) fn param_values(
+    src: &Source,
+    k: &Spanned<toml::Value>,
+    t: &toml::Table,
+    skip: &str,
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, ParamValue>, ConfError> {
+    let mut params = std::collections::BTreeMap::new();
+    for (key, v) in t.iter().filter(|(key, _)| *key != skip) {
+        let pv = match v {
+            toml::Value::Integer(i) => ParamValue::Int(*i),
+            toml::Value::Float(x) => ParamValue::Float(*x),
+            toml::Value::Boolean(b) => ParamValue::Bool(*b),
+            toml::Value::String(s) => ParamValue::Str(s.clone()),
+            _ => {
+                return src.err(
+                    k.span(),
+                    format!("{what} parameter {key}: expected a number, boolean or string"),
+                );
+            }
+        };
+        params.insert(key.clone(), pv);
+    }
+    Ok(params)
 }
 
 /// A volume's QoS keys as written (`Spanned` cannot be flattened by serde, so each

@@ -51,6 +51,7 @@ pub struct PoolKeys<'a> {
     pub capacity: Option<(u64, Range<usize>)>,
     pub queue_depth: Option<&'a Spanned<u32>>,
     pub scheduler: Option<&'a Spanned<toml::Value>>,
+    pub throttle: Option<&'a Spanned<toml::Value>>,
     pub log: Option<Switch>,
 }
 
@@ -208,6 +209,7 @@ fn pool(
         queue_depth,
         scheduler: scheduler(src, p.scheduler)?,
         log: p.log.is_some_and(|s| s.0),
+        throttle: crate::throttle::throttle(src, p.throttle)?,
     })
 }
 

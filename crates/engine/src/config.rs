@@ -23,6 +23,8 @@ pub struct PoolConfig {
     pub scheduler: SchedSpec,
     /// Gather small and random writes into log appends on this pool (seed 002).
     pub log: bool,
+    /// Hold completions to a drive model times k (seed 003's virtual throttle).
+    pub throttle: Option<crate::throttle::ThrottleConfig>,
 }
 
 /// How a volume's space is reserved.

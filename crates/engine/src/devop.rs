@@ -145,6 +145,8 @@ pub(crate) struct Op {
     pub queued: QueuedOp,
     /// The class it was queued in (a flush is never queued: foreground).
     pub lane: Lane,
+    /// On a throttled pool: when it was dispatched and when its completion may pass.
+    pub throttle: Option<(u64, u64)>,
 }
 
 impl Op {
@@ -172,6 +174,7 @@ impl Op {
             epoch: 0,
             queued,
             lane: Lane::Foreground,
+            throttle: None,
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Pool {
     pub wait_until: Option<u64>,
     /// The longest a foreground or metadata operation waited in the scheduler.
     pub sched_wait_max_ns: u64,
+    /// The virtual performance throttle holding this pool's completions (seed 003).
+    pub throttle: Option<crate::throttle::Throttle>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +146,10 @@ impl Engine {
                     stats: PoolStats::default(),
                     wait_until: None,
                     sched_wait_max_ns: 0,
+                    throttle: p
+                        .throttle
+                        .as_ref()
+                        .map(|t| crate::throttle::Throttle::new(t, p.capacity_bytes)),
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -279,7 +285,7 @@ impl Engine {
         self.ops[key].epoch = self.epochs.enter();
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
-            self.emit(key, out);
+            self.emit(now, key, out);
         } else {
             let background = class == IoClass::Migration
                 || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize));
@@ -317,7 +323,7 @@ impl Engine {
                         let p = &mut self.pools[pool];
                         p.sched_wait_max_ns = p.sched_wait_max_ns.max(now - q.arrival_ns);
                     }
-                    self.emit(q.key, out)
+                    self.emit(now, q.key, out)
                 }
                 Dispatch::Idle => break,
                 Dispatch::WaitUntil(t) => {
@@ -328,10 +334,17 @@ impl Engine {
         }
     }
 
-    fn emit(&mut self, key: usize, out: &mut Outputs) {
+    fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
         let op = &mut self.ops[key];
         let p = &mut self.pools[op.pool as usize];
         p.in_flight += 1;
+        if let Some(t) = &mut p.throttle
+            && op.kind != DevKind::Flush
+        {
+            let is_write = op.kind != DevKind::Read;
+            let target = t.target(now, op.offset_bytes, op.len_bytes, is_write);
+            op.throttle = Some((now, target));
+        }
         match op.kind {
             DevKind::Read => {
                 let c = p.stats.class_mut(op.class);
@@ -363,6 +376,27 @@ impl Engine {
     /// A device operation finished.
     pub fn device_done(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
+        let key = c.id.0 as usize;
+        // A throttled pool's completion waits for its target (the operation stays in
+        // flight); a wake-up at the target releases it through `tick`.
+        let mut c = c;
+        if let Some(op) = self.ops.get_mut(key)
+            && let Some(times) = op.throttle.take()
+            && let Some(t) = &mut self.pools[op.pool as usize].throttle
+        {
+            match t.arrive(now, times, c) {
+                Ok(()) => {
+                    out.wakeups.push(times.1);
+                    return;
+                }
+                Err(back) => c = back,
+            }
+        }
+        self.finish_device_op(now, c, out);
+    }
+
+    /// A device operation's completion, once any throttle let it through.
+    fn finish_device_op(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
         let key = c.id.0 as usize;
         let Some(op) = self.ops.try_remove(key) else {
             out.events.push(EngineEvent::Warning {
@@ -467,6 +501,7 @@ impl Engine {
     /// yet due are left alone.
     pub fn tick(&mut self, now: u64, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
+        self.release_throttled(now, out);
         for p in 0..self.pools.len() {
             if self.pools[p].wait_until.is_some_and(|t| t <= now) {
                 self.pump(now, p, out);
@@ -682,5 +717,16 @@ impl Engine {
             self.kick_commit(now, v as u32, out);
         }
         self.maybe_stopped(out);
+    }
+}
+
+impl Engine {
+    /// Hand on every throttled completion due by `now`.
+    fn release_throttled(&mut self, now: u64, out: &mut Outputs) {
+        for p in 0..self.pools.len() {
+            while let Some(c) = self.pools[p].throttle.as_mut().and_then(|t| t.release(now)) {
+                self.finish_device_op(now, c, out);
+            }
+        }
     }
 }

@@ -78,6 +78,8 @@ pub struct PoolReport {
     pub io: PoolStats,
     /// The log-structured write path on this pool (None when nothing logs here).
     pub log: Option<LogReport>,
+    /// The virtual performance throttle (None: not throttled).
+    pub throttle: Option<crate::throttle::ThrottleReport>,
 }
 
 /// A pool's log: space, traffic and the cleaner's work.
@@ -258,6 +260,7 @@ impl Engine {
                     queued: p.sched.scheduler_len() as u64,
                     io: p.stats.clone(),
                     log: self.log_report(i),
+                    throttle: p.throttle.as_ref().map(|t| t.report()),
                 })
                 .collect(),
         }

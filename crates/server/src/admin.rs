@@ -465,6 +465,7 @@ mod tests {
             queue_depth: 8,
             scheduler: SchedSpec::named("fifo"),
             log: false,
+            throttle: None,
         };
         let weird = "we\"ird\\vol\nname{}";
         let mut engine = Engine::new(EngineConfig {

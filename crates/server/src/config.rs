@@ -83,6 +83,8 @@ struct RawPool {
     kind: Spanned<String>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<toml::Value>>,
+    /// Seed 003's virtual performance throttle.
+    throttle: Option<Spanned<toml::Value>>,
     log: Option<tiervisor_conf::Switch>,
 }
 
@@ -274,6 +276,7 @@ impl ServerConfig {
                     capacity: size.clone(),
                     queue_depth: p.queue_depth.as_ref(),
                     scheduler: p.scheduler.as_ref(),
+                    throttle: p.throttle.as_ref(),
                     log: p.log,
                 })
                 .collect::<Vec<_>>(),

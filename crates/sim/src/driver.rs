@@ -729,15 +729,18 @@ impl Simulation {
             );
         }
         let ios = self.vms.iter().map(|v| v.ios).sum();
-        let logs = self
-            .engine
-            .report()
-            .pools
+        let pools = self.engine.report().pools;
+        let throttles = pools
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.throttle.clone()?)))
+            .collect();
+        let logs = pools
             .into_iter()
             .filter_map(|p| Some((p.name, p.log?)))
             .collect();
         SimReport {
             logs,
+            throttles,
             timeline: self.timeline.clone(),
             scenario: self.scenario.source.clone(),
             seed: self.seed,

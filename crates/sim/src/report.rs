@@ -218,6 +218,9 @@ pub struct SimReport {
     pub devices: BTreeMap<String, DeviceReport>,
     /// The log-structured write path, per pool that has one.
     pub logs: BTreeMap<String, tiervisor_engine::LogReport>,
+    /// The virtual performance throttle, per pool that has one (seed 003).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttles: BTreeMap<String, tiervisor_engine::ThrottleReport>,
     /// Throughput over time (scenarios with `sample_interval_s`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Sample>,
@@ -301,6 +304,21 @@ impl SimReport {
                 d.media_write_bytes,
                 d.erases,
                 d.waf
+            );
+        }
+        for (n, t) in &self.throttles {
+            let _ = writeln!(
+                s,
+                "\nthrottle {n}: {} k {:.2}{}, {} ops, model X mean {:.2} ms, service mean {:.2} ms, added delay {:.3} s, {} late, {} predicted cache hits",
+                t.model,
+                t.k,
+                if t.adapt { " (adapting)" } else { "" },
+                t.ops,
+                t.model_service_ns as f64 / 1e6 / t.ops.max(1) as f64,
+                t.mean_service_ms,
+                t.added_delay_ns as f64 / 1e9,
+                t.late,
+                t.cache_hits
             );
         }
         if !self.logs.is_empty() {

@@ -80,6 +80,8 @@ struct RawPool {
     capacity: Option<Spanned<SizeVal>>,
     queue_depth: Option<Spanned<u32>>,
     scheduler: Option<Spanned<toml::Value>>,
+    /// Seed 003's virtual performance throttle.
+    throttle: Option<Spanned<toml::Value>>,
     /// Gather small and random writes into log appends (seed 002).
     log: Option<tiervisor_conf::Switch>,
     /// What a device FLUSH writes back on SSDs: "all" or "tagged" (seed 001).
@@ -436,6 +438,7 @@ impl Scenario {
                     capacity: Some(capacity.clone()),
                     queue_depth: p.queue_depth.as_ref(),
                     scheduler: p.scheduler.as_ref(),
+                    throttle: p.throttle.as_ref(),
                     log: p.log,
                 })
                 .collect::<Vec<_>>(),

@@ -117,3 +117,58 @@ runtime_s = 0.01
     // Each read costs its slot 1 us of host time: 4 slots for 10 ms.
     assert!((30_000..=40_100).contains(&ios), "{ios} reads");
 }
+
+/// A fast SSD throttled to a linear disk model: reads take k times the model's service
+/// time (seed 003's virtual performance throttle), whatever the SSD itself takes.
+fn throttled(k: u32) -> (f64, tiervisor_engine::ThrottleReport) {
+    let text = format!(
+        r#"
+[[pool]]
+name = "ssd"
+model = "intel-320-160g"
+capacity = "1g"
+queue_depth = 1
+throttle = {{ model = "linear", k = {k}, rotation_ms = 4, max_seek_ms = 4 }}
+[[volume]]
+name = "vol"
+pool = "ssd"
+size = "512m"
+provisioning = "thick"
+[[vm]]
+name = "reader"
+volume = "vol"
+[vm.fio]
+rw = "randread"
+bs = "4k"
+iodepth = 1
+runtime_s = 2
+"#
+    );
+    let sc = Scenario::parse("throttle.toml", &text, Path::new(".")).unwrap();
+    let r = Simulation::new(sc, &RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    (r.vms["reader"].lat_us.mean, r.throttles["ssd"].clone())
+}
+
+#[test]
+fn a_throttled_pool_serves_at_k_times_its_model() {
+    for k in [1, 3] {
+        let (lat_us, t) = throttled(k);
+        let x_ms = t.model_service_ns as f64 / 1e6 / t.ops as f64;
+        // Random reads within the first half of the pool: mean d/D about 1/6, so X is
+        // about 2 + 4/6 ms.
+        assert!((2.4..3.0).contains(&x_ms), "model X {x_ms} ms: {t:?}");
+        let want_us = k as f64 * x_ms * 1000.0;
+        assert!(
+            (lat_us / want_us - 1.0).abs() < 0.05,
+            "k {k}: read latency {lat_us} us, k X = {want_us} us: {t:?}"
+        );
+        assert!(
+            (t.mean_service_ms * 1000.0 / want_us - 1.0).abs() < 0.05,
+            "{t:?}"
+        );
+        assert!(t.added_delay_ns > 0 && t.late == 0, "{t:?}");
+    }
+}

@@ -96,14 +96,23 @@ impl CatsParams {
 }
 
 /// The scheduler's model of the drive's cache: FIFO segments of (start, end) sectors.
-struct ShadowCache {
+/// The virtual performance throttle keeps one too.
+pub(crate) struct ShadowCache {
     segments: Vec<(u64, u64)>,
     next: usize,
     sectors_per_segment: u64,
 }
 
 impl ShadowCache {
-    fn record(&mut self, start: u64, end: u64) {
+    pub(crate) fn new(segments: usize, sectors_per_segment: u64) -> ShadowCache {
+        ShadowCache {
+            segments: vec![(0, 0); segments],
+            next: 0,
+            sectors_per_segment,
+        }
+    }
+
+    pub(crate) fn record(&mut self, start: u64, end: u64) {
         if self.segments.is_empty() {
             return;
         }
@@ -113,8 +122,13 @@ impl ShadowCache {
         self.next = (self.next + 1) % self.segments.len();
     }
 
-    fn hit(&self, op: &QueuedOp) -> bool {
+    fn hit_op(&self, op: &QueuedOp) -> bool {
         let (s, e) = span(op);
+        self.hit(s, e)
+    }
+
+    /// Whether sectors [s, e) are all in one segment.
+    pub(crate) fn hit(&self, s: u64, e: u64) -> bool {
         self.segments
             .iter()
             .any(|&(a, b)| a < b && a <= s && e <= b)
@@ -152,11 +166,7 @@ impl Cats {
             plan: Vec::new(),
             plan_valid: false,
             head: 0,
-            shadow: ShadowCache {
-                segments: vec![(0, 0); p.cache_segments],
-                next: 0,
-                sectors_per_segment: p.sectors_per_segment,
-            },
+            shadow: ShadowCache::new(p.cache_segments, p.sectors_per_segment),
             busdriver: None,
             in_flight: 0,
             len: 0,
@@ -184,7 +194,7 @@ impl Cats {
 
     fn next_read(&mut self, now_ns: u64) -> Option<QueuedOp> {
         // Predicted cache hits first, however far they are.
-        if let Some(hit) = self.reads.iter().find(|o| self.shadow.hit(o)).copied() {
+        if let Some(hit) = self.reads.iter().find(|o| self.shadow.hit_op(o)).copied() {
             return Some(hit);
         }
         let oldest = self.reads.oldest()?;
@@ -373,18 +383,14 @@ mod tests {
 
     #[test]
     fn shadow_cache_wraps_long_spans_and_is_fifo() {
-        let mut s = ShadowCache {
-            segments: vec![(0, 0); 2],
-            next: 0,
-            sectors_per_segment: 221,
-        };
+        let mut s = ShadowCache::new(2, 221);
         s.record(0, 1000); // keeps 779..1000
-        assert!(!s.hit(&one_sector(0, 100, false, 0)));
-        assert!(s.hit(&one_sector(0, 900, false, 0)));
+        assert!(!s.hit_op(&one_sector(0, 100, false, 0)));
+        assert!(s.hit_op(&one_sector(0, 900, false, 0)));
         s.record(5000, 5010);
         s.record(7000, 7010); // evicts the first segment
-        assert!(!s.hit(&one_sector(0, 900, false, 0)));
-        assert!(s.hit(&one_sector(0, 5005, false, 0)));
+        assert!(!s.hit_op(&one_sector(0, 900, false, 0)));
+        assert!(s.hit_op(&one_sector(0, 5005, false, 0)));
     }
 
     #[test]

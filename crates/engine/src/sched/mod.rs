@@ -19,6 +19,7 @@ mod sorted;
 mod spec;
 
 pub use bfq::{Bfq, BfqParams};
+pub(crate) use cats::ShadowCache;
 pub use cats::{Cats, CatsParams};
 pub use cfq::{Cfq, CfqParams};
 pub use classes::{BACKGROUND_MAX_WAIT_NS, Classes, Lane};

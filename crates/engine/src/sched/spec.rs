@@ -93,7 +93,8 @@ impl SchedSpec {
 /// Typed, tracked access to a spec's parameters: each getter marks its key as known, so
 /// [`Params::finish`] can report keys no scheduler asked for.
 pub struct Params<'a> {
-    scheduler: &'static str,
+    /// What errors name: "deadline scheduler", "throttle".
+    subject: String,
     map: &'a BTreeMap<String, ParamValue>,
     taken: Vec<&'a str>,
     last_key: Option<String>,
@@ -101,8 +102,13 @@ pub struct Params<'a> {
 
 impl<'a> Params<'a> {
     pub fn new(scheduler: &'static str, map: &'a BTreeMap<String, ParamValue>) -> Self {
+        Self::for_subject(format!("{scheduler} scheduler"), map)
+    }
+
+    /// Parameters of something other than a scheduler (a pool's throttle).
+    pub fn for_subject(subject: String, map: &'a BTreeMap<String, ParamValue>) -> Self {
         Params {
-            scheduler,
+            subject,
             map,
             taken: Vec::new(),
             last_key: None,
@@ -117,10 +123,7 @@ impl<'a> Params<'a> {
     }
 
     fn bad(&self, key: &str, expected: &str, v: &ParamValue) -> String {
-        format!(
-            "{} scheduler: {key} = {v}: expected {expected}",
-            self.scheduler
-        )
+        format!("{}: {key} = {v}: expected {expected}", self.subject)
     }
 
     /// An integer in `range`, or `default` when absent.
@@ -208,8 +211,8 @@ impl<'a> Params<'a> {
             Some(k) => Err(SpecError {
                 key: Some(k.clone()),
                 message: format!(
-                    "{} scheduler has no parameter {k:?}{}",
-                    self.scheduler,
+                    "{} has no parameter {k:?}{}",
+                    self.subject,
                     if self.taken.is_empty() {
                         String::new()
                     } else {

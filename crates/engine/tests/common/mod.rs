@@ -39,6 +39,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 queue_depth: 8,
                 scheduler: SchedSpec::default(),
                 log: false,
+                throttle: None,
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -47,6 +48,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 queue_depth: 2,
                 scheduler: SchedSpec::default(),
                 log: false,
+                throttle: None,
             },
         ],
         volumes: vec![

@@ -274,6 +274,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 queue_depth: 1 + below(rng, 16) as u32,
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[0],
+                throttle: None,
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -282,6 +283,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 queue_depth: 1 + below(rng, 4) as u32,
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[1],
+                throttle: None,
             },
         ],
         volumes,
