@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn completions_are_held_until_their_target_and_late_ones_raise_k() {
         let mut t = Throttle::new(&linear(2.0, true), 1 << 20);
-        assert!(t.arrive(1 * MS, (0, 5 * MS), done(1)).is_ok());
+        assert!(t.arrive(MS, (0, 5 * MS), done(1)).is_ok());
         assert!(t.arrive(2 * MS, (0, 3 * MS), done(2)).is_ok());
         assert!(t.release(3 * MS - 1).is_none());
         assert_eq!(t.release(3 * MS).map(|c| c.id), Some(OpId(2)));
