@@ -89,3 +89,93 @@ fn from_params(
     }
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    struct P {
+        throttle: Option<Spanned<toml::Value>>,
+    }
+
+    fn parse(text: &str) -> Result<Option<ThrottleConfig>, ConfError> {
+        let src = Source::new("pool.toml", text);
+        let p: P = src.parse()?;
+        throttle(&src, p.throttle.as_ref())
+    }
+
+    /// The error as a user sees it: `file:line: message`.
+    fn error(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn valid_forms() {
+        assert_eq!(parse("").unwrap(), None);
+        // A model name alone: the paper's k = 8, no adaptation.
+        let c = parse("throttle = \"cheetah-15k4\"\n").unwrap().unwrap();
+        assert_eq!(c, ThrottleConfig::cheetah_15k4(8.0, false));
+        let c = parse("throttle = { model = \"cheetah-15k4\", k = 3, adapt = true }\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c, ThrottleConfig::cheetah_15k4(3.0, true));
+        // A linear model: R = 6 ms, S = 10 ms over 1000 sectors, no cache unless asked.
+        let c = parse(
+            "throttle = { model = \"linear\", k = 1.5, rotation_ms = 6, max_seek_ms = 10, \
+             max_seek_sectors = 1000 }\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.model, "linear");
+        assert_eq!(c.half_rotation_ns, 3_000_000);
+        assert_eq!(c.max_seek_ns, 10_000_000);
+        assert_eq!(c.max_seek_sectors, 1000);
+        assert_eq!(c.cache_segments, 0);
+        assert_eq!(c.k, 1.5);
+        let c = parse("throttle = { model = \"linear\", cache_segments = 4, cache_hit_ms = 0.5 }")
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.cache_segments, c.cache_hit_ns), (4, 500_000));
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let e = error("\n\nthrottle = { model = \"linear\", rotation = 6 }\n");
+        assert!(e.starts_with("pool.toml:3: "), "{e}");
+        assert!(e.contains("throttle has no parameter \"rotation\""), "{e}");
+    }
+
+    #[test]
+    fn bad_model_lists_the_valid_ones() {
+        let e = error("throttle = \"barracuda\"\n");
+        assert!(e.starts_with("pool.toml:1: "), "{e}");
+        assert!(e.contains("model = \"barracuda\""), "{e}");
+        assert!(e.contains("one of cheetah-15k4, linear"), "{e}");
+        let e = error("\nthrottle = { k = 8 }\n");
+        assert!(e.starts_with("pool.toml:2: "), "{e}");
+        assert!(e.contains("expected a model (cheetah-15k4, linear)"), "{e}");
+        let e = error("throttle = 8\n");
+        assert!(e.contains("expected a model"), "{e}");
+    }
+
+    #[test]
+    fn k_out_of_range() {
+        for bad in ["0.5", "1001", "\"eight\""] {
+            let e = error(&format!(
+                "\n\n\n\nthrottle = {{ model = \"cheetah-15k4\", k = {bad} }}\n"
+            ));
+            assert!(e.starts_with("pool.toml:5: "), "{bad}: {e}");
+            assert!(e.contains("throttle: k = "), "{bad}: {e}");
+            assert!(e.contains("expected a number from 1 to 1000"), "{bad}: {e}");
+        }
+        let e = error(
+            "throttle = { model = \"cheetah-15k4\", sectors_per_segment = 10, prefetch_sectors = 10 }",
+        );
+        assert!(
+            e.contains("prefetch_sectors = 10: expected less than"),
+            "{e}"
+        );
+    }
+}

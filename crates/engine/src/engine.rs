@@ -378,17 +378,14 @@ impl Engine {
         self.last_now_ns = self.last_now_ns.max(now);
         let key = c.id.0 as usize;
         // A throttled pool's completion waits for its target (the operation stays in
-        // flight); a wake-up at the target releases it through `tick`.
+        // flight); `next_deadline` names the target and `tick` releases it.
         let mut c = c;
         if let Some(op) = self.ops.get_mut(key)
             && let Some(times) = op.throttle.take()
             && let Some(t) = &mut self.pools[op.pool as usize].throttle
         {
             match t.arrive(now, times, c) {
-                Ok(()) => {
-                    out.wakeups.push(times.1);
-                    return;
-                }
+                Ok(()) => return,
                 Err(back) => c = back,
             }
         }
@@ -484,6 +481,11 @@ impl Engine {
             .filter_map(|p| p.wait_until)
             .filter(|_| sched_waits);
         let cleaners = self.logs.iter().filter_map(|l| l.clean_wait_at);
+        // A throttled pool's held completions pass at their targets.
+        let throttles = self
+            .pools
+            .iter()
+            .filter_map(|p| p.throttle.as_ref()?.next_release_at());
         [
             self.commit_timer_at,
             self.tier_timer_at,
@@ -494,6 +496,7 @@ impl Engine {
         .flatten()
         .chain(pools)
         .chain(cleaners)
+        .chain(throttles)
         .min()
     }
 

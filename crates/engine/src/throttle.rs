@@ -3,8 +3,8 @@
 //! a fast pool (a page-cached file, an SSD) serves like the modelled drive slowed by k.
 //!
 //! It sits in the engine, between the device and the rest of the engine, so the same
-//! code runs in the simulator and in `serve`: a held completion is released by an engine
-//! wake-up at its target time. The operation stays in flight (its scheduler and the
+//! code runs in the simulator and in `serve`: a held completion's target is one of the
+//! deadlines `Engine::next_deadline` reports, and `Engine::tick` releases it. The operation stays in flight (its scheduler and the
 //! pool's queue depth see it outstanding) until it is released, as with the paper's
 //! iprobe in the SCSI completion path.
 //!
@@ -187,6 +187,11 @@ impl Throttle {
         self.seq += 1;
         self.held.insert((target, self.seq), (c, now, dispatched));
         Ok(())
+    }
+
+    /// When the earliest held completion may pass (a deadline of the engine's).
+    pub fn next_release_at(&self) -> Option<u64> {
+        self.held.first_key_value().map(|(&(target, _), _)| target)
     }
 
     /// The next held completion due by `now`, if any.

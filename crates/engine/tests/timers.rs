@@ -66,3 +66,39 @@ fn wakeups_queue_each_deadline_once_and_again_after_it_fires() {
         r.engine.next_deadline().map(|d| d.max(r.now))
     );
 }
+
+#[test]
+fn a_held_throttled_completion_is_a_deadline_until_released() {
+    let mut cfg = config(1 << 20);
+    // The thick volume's pool models a drive with R/2 = 2 ms, S = 0: every op X = 2 ms.
+    cfg.pools[0].throttle = Some(ThrottleConfig {
+        model: "linear".into(),
+        half_rotation_ns: 2_000_000,
+        max_seek_ns: 0,
+        max_seek_sectors: 0,
+        cache_segments: 0,
+        sectors_per_segment: 1,
+        prefetch_sectors: 0,
+        cache_hit_ns: 0,
+        k: 3.0,
+        adapt: false,
+    });
+    let mut r = Rig::new(cfg);
+    let ops = |r: &Rig| r.engine.report().pools[0].throttle.clone().unwrap().ops;
+    // Start-up I/O was throttled too (the rig ran its timers).
+    let ops_before = ops(&r);
+    let start = r.now;
+    let id = r.submit("thick", ReqKind::Read, 0, None, 4096);
+    assert!(r.take_done(id).is_none(), "held by the throttle");
+    // The read was dispatched at `start` and its target is start + k X = start + 6 ms.
+    let target = start + 6_000_000;
+    assert_eq!(r.engine.next_deadline(), Some(target));
+    r.tick(target - r.now - 1);
+    assert!(r.take_done(id).is_none(), "not before its target");
+    assert_eq!(r.engine.next_deadline(), Some(target));
+    r.tick(1);
+    assert!(r.take_done(id).is_some(), "released at its target");
+    assert!(r.engine.next_deadline().is_none_or(|t| t > target));
+    let t = r.engine.report().pools[0].throttle.clone().unwrap();
+    assert_eq!((t.ops, t.held_now), (ops_before + 1, 0));
+}

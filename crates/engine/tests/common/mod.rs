@@ -112,6 +112,12 @@ impl Rig {
         let mut out = Outputs::default();
         self.engine.start(self.now, StartMode::Auto, &mut out);
         self.drain(out);
+        // A throttled pool holds start-up I/O until its targets: run the timers.
+        while self.engine.state() != &EngineState::Ready
+            && let Some(t) = self.engine.next_deadline()
+        {
+            self.tick(t.saturating_sub(self.now));
+        }
         assert_eq!(
             self.engine.state(),
             &EngineState::Ready,
