@@ -210,6 +210,7 @@ fn pool(
         scheduler: scheduler(src, p.scheduler)?,
         log: p.log.is_some_and(|s| s.0),
         throttle: crate::throttle::throttle(src, p.throttle)?,
+        write_buffer: None,
     })
 }
 

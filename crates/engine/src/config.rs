@@ -25,6 +25,8 @@ pub struct PoolConfig {
     pub log: bool,
     /// Hold completions to a drive model times k (seed 003's virtual throttle).
     pub throttle: Option<crate::throttle::ThrottleConfig>,
+    /// A host write-back buffer for the pool (`direct` pools in `serve`; `wbuf.rs`).
+    pub write_buffer: Option<crate::wbuf::WriteBufferConfig>,
 }
 
 /// How a volume's space is reserved.
@@ -275,6 +277,12 @@ impl EngineConfig {
         for p in &self.pools {
             if let Err(e) = p.scheduler.build() {
                 return err(format!("pool {}: {}", p.name, e.message));
+            }
+            if p.write_buffer.is_some_and(|w| w.size_bytes < 64 << 10) {
+                return err(format!(
+                    "pool {}: write_buffer must be at least 64k",
+                    p.name
+                ));
             }
         }
         let l = &self.log;

@@ -60,6 +60,9 @@ pub(crate) enum Owner {
     Append {
         slot: usize,
     },
+    /// A write-back from the pool's write buffer (`wbuf`), or the FLUSH that empties it
+    /// at shutdown.
+    WriteBack,
     /// A read of live data from a segment being cleaned.
     CleanRead {
         pool: u16,

@@ -59,6 +59,8 @@ pub(crate) struct Pool {
     pub sched_wait_max_ns: u64,
     /// The virtual performance throttle holding this pool's completions (seed 003).
     pub throttle: Option<crate::throttle::Throttle>,
+    /// The host write-back buffer (`direct` pools; disabled otherwise).
+    pub wbuf: crate::wbuf::WriteBuffer,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +123,8 @@ pub struct Engine {
     pub(crate) migrations: crate::jobs::migrate::Migrations,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
     pub(crate) bug: Option<InjectedBug>,
+    /// Operations the write buffer answered, completed at the end of the entry point.
+    pub(crate) local: crate::wbuf::hook::LocalQueue,
 }
 
 impl Engine {
@@ -150,6 +154,7 @@ impl Engine {
                         .throttle
                         .as_ref()
                         .map(|t| crate::throttle::Throttle::new(t, p.capacity_bytes)),
+                    wbuf: crate::wbuf::WriteBuffer::new(p.write_buffer),
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -181,6 +186,7 @@ impl Engine {
             copies: Slab::new(),
             migrations: Default::default(),
             bug: None,
+            local: Default::default(),
         })
     }
 
@@ -283,6 +289,9 @@ impl Engine {
         // it reach the device: an operation waiting in the queue already targets its
         // location, and that location must not be reused before it is done.
         self.ops[key].epoch = self.epochs.enter();
+        if self.wbuf_queue(now, key, out) {
+            return key;
+        }
         if kind == DevKind::Flush {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(now, key, out);
@@ -334,7 +343,15 @@ impl Engine {
         }
     }
 
-    fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
+    pub(crate) fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
+        self.emit_counted(now, key);
+        if let crate::wbuf::hook::EmitAction::Device = self.wbuf_emit(key) {
+            self.push_device_op(key, out);
+        }
+    }
+
+    /// Count an operation as dispatched to its device.
+    pub(crate) fn emit_counted(&mut self, now: u64, key: usize) {
         let op = &mut self.ops[key];
         let p = &mut self.pools[op.pool as usize];
         p.in_flight += 1;
@@ -359,6 +376,10 @@ impl Engine {
             DevKind::Flush => p.stats.flushes += 1,
             DevKind::Discard => {}
         }
+    }
+
+    pub(crate) fn push_device_op(&mut self, key: usize, out: &mut Outputs) {
+        let op = &mut self.ops[key];
         out.ops.push(DeviceOp {
             id: OpId(key as u64),
             pool: PoolId(op.pool),
@@ -375,6 +396,11 @@ impl Engine {
 
     /// A device operation finished.
     pub fn device_done(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
+        self.device_done_inner(now, c, out);
+        self.drain_local(now, out);
+    }
+
+    fn device_done_inner(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
         let key = c.id.0 as usize;
         // A throttled pool's completion waits for its target (the operation stays in
@@ -392,8 +418,9 @@ impl Engine {
         self.finish_device_op(now, c, out);
     }
 
-    /// A device operation's completion, once any throttle let it through.
-    fn finish_device_op(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
+    /// A device operation's completion, once any throttle let it through (answers from
+    /// the write buffer's RAM come here directly: no device time to throttle).
+    pub(crate) fn finish_device_op(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
         let key = c.id.0 as usize;
         let Some(op) = self.ops.try_remove(key) else {
             out.events.push(EngineEvent::Warning {
@@ -411,15 +438,31 @@ impl Engine {
         if result.is_err() {
             self.pools[pool].stats.errors += 1;
         }
+        let mut data = c.data;
+        self.wbuf_done(now, key, &op, result, &mut data, out);
         // A read that returns the wrong amount of data is a device error, not data.
         if op.kind == DevKind::Read && result.is_ok() && self.cfg.track_data {
-            match &c.data {
+            match &data {
                 Some(d) if d.len() as u64 == op.len_bytes => {}
                 _ => result = Err(Errno::Io),
             }
         }
+        self.op_finished(now, key, op, result, data, out);
+    }
+
+    /// An operation's owner learns its result; then whatever it unblocks runs.
+    pub(crate) fn op_finished(
+        &mut self,
+        now: u64,
+        key: usize,
+        op: Op,
+        result: Result<(), Errno>,
+        data: Option<Bytes>,
+        out: &mut Outputs,
+    ) {
+        let pool = op.pool as usize;
         match op.owner {
-            Owner::Read { req, dest } => self.read_done(now, req, dest, result, c.data, out),
+            Owner::Read { req, dest } => self.read_done(now, req, dest, result, data, out),
             Owner::Write {
                 req,
                 vol,
@@ -429,9 +472,9 @@ impl Engine {
             } => self.write_done(now, req, vol, op.pool, chunk, start, end, result, out),
             Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
-            Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, c.data, out),
+            Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, data, out),
             Owner::Discard { free } => self.discard_done(free),
-            Owner::Copy { slot } => self.copy_io_done(now, slot, result, c.data, out),
+            Owner::Copy { slot } => self.copy_io_done(now, slot, result, data, out),
             Owner::MigWrite {
                 req,
                 chunk,
@@ -454,9 +497,10 @@ impl Engine {
             }
             Owner::Append { slot } => self.append_done(now, slot, result, out),
             Owner::CleanRead { pool, idx } => {
-                self.clean_read_done(now, pool as usize, idx as usize, result, c.data, out)
+                self.clean_read_done(now, pool as usize, idx as usize, result, data, out)
             }
             Owner::VolTab => self.volume_table_written(now, result, out),
+            Owner::WriteBack => {}
         }
         self.pump(now, pool, out);
         if !self.frees.is_empty() {
@@ -486,6 +530,7 @@ impl Engine {
             .pools
             .iter()
             .filter_map(|p| p.throttle.as_ref()?.next_release_at());
+        let write_backs = self.pools.iter().filter_map(|p| p.wbuf.age_timer_at);
         [
             self.commit_timer_at,
             self.tier_timer_at,
@@ -497,12 +542,19 @@ impl Engine {
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
+        .chain(write_backs)
         .min()
     }
 
     /// Time passed: run the timers due at `now` (see [`Engine::next_deadline`]); those not
     /// yet due are left alone.
     pub fn tick(&mut self, now: u64, out: &mut Outputs) {
+        self.tick_inner(now, out);
+        self.wbuf_tick(now, out);
+        self.drain_local(now, out);
+    }
+
+    fn tick_inner(&mut self, now: u64, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
         self.release_throttled(now, out);
         for p in 0..self.pools.len() {
@@ -698,6 +750,10 @@ impl Engine {
 
     pub(crate) fn maybe_stopped(&mut self, out: &mut Outputs) {
         if self.state == EngineState::Stopping && self.is_idle() && self.discarding == 0 {
+            let now = self.last_now_ns;
+            if self.wbuf_flush_at_stop(now, out) {
+                return;
+            }
             self.state = EngineState::Stopped;
             out.events.push(EngineEvent::Stopped);
         }
@@ -720,6 +776,7 @@ impl Engine {
             self.kick_commit(now, v as u32, out);
         }
         self.maybe_stopped(out);
+        self.drain_local(now, out);
     }
 }
 

@@ -45,6 +45,9 @@ pub enum InjectedBug {
     SlrWritesSource,
     /// AIO: duplicates to one chunk are not kept in order, so an older one may land last.
     AioUnorderedDups,
+    /// Write buffer: a FLUSH goes to the device as soon as its write-backs are issued,
+    /// before they land, so it can complete while its data is still in flight.
+    WbufFlushEarly,
 }
 
 impl InjectedBug {
@@ -72,6 +75,11 @@ impl InjectedBug {
             InjectedBug::AioUnorderedDups,
         ]
     }
+    /// The host write-back buffer's: DST runs buffers only with `TIERVISOR_DST_WBUF=1`
+    /// for now (not yet verified over the whole CI seed set).
+    pub fn host_flush() -> [InjectedBug; 1] {
+        [InjectedBug::WbufFlushEarly]
+    }
     pub fn name(self) -> &'static str {
         match self {
             InjectedBug::AckFlushBeforeJournal => "ack-flush-before-journal",
@@ -87,12 +95,14 @@ impl InjectedBug {
             InjectedBug::LrReadsSource => "lr-reads-source",
             InjectedBug::SlrWritesSource => "slr-writes-source",
             InjectedBug::AioUnorderedDups => "aio-unordered-dups",
+            InjectedBug::WbufFlushEarly => "wbuf-flush-early",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
             .chain(Self::migration())
+            .chain(Self::host_flush())
             .find(|b| b.name() == s)
     }
 }

@@ -48,6 +48,11 @@ impl Engine {
 
     /// Check every invariant; `Err` describes the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
+        for (i, p) in self.pools.iter().enumerate() {
+            p.wbuf
+                .check()
+                .map_err(|e| format!("pool {i} write buffer: {e}"))?;
+        }
         let mut owner: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); self.pools.len()];
         let mut claim = |pool: usize, c: u64, who: String| -> Result<(), String> {
             if pool >= owner.len() {

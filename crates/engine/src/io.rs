@@ -26,6 +26,11 @@ enum Src {
 impl Engine {
     /// A VM request arrives.
     pub fn submit(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
+        self.submit_inner(now, req, out);
+        self.drain_local(now, out);
+    }
+
+    fn submit_inner(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
         self.last_now_ns = self.last_now_ns.max(now);
         // A migrating volume is paused while its pivot is made durable.
         let req = if self.migrations.is_paused(req.volume.0) {

@@ -36,6 +36,7 @@ pub mod throttle;
 mod tiering;
 pub mod types;
 mod volume;
+pub mod wbuf;
 
 pub use config::{
     CleanerPolicy, ConfigError, EngineConfig, LogConfig, Medium, Placement, PoolConfig,

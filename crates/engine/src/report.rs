@@ -80,6 +80,8 @@ pub struct PoolReport {
     pub log: Option<LogReport>,
     /// The virtual performance throttle (None: not throttled).
     pub throttle: Option<crate::throttle::ThrottleReport>,
+    /// The host write-back buffer (None when the pool has none).
+    pub write_buffer: Option<crate::wbuf::WriteBufferStats>,
 }
 
 /// A pool's log: space, traffic and the cleaner's work.
@@ -261,6 +263,7 @@ impl Engine {
                     io: p.stats.clone(),
                     log: self.log_report(i),
                     throttle: p.throttle.as_ref().map(|t| t.report()),
+                    write_buffer: p.wbuf.enabled().then_some(p.wbuf.stats),
                 })
                 .collect(),
         }

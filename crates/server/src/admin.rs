@@ -466,6 +466,7 @@ mod tests {
             scheduler: SchedSpec::named("fifo"),
             log: false,
             throttle: None,
+            write_buffer: None,
         };
         let weird = "we\"ird\\vol\nname{}";
         let mut engine = Engine::new(EngineConfig {

@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed)",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed), {} writes buffered, {} tagged flushes",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -86,7 +86,9 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 tiervisor_sim::dst::SCHED_WAIT_BOUND_NS / 1_000_000_000,
                 s.migrations,
                 s.migration_pivots,
-                s.migration_cancels
+                s.migration_cancels,
+                s.buffered_writes,
+                s.tagged_flushes
             );
             Ok(())
         }

@@ -40,6 +40,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 scheduler: SchedSpec::default(),
                 log: false,
                 throttle: None,
+                write_buffer: None,
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -49,6 +50,7 @@ pub fn config(journal_bytes: u64) -> EngineConfig {
                 scheduler: SchedSpec::default(),
                 log: false,
                 throttle: None,
+                write_buffer: None,
             },
         ],
         volumes: vec![

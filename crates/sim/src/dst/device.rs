@@ -42,8 +42,12 @@ pub struct DataDevice {
     pub pool: u16,
     capacity: u64,
     stable: BTreeMap<u64, Box<[u8; PAGE as usize]>>,
-    /// Completed, unflushed writes in completion order: (offset, bytes; None = zeros).
-    volatile: Vec<(u64, Option<Bytes>, u64)>,
+    /// Completed, unflushed writes in completion order: (offset, bytes; None = zeros,
+    /// length, tag code).
+    volatile: Vec<(u64, Option<Bytes>, u64, u32)>,
+    /// A tag-aware cache (seed 001): a FLUSH with a volume's tag makes only that tag's
+    /// writes stable; a newer write replaces the cached older bytes under it.
+    pub tagged: bool,
     /// Sectors that fail reads until rewritten.
     latent: BTreeSet<u64>,
     pub injected_errors: u64,
@@ -60,6 +64,7 @@ impl DataDevice {
             capacity,
             stable: BTreeMap::new(),
             volatile: Vec::new(),
+            tagged: false,
             latent: BTreeSet::new(),
             injected_errors: 0,
         }
@@ -112,7 +117,7 @@ impl DataDevice {
             pos += n as u64;
         }
         // The cache holds newer data than the media.
-        for (o, d, l) in &self.volatile {
+        for (o, d, l, _) in &self.volatile {
             let (s, e) = ((*o).max(off), (o + l).min(off + len));
             if s < e {
                 let dst = &mut out[(s - off) as usize..(e - off) as usize];
@@ -175,7 +180,7 @@ impl DataDevice {
                             let d = data
                                 .as_ref()
                                 .map(|d| d.slice((s - off) as usize..(s - off + n) as usize));
-                            self.volatile.push((s, d, n));
+                            self.volatile.push((s, d, n, op.tag.code()));
                         }
                     }
                     return (Err(Errno::Io), None);
@@ -186,7 +191,10 @@ impl DataDevice {
                     self.trim_volatile(off, len);
                     self.stable_write(off, data.as_deref(), len);
                 } else {
-                    self.volatile.push((off, data, len));
+                    if self.tagged {
+                        self.trim_volatile(off, len);
+                    }
+                    self.volatile.push((off, data, len, op.tag.code()));
                 }
                 (Ok(()), None)
             }
@@ -195,8 +203,13 @@ impl DataDevice {
                     self.injected_errors += 1;
                     return (Err(Errno::Io), None);
                 }
-                for (o, d, l) in std::mem::take(&mut self.volatile) {
-                    self.stable_write(o, d.as_deref(), l);
+                let tag = op.tag.code();
+                for (o, d, l, t) in std::mem::take(&mut self.volatile) {
+                    if !self.tagged || tag == 0 || t == tag {
+                        self.stable_write(o, d.as_deref(), l);
+                    } else {
+                        self.volatile.push((o, d, l, t));
+                    }
                 }
                 (Ok(()), None)
             }
@@ -206,10 +219,10 @@ impl DataDevice {
     fn trim_volatile(&mut self, off: u64, len: u64) {
         let end = off + len;
         let mut kept = Vec::with_capacity(self.volatile.len());
-        for (o, d, l) in std::mem::take(&mut self.volatile) {
+        for (o, d, l, t) in std::mem::take(&mut self.volatile) {
             let e = o + l;
             if e <= off || o >= end {
-                kept.push((o, d, l));
+                kept.push((o, d, l, t));
                 continue;
             }
             if o < off {
@@ -217,6 +230,7 @@ impl DataDevice {
                     o,
                     d.as_ref().map(|d| d.slice(..(off - o) as usize)),
                     off - o,
+                    t,
                 ));
             }
             if e > end {
@@ -224,6 +238,7 @@ impl DataDevice {
                     end,
                     d.as_ref().map(|d| d.slice((end - o) as usize..)),
                     e - end,
+                    t,
                 ));
             }
         }
@@ -232,7 +247,10 @@ impl DataDevice {
 
     /// Power loss. `in_flight` writes had not completed; they are treated like cached ones.
     pub fn power_loss(&mut self, in_flight: &[&DeviceOp], rng: &mut Xoshiro256PlusPlus) {
-        let mut pending: Vec<(u64, Option<Bytes>, u64)> = std::mem::take(&mut self.volatile);
+        let mut pending: Vec<(u64, Option<Bytes>, u64)> = std::mem::take(&mut self.volatile)
+            .into_iter()
+            .map(|(o, d, l, _)| (o, d, l))
+            .collect();
         for op in in_flight {
             if matches!(
                 op.kind,

@@ -57,6 +57,8 @@ pub fn run_range(
                             t.migrations += st.migrations;
                             t.migration_pivots += st.migration_pivots;
                             t.migration_cancels += st.migration_cancels;
+                            t.buffered_writes += st.buffered_writes;
+                            t.tagged_flushes += st.tagged_flushes;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

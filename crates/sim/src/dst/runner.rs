@@ -13,6 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
 
+use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
     CleanerPolicy, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState,
     Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
@@ -56,6 +57,10 @@ pub struct DstStats {
     pub migrations: u64,
     pub migration_pivots: u64,
     pub migration_cancels: u64,
+    /// VM writes the host write buffer absorbed, and FLUSHes sent to tag-aware devices
+    /// with a volume's tag.
+    pub buffered_writes: u64,
+    pub tagged_flushes: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -147,7 +152,37 @@ fn draw_qos(srng: &mut Xoshiro256PlusPlus) -> VolumeQos {
     }
 }
 
+/// Seed 001's host and device halves, on their own stream (every other choice of a seed
+/// stays): a third of the seeds give pools a host write-back buffer (small, so the
+/// high-water mark and fair shares matter; short ages, so age write-back runs), and a
+/// third of the seeds, independently, have tag-aware devices whose tagged FLUSH makes only
+/// that volume's cached writes stable. Only with `TIERVISOR_DST_WBUF=1` for now: seeds
+/// 0..256 pass at fault level 3, but seed 1042 fails at level 2 (docs/TESTING.md).
+fn draw_host_flush(seed: u64) -> ([Option<WriteBufferConfig>; 2], bool) {
+    if !host_flush_on() {
+        return ([None, None], false);
+    }
+    let mut frng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xf1u64.rotate_left(52));
+    let buffered = below(&mut frng, 3) == 0;
+    let mut wb = [None, None];
+    for w in &mut wb {
+        if buffered && below(&mut frng, 4) != 0 {
+            *w = Some(WriteBufferConfig {
+                size_bytes: [64u64 << 10, 256 << 10, 4 << 20][below(&mut frng, 3) as usize],
+                max_age_ns: [1_000_000, 20_000_000, 500_000_000][below(&mut frng, 3) as usize],
+            });
+        }
+    }
+    (wb, below(&mut frng, 3) == 0)
+}
+
+/// Whether `TIERVISOR_DST_WBUF=1` asks for seed 001's host and device halves.
+fn host_flush_on() -> bool {
+    std::env::var_os("TIERVISOR_DST_WBUF").is_some_and(|v| v == "1")
+}
+
 fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
+    let (write_buffers, _) = draw_host_flush(seed);
     // Tiering choices come from their own stream, so seeds without it replay exactly as
     // they did before tiering existed (the regression seeds keep their meaning).
     let mut trng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7153_u64.rotate_left(40));
@@ -275,6 +310,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[0],
                 throttle: None,
+                write_buffer: write_buffers[0],
             },
             PoolConfig {
                 name: "hdd".into(),
@@ -284,6 +320,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[1],
                 throttle: None,
+                write_buffer: write_buffers[1],
             },
         ],
         volumes,
@@ -321,6 +358,10 @@ impl Sim {
             .enumerate()
             .map(|(i, p)| DataDevice::new(i as u16, p.capacity_bytes))
             .collect();
+        let tagged = draw_host_flush(cfg.seed).1;
+        for d in &mut devs {
+            d.tagged = tagged;
+        }
         if cfg.faults >= Faults::Latent {
             // Latent errors on the data pool only: metadata reads at mount must succeed.
             let n = 2 + below(&mut rng, 6);
@@ -625,7 +666,11 @@ impl Sim {
             let fail = self.errors_allowed()
                 && !(self.recovering && meta)
                 && below(&mut self.rng, 250) == 0;
-            let (result, data) = self.devs[op.pool.0 as usize].complete(&op, fail, &mut self.rng);
+            let dev = &mut self.devs[op.pool.0 as usize];
+            if dev.tagged && op.kind == tiervisor_engine::DevKind::Flush && op.tag.code() != 0 {
+                self.stats.tagged_flushes += 1;
+            }
+            let (result, data) = dev.complete(&op, fail, &mut self.rng);
             if self.trace {
                 eprintln!("[{}] op {} done {:?}", self.step, payload, result);
             }
@@ -707,6 +752,9 @@ impl Sim {
                 }
                 _ => {}
             }
+        }
+        for w in r.pools.iter().filter_map(|p| p.write_buffer.as_ref()) {
+            self.stats.buffered_writes += w.absorbed_writes;
         }
         for l in r.pools.iter().filter_map(|p| p.log.as_ref()) {
             self.stats.log_appends += l.appends;
@@ -868,7 +916,12 @@ impl Sim {
 /// Run one seed.
 pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
     let replay = format!(
-        "tiervisor dst --seeds {}..{} --steps {} --faults {}{}",
+        "{}tiervisor dst --seeds {}..{} --steps {} --faults {}{}",
+        if host_flush_on() {
+            "TIERVISOR_DST_WBUF=1 "
+        } else {
+            ""
+        },
         cfg.seed,
         cfg.seed + 1,
         cfg.steps,
@@ -887,7 +940,17 @@ pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
         ),
     };
     let mut sim = Sim::new(cfg.clone()).map_err(|m| fail(0, m))?;
-    match sim.run() {
+    // A panic in the engine is a failure of this seed, reported with its replay command.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()));
+    let run = run.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(format!("panicked: {what}"))
+    });
+    match run {
         Ok(()) => {
             sim.fold_engine_counters();
             Ok(sim.stats)

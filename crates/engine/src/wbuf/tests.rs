@@ -1,0 +1,189 @@
+//! The buffer against a reference: a byte array of what the VMs wrote last, and a device
+//! byte array that write-backs land on. A read through the buffer (device bytes overlaid
+//! with `read_overlay`) must always equal the reference, and FLUSH readiness must mean
+//! that the device holds what the flushed volume wrote before the FLUSH.
+
+use super::*;
+
+const SPAN: u64 = 256;
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn apply(buf: &mut [u8], s: u64, e: u64, fill: &Fill) {
+    match fill {
+        Fill::Data(d) => buf[s as usize..e as usize].copy_from_slice(d),
+        Fill::Zeros => buf[s as usize..e as usize].fill(0),
+        Fill::Untracked => panic!("tests track data"),
+    }
+}
+
+fn read(b: &WriteBuffer, dev: &[u8], s: u64, e: u64) -> Vec<u8> {
+    let mut out = dev.to_vec();
+    for (a, z, f) in b.read_overlay(s, e) {
+        apply(&mut out, a, z, &f);
+    }
+    out[s as usize..e as usize].to_vec()
+}
+
+fn cfg() -> Option<WriteBufferConfig> {
+    Some(WriteBufferConfig {
+        size_bytes: 128,
+        max_age_ns: 10,
+    })
+}
+
+#[test]
+fn reads_writebacks_and_flushes_match_a_reference() {
+    for seed in 1..200u64 {
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut b = WriteBuffer::new(cfg());
+        let mut latest = vec![0u8; SPAN as usize];
+        let mut dev = vec![0u8; SPAN as usize];
+        // What each volume wrote, per byte, as of each write: for FLUSH checks.
+        let mut owner = vec![u32::MAX; SPAN as usize];
+        let mut flights: Vec<usize> = Vec::new();
+        let mut next_key = 0usize;
+        let mut holds_released = 0usize;
+        let mut holds_made = 0usize;
+        for step in 0..300u64 {
+            let mut rel = Vec::new();
+            match r.below(10) {
+                0..=4 => {
+                    let s = r.below(SPAN - 1);
+                    let e = (s + 1 + r.below(24)).min(SPAN);
+                    let vol = r.below(3) as u32;
+                    let fill = if r.below(5) == 0 {
+                        Fill::Zeros
+                    } else {
+                        let byte = (step % 251 + 1) as u8;
+                        Fill::Data(Bytes::from(vec![byte; (e - s) as usize]))
+                    };
+                    if !b.has_room(vol, e - s) {
+                        continue;
+                    }
+                    let h = b.hold(step);
+                    holds_made += 1;
+                    b.admit(s..e, vol, fill.clone(), step, h, &mut rel);
+                    apply(&mut latest, s, e, &fill);
+                    owner[s as usize..e as usize].fill(vol);
+                }
+                5..=6 => {
+                    let vol = (r.below(4) != 0).then(|| r.below(3) as u32);
+                    for s in b.writeback_candidates(vol, b.barrier()) {
+                        let (_, f) = b.take_for_writeback(s);
+                        b.start_flight(next_key, f);
+                        flights.push(next_key);
+                        next_key += 1;
+                    }
+                }
+                _ => {
+                    if flights.is_empty() {
+                        continue;
+                    }
+                    let i = r.below(flights.len() as u64) as usize;
+                    let key = flights.swap_remove(i);
+                    let fail = r.below(6) == 0;
+                    let f = b.end_flight(key, fail.then_some(step), &mut rel).unwrap();
+                    if !fail {
+                        apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
+                    }
+                }
+            }
+            holds_released += rel.len();
+            b.check()
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            let (s, e) = (r.below(SPAN / 2), SPAN / 2 + r.below(SPAN / 2));
+            assert_eq!(
+                read(&b, &dev, s, e),
+                latest[s as usize..e as usize],
+                "seed {seed}"
+            );
+            // A volume whose FLUSH is ready has all its latest bytes on the device.
+            for v in 0..3u32 {
+                if b.flush_ready(Some(v), b.barrier()) {
+                    for i in 0..SPAN as usize {
+                        if owner[i] == v {
+                            assert_eq!(dev[i], latest[i], "seed {seed} vol {v} byte {i}");
+                        }
+                    }
+                }
+            }
+        }
+        // Drain: everything written back, every hold released.
+        while !b.is_empty() {
+            for s in b.writeback_candidates(None, b.barrier()) {
+                let (_, f) = b.take_for_writeback(s);
+                b.start_flight(next_key, f);
+                flights.push(next_key);
+                next_key += 1;
+            }
+            let mut rel = Vec::new();
+            for key in flights.drain(..) {
+                let f = b.end_flight(key, None, &mut rel).unwrap();
+                apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
+            }
+            holds_released += rel.len();
+        }
+        assert_eq!(dev, latest, "seed {seed}");
+        assert_eq!(
+            holds_released, holds_made,
+            "seed {seed}: every hold released once"
+        );
+        assert!(b.holds.is_empty());
+    }
+}
+
+#[test]
+fn a_tagged_flush_leaves_other_volumes_buffered() {
+    let mut b = WriteBuffer::new(cfg());
+    let mut rel = Vec::new();
+    let h = b.hold(0);
+    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel);
+    let h = b.hold(0);
+    b.admit(16..24, 1, Fill::Zeros, 0, h, &mut rel);
+    let barrier = b.barrier();
+    assert!(!b.flush_ready(Some(0), barrier));
+    let c = b.writeback_candidates(Some(0), barrier);
+    assert_eq!(c, vec![0]);
+    let (_, f) = b.take_for_writeback(0);
+    b.start_flight(7, f);
+    assert!(
+        !b.flush_ready(Some(0), barrier),
+        "waits for its write-back to land"
+    );
+    b.end_flight(7, None, &mut rel);
+    assert!(b.flush_ready(Some(0), barrier));
+    assert!(
+        !b.flush_ready(None, barrier),
+        "volume 1's data is still buffered"
+    );
+    assert_eq!(b.dirty_len(), 1);
+    // A write after the FLUSH arrived is not waited for.
+    let h = b.hold(0);
+    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel);
+    assert!(b.flush_ready(Some(0), barrier));
+}
+
+#[test]
+fn fair_share_limits_one_volume() {
+    let mut b = WriteBuffer::new(cfg());
+    let mut rel = Vec::new();
+    assert!(b.has_room(0, 128));
+    let h = b.hold(0);
+    b.admit(0..64, 0, Fill::Zeros, 0, h, &mut rel);
+    // Volume 1 arriving makes two active volumes: 64 each.
+    assert!(b.has_room(1, 64));
+    assert!(!b.has_room(1, 65));
+    let h = b.hold(0);
+    b.admit(64..128, 1, Fill::Zeros, 0, h, &mut rel);
+    assert!(!b.has_room(0, 1));
+    assert!(!b.has_room(2, 1), "the buffer is full");
+}
