@@ -75,6 +75,9 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     /// Stop the run at this virtual time.
     pub max_sim_ns: Option<u64>,
+    /// End the run once every `[[migration]]` has started and finished, with the
+    /// workloads still running (migration experiments measure the window only).
+    pub stop_after_migrations: bool,
 }
 
 const EV_DEV: u8 = 0;
@@ -84,6 +87,8 @@ const EV_WAKE: u8 = 2;
 const EV_HELD: u8 = 3;
 /// A closed-loop VM's refill after a request that took no simulated time (payload: VM).
 const EV_REFILL: u8 = 4;
+/// A scenario's `[[migration]]` starts (payload: its index).
+const EV_MIGRATE: u8 = 5;
 
 /// What a request answered without device I/O (a read of unwritten space, an error, a
 /// flush with nothing to commit) costs its VM before the next one: without it such
@@ -153,10 +158,13 @@ pub struct Simulation {
     done_ios: u64,
     progress: Option<Box<dyn Progress>>,
     max_sim_ns: u64,
+    stop_after_migrations: bool,
     timeline: Vec<crate::report::Sample>,
     next_sample_ns: u64,
     /// Counters at the last sample: VM bytes written, log VM bytes, appended, cleaned.
     last_sample: [u64; 4],
+    /// Completion rates around live storage migrations.
+    watch: crate::migration_watch::MigrationWatch,
 }
 
 /// Map engine device operations onto model operations.
@@ -276,7 +284,13 @@ impl Simulation {
             });
         }
         let npools = scenario.pools.len();
+        let scenario_has_none = scenario.migrations.is_empty();
+        let watch = crate::migration_watch::MigrationWatch::new(
+            scenario.volumes.len(),
+            !scenario.migrations.is_empty(),
+        );
         Ok(Simulation {
+            watch,
             scenario,
             seed,
             engine,
@@ -298,6 +312,7 @@ impl Simulation {
             done_ios: 0,
             progress: None,
             max_sim_ns: opts.max_sim_ns.unwrap_or(u64::MAX),
+            stop_after_migrations: opts.stop_after_migrations && !scenario_has_none,
             timeline: Vec::new(),
             next_sample_ns: 0,
             last_sample: [0; 4],
@@ -368,6 +383,8 @@ impl Simulation {
         v.workload.completed(index, self.now - self.t0);
         v.last_ns = v.last_ns.max(self.now);
         v.errors += !ok as u64;
+        let vol = v.volume.0 as usize;
+        self.watch.completed(vol, self.now - self.t0);
         self.done_ios += 1;
         if let Some(p) = &mut self.progress
             && self.done_ios.is_multiple_of(65_536)
@@ -510,6 +527,7 @@ impl Simulation {
                 self.vms[payload as usize].refill_pending = false;
                 self.fill(payload as usize);
             }
+            EV_MIGRATE => self.start_migration(payload as usize),
             EV_HELD => {
                 if let Some((vm, index, r)) = self.held.take(payload as usize) {
                     self.vms[vm].outstanding -= 1;
@@ -525,18 +543,62 @@ impl Simulation {
     }
 
     fn run_until_idle(&mut self) {
+        let mut steps = 0u64;
         while let Some(Reverse((t, _, kind, payload))) = self.heap.pop() {
             if t > self.max_sim_ns || self.failure.is_some() {
                 break;
             }
+            steps += 1;
+            // Checked now and then: a finished migration's end is known to within a few
+            // thousand events, and its window is measured from its own timestamps.
+            if self.stop_after_migrations
+                && steps.is_multiple_of(1024)
+                && self.t0 > 0
+                && self.migrations_all_done()
+            {
+                break;
+            }
             // Once every workload is done, background timers (tier migration, commits)
             // no longer keep the run going; operations already in flight still finish.
-            if kind == EV_WAKE && self.workloads_done() {
+            if kind == EV_WAKE && self.workloads_done() && !self.migrating() {
                 self.wakeups.fired(t);
                 continue;
             }
             self.step(t, kind, payload);
         }
+    }
+
+    /// Start the scenario's `i`th migration; a refusal ends the run with its reason.
+    fn start_migration(&mut self, i: usize) {
+        let m = &self.scenario.migrations[i];
+        let volume = VolumeId(m.volume as u32);
+        if let Err(e) =
+            self.engine
+                .start_migration(self.now, volume, m.params.clone(), &mut self.out)
+        {
+            let name = &self.scenario.volumes[m.volume].name;
+            self.failure = Some(format!("migration {} of volume {name}: {e}", i + 1));
+        }
+    }
+
+    /// A migration the scenario started is still running (its timers keep the run going
+    /// after the workloads end, so a migration without a workload finishes).
+    fn migrating(&self) -> bool {
+        !self.scenario.migrations.is_empty()
+            && self
+                .engine
+                .migrations()
+                .iter()
+                .any(|m| crate::migration_watch::is_active(m.phase))
+    }
+
+    /// Every scenario migration has started and none still runs.
+    fn migrations_all_done(&self) -> bool {
+        let all = self.engine.migrations();
+        all.len() >= self.scenario.migrations.len()
+            && !all
+                .iter()
+                .any(|m| crate::migration_watch::is_active(m.phase))
     }
 
     fn workloads_done(&self) -> bool {
@@ -576,6 +638,10 @@ impl Simulation {
         self.prefill()?;
         self.t0 = self.now;
         self.next_sample_ns = self.t0 + self.scenario.sample_interval_ns;
+        for i in 0..self.scenario.migrations.len() {
+            let at = self.t0 + self.scenario.migrations[i].at_ns;
+            self.push(at, EV_MIGRATE, i as u64);
+        }
         for vm in 0..self.vms.len() {
             if self.vms[vm].timed {
                 self.schedule_arrival(vm);
@@ -738,7 +804,23 @@ impl Simulation {
             .into_iter()
             .filter_map(|p| Some((p.name, p.log?)))
             .collect();
+        let migrations = self
+            .engine
+            .migrations()
+            .iter()
+            .filter_map(|m| {
+                let vol = self
+                    .scenario
+                    .volumes
+                    .iter()
+                    .position(|v| v.name == m.volume)?;
+                Some(self.watch.report(m, vol, t0, |p| {
+                    self.scenario.pools[p.0 as usize].name.clone()
+                }))
+            })
+            .collect();
         SimReport {
+            migrations,
             logs,
             throttles,
             timeline: self.timeline.clone(),

@@ -4,10 +4,11 @@
 
 pub mod driver;
 pub mod dst;
+mod migration_watch;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;
 
 pub use driver::{Progress, RunOptions, Simulation};
-pub use report::SimReport;
+pub use report::{MigrationReport, SimReport};
 pub use scenario::{Scenario, ScenarioError, WorkloadSpec};

@@ -224,6 +224,44 @@ pub struct SimReport {
     /// Throughput over time (scenarios with `sample_interval_s`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Sample>,
+    /// Live storage migrations the scenario started (`[[migration]]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub migrations: Vec<MigrationReport>,
+}
+
+/// One live storage migration: seed 004's metrics, times from the workloads' start.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MigrationReport {
+    pub volume: String,
+    pub scheme: String,
+    /// Why `auto` picked the scheme (empty when it was given).
+    pub why: String,
+    pub from: Vec<String>,
+    pub to: String,
+    /// done, cancelled, failed, or where it was when the run ended.
+    pub phase: String,
+    pub error: Option<String>,
+    pub started_s: f64,
+    pub image_copied_s: Option<f64>,
+    pub finished_s: Option<f64>,
+    pub migration_time_s: Option<f64>,
+    /// From the start until every chunk was copied once.
+    pub image_copy_time_s: Option<f64>,
+    /// The pivot's pause.
+    pub downtime_ms: f64,
+    pub copied_bytes: u64,
+    /// Written to the destination twice or needlessly (DBT recopies, duplicates).
+    pub redundant_bytes: u64,
+    pub mirrored_bytes: u64,
+    /// VM bytes written during the migration, and those that reached an SSD pool.
+    pub vm_write_bytes: u64,
+    pub ssd_write_bytes: u64,
+    pub passes: u32,
+    pub aio_delays: u64,
+    /// The volume's VM requests per second before the migration started (None when it
+    /// started with the workloads) and during it (None when it did not finish).
+    pub iops_before: Option<f64>,
+    pub iops_during: Option<f64>,
 }
 
 /// One interval of a run.
@@ -321,6 +359,7 @@ impl SimReport {
                 t.cache_hits
             );
         }
+        self.migrations_table(&mut s);
         if !self.logs.is_empty() {
             let _ = writeln!(
                 s,
@@ -350,5 +389,47 @@ impl SimReport {
             }
         }
         s
+    }
+}
+
+impl SimReport {
+    fn migrations_table(&self, s: &mut String) {
+        if self.migrations.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "\n{:<16} {:<7} {:<10} {:>8} {:>9} {:>11} {:>12} {:>12} {:>12} {:>10}",
+            "migration",
+            "scheme",
+            "phase",
+            "start s",
+            "time s",
+            "downtime ms",
+            "copied MiB",
+            "redund. MiB",
+            "SSD wr MiB",
+            "IOPS"
+        );
+        let mib = |b: u64| b as f64 / 1048576.0;
+        for m in &self.migrations {
+            let _ = writeln!(
+                s,
+                "{:<16} {:<7} {:<10} {:>8.3} {:>9} {:>11.3} {:>12.1} {:>12.1} {:>12.1} {:>10}",
+                format!("{} -> {}", m.volume, m.to),
+                m.scheme,
+                m.phase,
+                m.started_s,
+                m.migration_time_s.map_or("-".into(), |t| format!("{t:.3}")),
+                m.downtime_ms,
+                mib(m.copied_bytes),
+                mib(m.redundant_bytes),
+                mib(m.ssd_write_bytes),
+                m.iops_during.map_or("-".into(), |r| format!("{r:.0}")),
+            );
+            if let Some(e) = &m.error {
+                let _ = writeln!(s, "  error: {e}");
+            }
+        }
     }
 }

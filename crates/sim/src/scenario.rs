@@ -40,8 +40,11 @@ use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, SchedSpec};
 
+#[path = "scenario_migration.rs"]
+mod mig;
 #[path = "scenario_trace.rs"]
 mod trace_vm;
+pub use mig::MigrationSpec;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
     AppJob, AppKind, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceWorkload, Workload,
@@ -70,6 +73,8 @@ struct RawScenario {
     volumes: Vec<RawVolume>,
     #[serde(default, rename = "vm")]
     vms: Vec<Spanned<RawVm>>,
+    #[serde(default, rename = "migration")]
+    migrations: Vec<mig::RawMigration>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -341,6 +346,8 @@ pub struct Scenario {
     pub pools: Vec<PoolSpec>,
     pub volumes: Vec<VolumeSpec>,
     pub vms: Vec<VmSpec>,
+    /// Live storage migrations the run starts (`[[migration]]`).
+    pub migrations: Vec<MigrationSpec>,
     /// What the pools, volumes and engine keys resolve to, exactly as a server config
     /// saying the same would (crates/conf/src/system.rs); the fields above are views of it.
     pub engine: tiervisor_engine::EngineConfig,
@@ -638,6 +645,11 @@ impl Scenario {
                 workload,
             });
         }
+        let migrations = raw
+            .migrations
+            .iter()
+            .map(|m| mig::migration(&cx, m, &pools, &volumes))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Scenario {
             source: file.to_string(),
             seed: raw.seed.unwrap_or(1),
@@ -656,6 +668,7 @@ impl Scenario {
             pools,
             volumes,
             vms,
+            migrations,
             engine,
         })
     }

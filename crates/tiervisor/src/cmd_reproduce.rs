@@ -15,13 +15,18 @@ pub enum ReproduceCmd {
     /// Seed 002: IOzone-like random writes of a 6 GB file, 4 KB to 512 KB records, with
     /// the log-structured write path off and on; MB/s and the speed-up.
     Logwrite(ReproduceArgs),
-    /// Seed 001 (vFLUSH) on the simulated openssd-jasmine: flush = "all" (Baseline)
-    /// against "tagged"; Figures 1/8, 2/6, 7 and 9 with the paper's numbers and ratios.
     /// Seed 003 Tables 2 and 3: 50,000 requests of the SURGE-like web-server workload on
     /// cheetah-15k4, O_DIRECT and through a page cache, per scheduler: mean and variance
     /// of service and response time, sectors/ms, beside the paper's real column.
     Scheduling(SchedulingArgs),
+    /// Seed 001 (vFLUSH) on the simulated openssd-jasmine: flush = "all" (Baseline)
+    /// against "tagged"; Figures 1/8, 2/6, 7 and 9 with the paper's numbers and ratios.
     Flush(FlushArgs),
+    /// Seed 004 (live storage migration) with intel-520 and hitachi-7k1000c: Table 5
+    /// (downtime of DBT, mirror, LR, SLR, AIO for four pool pairs), Table 6 (share of
+    /// writes reaching an SSD against the paper's formulas), the migration cost MC and
+    /// the paper's orderings, each with the paper's number beside ours.
+    Migration(crate::cmd_migration::MigrationArgs),
     /// Every reproduction above: one Markdown report with each point's paper value, ours,
     /// the ratio and whether it is within [0.67, 1.5], a plot per experiment, a summary.
     All(crate::cmd_reproduce_all::AllArgs),
@@ -97,6 +102,7 @@ fn print_json<T: serde::Serialize>(rows: &[T]) -> Result<(), Failure> {
 pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
     match cmd {
         ReproduceCmd::Flush(a) => crate::cmd_flush::run(a),
+        ReproduceCmd::Migration(a) => crate::cmd_migration::run(a),
         ReproduceCmd::All(a) => crate::cmd_reproduce_all::run(a),
         ReproduceCmd::Scheduling(a) => scheduling(a),
         ReproduceCmd::Logwrite(a) => {

@@ -33,7 +33,7 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
     }
     let opts = RunOptions {
         seed: a.seed,
-        max_sim_ns: None,
+        ..RunOptions::default()
     };
     let mut sim = Simulation::new(sc, &opts).map_err(Failure::input)?;
     if let Some(total) = sim.total_ios()

@@ -2,6 +2,7 @@
 
 mod cmd_dst;
 mod cmd_flush;
+mod cmd_migration;
 mod cmd_model;
 mod cmd_reproduce;
 mod cmd_reproduce_all;

@@ -4,6 +4,7 @@
 
 pub mod flush;
 mod logwrite;
+pub mod migration;
 pub mod points;
 mod scheduling;
 mod tiering;
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use flush::{Check, FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
+pub use migration::{MigrationOptions, MigrationResult, migration};
 pub use scheduling::{Measure, Ranking, SchedulingReport, SchedulingRow, scheduling};
 pub use tiering::{TieringRow, tiering};
 

@@ -113,6 +113,35 @@ pub fn from_scheduling(r: &SchedulingReport) -> Vec<Point> {
     v
 }
 
+/// Seed 004's Table 5 downtimes, and Table 6 shares where the paper's formula (at our
+/// measured alpha, beta = 1) is not zero.
+pub fn from_migration(r: &super::MigrationResult) -> Vec<Point> {
+    let mut v: Vec<Point> = r
+        .downtime
+        .iter()
+        .map(|d| {
+            Point::new(
+                "migration",
+                format!("Table 5 downtime ms, {} {}", d.pair, d.scheme),
+                d.paper_ms,
+                d.ours_ms,
+            )
+        })
+        .collect();
+    v.extend(r.share.iter().filter(|x| x.paper_formula > 0.0).map(|x| {
+        Point::new(
+            "migration",
+            format!(
+                "Table 6 share of writes to SSD (formula at alpha {:.2}), {} {}",
+                x.alpha, x.pair, x.scheme
+            ),
+            x.paper_formula,
+            x.ours,
+        )
+    }));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,200 @@
+//! Live storage migrations in scenarios (`[[migration]]`, seed 004): they start at their
+//! time, finish, move the volume and report the paper's metrics.
+
+use std::path::Path;
+
+use tiervisor_sim::{RunOptions, Scenario, SimReport, Simulation};
+
+/// A 64 MiB volume on `from`, fully written before the run, moving to `to` at `at_s`
+/// while a VM does `ios` random 4k requests (50 % writes) at depth 4.
+fn scenario(from: &str, to: &str, scheme: &str, at_s: f64, ios: u64) -> String {
+    format!(
+        r#"seed = 3
+[[pool]]
+name = "ssd"
+model = "intel-520"
+capacity = "1g"
+[[pool]]
+name = "hdd"
+model = "hitachi-7k1000c"
+capacity = "1g"
+[[volume]]
+name = "vm1"
+pool = "{from}"
+size = "64m"
+prefill = true
+[[vm]]
+volume = "vm1"
+[vm.fio]
+rw = "randrw"
+bs = "4k"
+iodepth = 4
+ios = {ios}
+[[migration]]
+volume = "vm1"
+to = "{to}"
+scheme = "{scheme}"
+at_s = {at_s}
+rate_mb_s = 32
+"#
+    )
+}
+
+fn run(text: &str) -> SimReport {
+    let sc = Scenario::parse("m.toml", text, Path::new(".")).unwrap();
+    Simulation::new(sc, &RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap()
+}
+
+#[test]
+fn every_scheme_moves_the_volume_while_it_serves_io() {
+    for scheme in ["dbt", "mirror", "lr", "slr", "aio"] {
+        for (from, to) in [("hdd", "ssd"), ("ssd", "hdd")] {
+            let r = run(&scenario(from, to, scheme, 0.1, 3000));
+            let m = &r.migrations[0];
+            let what = format!("{scheme} {from}->{to}");
+            assert_eq!(m.phase, "done", "{what}: {m:?}");
+            assert_eq!(m.scheme, scheme);
+            assert_eq!(
+                (m.from.as_slice(), m.to.as_str()),
+                (&[from.to_string()][..], to)
+            );
+            let chunks = &r.volumes["vm1"].chunks_by_pool;
+            assert!(
+                chunks.iter().all(|(p, n)| p == to || *n == 0),
+                "{what}: chunks left behind {chunks:?}"
+            );
+            assert!(m.downtime_ms > 0.0, "{what}: no pause measured");
+            assert!(m.started_s >= 0.1, "{what}: started at {}", m.started_s);
+            // The image is 64 MiB; LR and SLR skip what the VM wrote to the destination.
+            let once = m.copied_bytes - m.redundant_bytes.min(m.copied_bytes);
+            assert!(once <= 64 << 20, "{what}: copied {} once", once);
+            assert!(
+                m.copied_bytes >= 32 << 20,
+                "{what}: copied {}",
+                m.copied_bytes
+            );
+            assert!(m.iops_during.unwrap_or(0.0) > 0.0, "{what}: {m:?}");
+            assert!(
+                m.iops_before.is_some(),
+                "{what}: started after the workload"
+            );
+            assert_eq!(r.vms.values().map(|v| v.errors).sum::<u64>(), 0, "{what}");
+            // Writes to an SSD pool during the move: none under LR out of the SSD (every
+            // write goes to the HDD destination), some for every scheme into it.
+            match (scheme, to) {
+                ("lr", "hdd") => assert_eq!(m.ssd_write_bytes, 0, "{what}"),
+                (_, "ssd") => assert!(m.ssd_write_bytes > 0, "{what}"),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn a_migration_outlives_its_workload_and_copies_at_its_rate() {
+    // One request, then nothing: the copy alone is the image copy time.
+    let r = run(&scenario("hdd", "ssd", "mirror", 0.0, 1));
+    let m = &r.migrations[0];
+    assert_eq!(m.phase, "done", "{m:?}");
+    let expected_s = (64u64 << 20) as f64 / 32e6;
+    let t = m.migration_time_s.unwrap();
+    assert!(
+        (expected_s * 0.8..expected_s * 1.25).contains(&t),
+        "64 MiB at 32 MB/s took {t:.3} s (expected about {expected_s:.2})"
+    );
+    assert!(m.iops_before.is_none());
+}
+
+#[test]
+fn the_same_seed_reports_the_same_migration() {
+    let text = scenario("ssd", "hdd", "aio", 0.05, 2000);
+    let (a, b) = (run(&text), run(&text));
+    assert_eq!(a.migrations, b.migrations);
+    assert!(a.to_table().contains("vm1 -> hdd"));
+}
+
+#[test]
+fn bad_migrations_name_the_line_and_what_was_expected() {
+    let base = scenario("hdd", "ssd", "lr", 0.0, 10);
+    for (from, to, want) in [
+        (
+            "scheme = \"lr\"",
+            "scheme = \"fast\"",
+            "m.toml:25: unknown migration scheme \"fast\"; expected dbt, mirror, lr, slr, aio or auto",
+        ),
+        (
+            "to = \"ssd\"\n",
+            "to = \"nvme\"\n",
+            "m.toml:24: unknown pool \"nvme\"; defined: ssd, hdd",
+        ),
+        (
+            "rate_mb_s = 32",
+            "rate_mb_s = 0",
+            "m.toml:27: rate_mb_s: expected a positive number",
+        ),
+        (
+            "at_s = 0",
+            "at_s = -1",
+            "m.toml:26: at_s: expected 0 or a positive number of seconds",
+        ),
+        (
+            "rate_mb_s = 32",
+            "rate_mb_s = 32\ngamma = 2",
+            "m.toml:28: gamma: expected 0 to 1",
+        ),
+    ] {
+        let text = base.replacen(from, to, 1);
+        assert_ne!(text, base, "{from}");
+        let e = Scenario::parse("m.toml", &text, Path::new("."))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}\nexpected: {want}");
+    }
+    // The engine's refusal (a thick volume) ends the run with the volume and the reason.
+    let thick = base.replace("size = \"64m\"", "size = \"64m\"\nprovisioning = \"thick\"");
+    let sc = Scenario::parse("m.toml", &thick, Path::new(".")).unwrap();
+    let e = Simulation::new(sc, &RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap_err();
+    assert!(e.contains("migration 1 of volume vm1"), "{e}");
+}
+
+#[test]
+fn reproduce_migration_runs_every_table_and_lr_spares_the_ssd() {
+    use tiervisor_sim::reproduce::{MigrationOptions, migration};
+    let r = migration(&MigrationOptions {
+        image_mib: 32,
+        rate_mb_s: 64,
+        jobs: 2,
+    })
+    .unwrap();
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{}", serde_json::to_string_pretty(&r).unwrap());
+    }
+    assert_eq!(r.downtime.len(), 20);
+    assert_eq!(r.share.len(), 20);
+    assert_eq!(r.cost.len(), 20);
+    assert!(
+        r.downtime
+            .iter()
+            .all(|d| d.ours_ms > 0.0 && d.paper_ms > 0.0)
+    );
+    assert!(r.image_copy_s.iter().all(|(_, s)| *s > 0.0));
+    assert!(r.best_iops.iter().all(|(_, s)| *s > 0.0));
+    // No SSD, no wear.
+    for c in r.cost.iter().filter(|c| c.pair == "HDD to HDD") {
+        assert_eq!(c.lambda_wear, 0.0, "{c:?}");
+    }
+    // LR out of an SSD sends every write to the HDD.
+    let lr = r
+        .share
+        .iter()
+        .find(|s| s.pair == "SSD to HDD" && s.scheme == "lr")
+        .unwrap();
+    assert_eq!(lr.ours, 0.0);
+}
