@@ -23,6 +23,9 @@ pub(crate) enum Owner {
         chunk: u64,
         start: u64,
         end: u64,
+        /// The chunk's home-write sequence number when it was queued (see
+        /// `Activity::logged_over`).
+        seq: u64,
     },
     /// One of the writes that allocate a chunk.
     Alloc {

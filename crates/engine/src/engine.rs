@@ -406,9 +406,11 @@ impl Engine {
         // A throttled pool's completion waits for its target (the operation stays in
         // flight); `next_deadline` names the target and `tick` releases it.
         let mut c = c;
-        if let Some(op) = self.ops.get_mut(key)
-            && let Some(times) = op.throttle.take()
+        let early = self.bug_is(InjectedBug::ThrottleEarlyRelease);
+        if let Some(op) = self.ops.get(key)
+            && let Some(times) = op.throttle
             && let Some(t) = &mut self.pools[op.pool as usize].throttle
+            && !early
         {
             match t.arrive(now, times, c) {
                 Ok(()) => return,
@@ -431,6 +433,12 @@ impl Engine {
         self.epochs.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
+        // The throttle's contract, checked where the completion leaves it.
+        if let Some((_, target)) = op.throttle
+            && let Some(t) = &mut self.pools[pool].throttle
+        {
+            t.handed_on(now, target);
+        }
         if op.kind != DevKind::Flush {
             self.pools[pool].sched.completed(now, &op.queued, op.lane);
         }
@@ -469,7 +477,17 @@ impl Engine {
                 chunk,
                 start,
                 end,
-            } => self.write_done(now, req, vol, op.pool, chunk, start, end, result, out),
+                seq,
+            } => self.write_done(
+                now,
+                req,
+                vol,
+                op.pool,
+                chunk,
+                (start, end, seq),
+                result,
+                out,
+            ),
             Owner::Alloc { vol, chunk } => self.alloc_part_done(now, vol, chunk, result, out),
             Owner::Commit { vol } => self.commit_io_done(now, vol, result, out),
             Owner::Startup { tag } => self.startup_io_done(now, key, tag, result, data, out),

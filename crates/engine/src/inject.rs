@@ -48,11 +48,14 @@ pub enum InjectedBug {
     /// Write buffer: a FLUSH goes to the device as soon as its write-backs are issued,
     /// before they land, so it can complete while its data is still in flight.
     WbufFlushEarly,
+    /// The virtual performance throttle passes a completion on when the device reports
+    /// it, before its modelled target (the throttle's hand-on check must catch it).
+    ThrottleEarlyRelease,
 }
 
 impl InjectedBug {
     /// The bugs the CI DST set must catch.
-    pub fn all() -> [InjectedBug; 8] {
+    pub fn all() -> [InjectedBug; 9] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
@@ -62,6 +65,7 @@ impl InjectedBug {
             InjectedBug::CommitSkipsLogWait,
             InjectedBug::SchedLosesWakeup,
             InjectedBug::StatusMissesLog,
+            InjectedBug::ThrottleEarlyRelease,
         ]
     }
     /// One per live-migration scheme: caught by `tests/migration.rs` (dbt, lr, slr); DST
@@ -96,6 +100,7 @@ impl InjectedBug {
             InjectedBug::SlrWritesSource => "slr-writes-source",
             InjectedBug::AioUnorderedDups => "aio-unordered-dups",
             InjectedBug::WbufFlushEarly => "wbuf-flush-early",
+            InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
         }
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {

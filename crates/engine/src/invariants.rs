@@ -263,6 +263,12 @@ impl Engine {
                 _ => {}
             }
         }
+        for p in &self.pools {
+            if let Some(t) = &p.throttle {
+                t.check(p.in_flight)
+                    .map_err(|e| format!("pool {} throttle: {e}", p.cfg.name))?;
+            }
+        }
         Ok(())
     }
 }

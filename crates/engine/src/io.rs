@@ -340,7 +340,10 @@ impl Engine {
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {
-                vol.activity.entry(c).or_default().writes_in_flight += 1;
+                let a = vol.activity.entry(c).or_default();
+                a.writes_in_flight += 1;
+                a.home_seq += 1;
+                let seq = a.home_seq;
                 self.reqs[key].outstanding += 1;
                 let dev = chunk_offset(pc, cb) + (s - c * cb);
                 let owner = Owner::Write {
@@ -349,6 +352,7 @@ impl Engine {
                     chunk: c,
                     start: s,
                     end: e,
+                    seq,
                 };
                 let spec = OpSpec::new(owner, pool, kind, IoClass::Foreground);
                 let spec = spec.at(dev, e - s).payload(payload).for_volume(v);
@@ -573,21 +577,33 @@ impl Engine {
         v: u32,
         pool: u16,
         chunk: u64,
-        start: u64,
-        end: u64,
+        range: (u64, u64, u64),
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
+        let (start, end, seq) = range;
         let vol = &mut self.vols[v as usize];
+        // The overlay is cleared only where nothing was logged after this write was
+        // queued: its completion may be reported long after it landed, and a newer
+        // logged write must not be dropped with the older entries.
+        let mut gaps = vec![(start, end)];
         if let Some(a) = vol.activity.get_mut(&chunk) {
+            gaps = a.unprotected(start, end, seq);
             a.writes_in_flight -= 1;
+            if a.writes_in_flight == 0 {
+                a.logged_over.clear();
+            }
             if a.is_quiet() {
                 vol.activity.remove(&chunk);
             }
         }
         if result.is_ok() {
             vol.dirty_pools |= 1 << pool;
-            if self.clear_overlay(v, start, end) {
+            let mut cleared = false;
+            for (s, e) in gaps {
+                cleared |= self.clear_overlay(v, s, e);
+            }
+            if cleared {
                 self.arm_commit_timer(now);
             }
         }

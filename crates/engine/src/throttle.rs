@@ -83,6 +83,8 @@ pub struct ThrottleReport {
     /// Predicted cache hits.
     pub cache_hits: u64,
     pub held_now: u64,
+    /// Completions handed on before their target: a broken throttle (always 0).
+    pub early: u64,
     /// Total time completions were held past their real completion.
     pub added_delay_ns: u64,
     /// Sum of the model's service times X (before k).
@@ -207,6 +209,30 @@ impl Throttle {
             self.k = (self.k * 0.98).max(K_MIN);
         }
         Some(c)
+    }
+
+    /// A completion of an operation with `target` leaves the throttle at `now`.
+    pub fn handed_on(&mut self, now: u64, target: u64) {
+        if now < target {
+            self.stat.early += 1;
+        }
+    }
+
+    /// The throttle's invariants, given the pool's operations in flight.
+    pub fn check(&self, in_flight: u32) -> Result<(), String> {
+        if self.stat.early > 0 {
+            return Err(format!(
+                "{} completion(s) passed before their modelled time",
+                self.stat.early
+            ));
+        }
+        if self.held.len() > in_flight as usize {
+            return Err(format!(
+                "{} completions held but only {in_flight} operations in flight",
+                self.held.len()
+            ));
+        }
+        Ok(())
     }
 
     pub fn report(&self) -> ThrottleReport {

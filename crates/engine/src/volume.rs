@@ -47,6 +47,12 @@ pub struct Activity {
     pub writes_in_flight: u32,
     pub state: ChunkState,
     pub waiters: VecDeque<Waiter>,
+    /// Home writes queued to the chunk while it was active (their sequence numbers).
+    pub home_seq: u64,
+    /// Ranges logged while home writes were in flight, with the last home sequence
+    /// number queued before them: a home write with a sequence number up to that one is
+    /// older than the logged data, so its completion must not clear the range's overlay.
+    pub logged_over: Vec<(u64, u64, u64)>,
 }
 
 impl Default for Activity {
@@ -55,6 +61,8 @@ impl Default for Activity {
             writes_in_flight: 0,
             state: ChunkState::Idle,
             waiters: VecDeque::new(),
+            home_seq: 0,
+            logged_over: Vec::new(),
         }
     }
 }
@@ -62,6 +70,30 @@ impl Default for Activity {
 impl Activity {
     pub fn is_quiet(&self) -> bool {
         self.writes_in_flight == 0 && self.state == ChunkState::Idle && self.waiters.is_empty()
+    }
+
+    /// Parts of [start, end) whose overlay the completing home write `seq` may clear:
+    /// all but the ranges logged after it was queued.
+    pub fn unprotected(&self, start: u64, end: u64, seq: u64) -> Vec<(u64, u64)> {
+        let mut newer: Vec<(u64, u64)> = self
+            .logged_over
+            .iter()
+            .filter(|&&(after, s, e)| after >= seq && s < end && e > start)
+            .map(|&(_, s, e)| (s.max(start), e.min(end)))
+            .collect();
+        newer.sort_unstable();
+        let mut gaps = Vec::new();
+        let mut at = start;
+        for (s, e) in newer {
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        gaps
     }
 }
 

@@ -67,8 +67,7 @@ fn wakeups_queue_each_deadline_once_and_again_after_it_fires() {
     );
 }
 
-#[test]
-fn a_held_throttled_completion_is_a_deadline_until_released() {
+fn throttled_config() -> EngineConfig {
     let mut cfg = config(1 << 20);
     // The thick volume's pool models a drive with R/2 = 2 ms, S = 0: every op X = 2 ms.
     cfg.pools[0].throttle = Some(ThrottleConfig {
@@ -83,7 +82,12 @@ fn a_held_throttled_completion_is_a_deadline_until_released() {
         k: 3.0,
         adapt: false,
     });
-    let mut r = Rig::new(cfg);
+    cfg
+}
+
+#[test]
+fn a_held_throttled_completion_is_a_deadline_until_released() {
+    let mut r = Rig::new(throttled_config());
     let ops = |r: &Rig| r.engine.report().pools[0].throttle.clone().unwrap().ops;
     // Start-up I/O was throttled too (the rig ran its timers).
     let ops_before = ops(&r);
@@ -101,4 +105,15 @@ fn a_held_throttled_completion_is_a_deadline_until_released() {
     assert!(r.engine.next_deadline().is_none_or(|t| t > target));
     let t = r.engine.report().pools[0].throttle.clone().unwrap();
     assert_eq!((t.ops, t.held_now), (ops_before + 1, 0));
+}
+
+#[test]
+fn a_completion_passed_before_its_target_breaks_the_throttle_invariant() {
+    let r = Rig::new(throttled_config());
+    assert_eq!(r.engine.check_invariants(), Ok(()));
+    let mut r = Rig::with_bug(throttled_config(), Some(InjectedBug::ThrottleEarlyRelease));
+    let id = r.submit("thick", ReqKind::Read, 0, None, 4096);
+    assert!(r.take_done(id).is_some(), "the defect passes it at once");
+    let e = r.engine.check_invariants().unwrap_err();
+    assert!(e.contains("passed before their modelled time"), "{e}");
 }

@@ -93,6 +93,13 @@ impl Engine {
         stats.user_writes += 1;
         stats.user_bytes += len;
         self.log_place(now, v, si, s, e, data);
+        // Home writes in flight to the chunk are older than this: keep it from them.
+        let cb = self.cfg.chunk_bytes;
+        if let Some(a) = self.vols[v as usize].activity.get_mut(&(s / cb))
+            && a.writes_in_flight > 0
+        {
+            a.logged_over.push((a.home_seq, s, e));
+        }
         self.log_maybe_seal(now, v, si, out);
         self.arm_commit_timer(now);
         LogOutcome::Logged

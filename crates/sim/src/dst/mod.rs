@@ -59,6 +59,7 @@ pub fn run_range(
                             t.migration_cancels += st.migration_cancels;
                             t.buffered_writes += st.buffered_writes;
                             t.tagged_flushes += st.tagged_flushes;
+                            t.throttled_ops += st.throttled_ops;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -17,8 +17,8 @@ use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
     CleanerPolicy, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent, EngineState,
     Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
-    Provisioning, ReqKind, SchedSpec, StartMode, TieringConfig, VmRequest, VolumeConfig, VolumeId,
-    VolumeQos,
+    Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig, VmRequest,
+    VolumeConfig, VolumeId, VolumeQos,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -61,6 +61,8 @@ pub struct DstStats {
     /// with a volume's tag.
     pub buffered_writes: u64,
     pub tagged_flushes: u64,
+    /// Data operations given a target by a pool's virtual performance throttle.
+    pub throttled_ops: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -181,6 +183,37 @@ fn host_flush_on() -> bool {
     std::env::var_os("TIERVISOR_DST_WBUF").is_some_and(|v| v == "1")
 }
 
+/// A third of the pools hold completions to a disk model (seed 003's throttle): a small
+/// linear model mostly, so DST's time scale stays, sometimes the Cheetah fit at k = 1;
+/// any k from 1 to 4.5, adapting or not, with or without a shadow cache.
+fn draw_throttle(hrng: &mut Xoshiro256PlusPlus) -> Option<ThrottleConfig> {
+    if below(hrng, 3) != 0 {
+        return None;
+    }
+    let k = 1.0 + below(hrng, 8) as f64 / 2.0;
+    let adapt = below(hrng, 2) == 0;
+    if below(hrng, 4) == 0 {
+        return Some(ThrottleConfig::cheetah_15k4(1.0, adapt));
+    }
+    let cached = below(hrng, 2) == 0;
+    Some(ThrottleConfig {
+        model: "linear".into(),
+        half_rotation_ns: 10_000 + below(hrng, 1_000_000),
+        max_seek_ns: below(hrng, 3_000_000),
+        max_seek_sectors: [0, 2048, 1 << 20][below(hrng, 3) as usize],
+        cache_segments: if cached {
+            1 + below(hrng, 8) as usize
+        } else {
+            0
+        },
+        sectors_per_segment: 64,
+        prefetch_sectors: 16,
+        cache_hit_ns: 20_000,
+        k,
+        adapt,
+    })
+}
+
 fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
     let (write_buffers, _) = draw_host_flush(seed);
     // Tiering choices come from their own stream, so seeds without it replay exactly as
@@ -297,6 +330,10 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
     let cap = |thick: u64, extra: u64| (1 << 20) + thick + extra + 8 * chunk_bytes;
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
+    // Throttles on their own stream too.
+    let mut hrng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7407_u64.rotate_left(52));
+    let throttles = [draw_throttle(&mut hrng), draw_throttle(&mut hrng)];
+    let [ssd_throttle, hdd_throttle] = throttles;
     EngineConfig {
         system_uuid: uuid,
         chunk_bytes,
@@ -309,7 +346,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 queue_depth: 1 + below(rng, 16) as u32,
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[0],
-                throttle: None,
+                throttle: ssd_throttle,
                 write_buffer: write_buffers[0],
             },
             PoolConfig {
@@ -319,7 +356,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                 queue_depth: 1 + below(rng, 4) as u32,
                 scheduler: draw_scheduler(&mut srng),
                 log: pool_log[1],
-                throttle: None,
+                throttle: hdd_throttle,
                 write_buffer: write_buffers[1],
             },
         ],
@@ -755,6 +792,9 @@ impl Sim {
         }
         for w in r.pools.iter().filter_map(|p| p.write_buffer.as_ref()) {
             self.stats.buffered_writes += w.absorbed_writes;
+        }
+        for t in r.pools.iter().filter_map(|p| p.throttle.as_ref()) {
+            self.stats.throttled_ops += t.ops;
         }
         for l in r.pools.iter().filter_map(|p| p.log.as_ref()) {
             self.stats.log_appends += l.appends;
