@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use tiervisor_engine::config::{DEFAULT_CHUNK_BYTES, DEFAULT_JOURNAL_BYTES};
+use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
     EngineConfig, Medium, Placement, PoolConfig, PoolId, Provisioning, VolumeConfig,
 };
@@ -53,6 +54,8 @@ pub struct PoolKeys<'a> {
     pub scheduler: Option<&'a Spanned<toml::Value>>,
     pub throttle: Option<&'a Spanned<toml::Value>>,
     pub log: Option<Switch>,
+    /// The host write-back buffer's size (`"256m"`; 0 or absent: none).
+    pub write_buffer: Option<&'a Spanned<SizeVal>>,
 }
 
 /// One volume's shared keys.
@@ -210,8 +213,29 @@ fn pool(
         scheduler: scheduler(src, p.scheduler)?,
         log: p.log.is_some_and(|s| s.0),
         throttle: crate::throttle::throttle(src, p.throttle)?,
-        write_buffer: None,
+        write_buffer: write_buffer(src, p.write_buffer)?,
     })
+}
+
+/// The smallest write buffer: a few of the largest writes the engine absorbs.
+const MIN_WRITE_BUFFER_BYTES: u64 = 1 << 20;
+
+fn write_buffer(
+    src: &Source,
+    v: Option<&Spanned<SizeVal>>,
+) -> Result<Option<WriteBufferConfig>, ConfError> {
+    let Some(v) = v else { return Ok(None) };
+    match src.size(v, "write_buffer")? {
+        0 => Ok(None),
+        n if n < MIN_WRITE_BUFFER_BYTES => src.err(
+            v.span(),
+            "write_buffer: expected 0 (off) or at least 1m, e.g. \"256m\"",
+        ),
+        n => Ok(Some(WriteBufferConfig {
+            size_bytes: n,
+            max_age_ns: WriteBufferConfig::DEFAULT_MAX_AGE_NS,
+        })),
+    }
 }
 
 fn volume(src: &Source, v: &VolumeKeys, pools: &[PoolConfig]) -> Result<VolumeConfig, ConfError> {

@@ -86,6 +86,10 @@ struct RawPool {
     /// Seed 003's virtual performance throttle.
     throttle: Option<Spanned<toml::Value>>,
     log: Option<tiervisor_conf::Switch>,
+    /// The host write-back buffer (`"256m"`; 0 or absent: none).
+    write_buffer: Option<Spanned<SizeVal>>,
+    /// Read and write the pool with O_DIRECT (no host page cache).
+    direct: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +124,8 @@ pub struct PoolDef {
     pub scheduler: SchedSpec,
     /// Gather small and random writes into log appends.
     pub log: bool,
+    /// Open the pool with O_DIRECT (no host page cache; `io/direct.rs`).
+    pub direct: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -278,6 +284,7 @@ impl ServerConfig {
                     scheduler: p.scheduler.as_ref(),
                     throttle: p.throttle.as_ref(),
                     log: p.log,
+                    write_buffer: p.write_buffer.as_ref(),
                 })
                 .collect::<Vec<_>>(),
             &raw.volumes
@@ -318,6 +325,7 @@ impl ServerConfig {
                     queue_depth: p.queue_depth,
                     scheduler: p.scheduler.clone(),
                     log: p.log,
+                    direct: raw.direct.is_some_and(|d| d.0),
                 }
             })
             .collect();
@@ -467,6 +475,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("floppy"), "{e}");
+    }
+
+    #[test]
+    fn direct_and_write_buffer_are_per_pool() {
+        let text = DEFAULT_CONFIG.replacen(
+            "kind = \"ssd\"\n",
+            "kind = \"ssd\"\ndirect = true\nwrite_buffer = \"64m\"\n",
+            1,
+        );
+        let c = ServerConfig::parse("c.toml", &text).unwrap();
+        assert!(c.pools[0].direct && !c.pools[1].direct);
+        let wb: Vec<_> = c.engine.pools.iter().map(|p| p.write_buffer).collect();
+        assert_eq!(wb[0].map(|w| w.size_bytes), Some(64 << 20));
+        assert_eq!(wb[1], None);
+        let off = text.replace("\"64m\"", "0");
+        let c = ServerConfig::parse("c.toml", &off).unwrap();
+        assert_eq!(c.engine.pools[0].write_buffer, None, "0 turns it off");
+        let e = ServerConfig::parse("c.toml", &text.replace("direct = true", "direct = 3"))
+            .unwrap_err();
+        assert!(e.to_string().starts_with("c.toml:"), "{e}");
     }
 
     #[test]

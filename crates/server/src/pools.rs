@@ -16,6 +16,8 @@ pub struct PoolFile {
     pub size_bytes: u64,
     pub created: bool,
     pub block_device: bool,
+    /// The same file opened with O_DIRECT (`direct = true`, where the file system allows).
+    pub direct: Option<File>,
 }
 
 /// How long to wait for a lock held by a process that was just killed.
@@ -116,7 +118,9 @@ pub fn open_pool(def: &PoolDef) -> Result<PoolFile, String> {
         }
         want
     };
+    let direct = if def.direct { open_direct(def) } else { None };
     Ok(PoolFile {
+        direct,
         name: def.name.clone(),
         path: p.clone(),
         identity: (meta.dev(), meta.ino()),
@@ -127,7 +131,56 @@ pub fn open_pool(def: &PoolDef) -> Result<PoolFile, String> {
     })
 }
 
+/// The pool's file opened again with O_DIRECT; `None`, said loudly, where the file system
+/// refuses it (some refuse at open, some at the first read), so the pool keeps working
+/// through the page cache.
+fn open_direct(def: &PoolDef) -> Option<File> {
+    let refused = |why: String| {
+        tracing::error!(
+            "pool {}: direct = true, but {} refuses O_DIRECT ({why}; tmpfs and some network \
+             file systems do); this pool uses the host page cache instead",
+            def.name,
+            def.path.display()
+        );
+        None
+    };
+    let f = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&def.path)
+    {
+        Ok(f) => f,
+        Err(e) => return refused(e.to_string()),
+    };
+    let mut probe = crate::io::direct::AlignedBuf::zeroed(crate::io::direct::DIRECT_ALIGN_BYTES);
+    // SAFETY: reading one aligned block into a buffer of that size.
+    let n = unsafe {
+        libc::pread(
+            f.as_raw_fd(),
+            probe.as_mut_ptr().cast(),
+            crate::io::direct::DIRECT_ALIGN_BYTES,
+            0,
+        )
+    };
+    if n < 0 {
+        return refused(format!(
+            "a read failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Some(f)
+}
+
 impl PoolFile {
+    /// The descriptors the I/O backends use.
+    pub fn fds(&self) -> crate::io::PoolFds {
+        crate::io::PoolFds {
+            buffered: self.file.as_raw_fd(),
+            direct: self.direct.as_ref().map(|f| f.as_raw_fd()),
+        }
+    }
+
     /// Whether the pool's path still names the file we write: a pool file deleted or
     /// replaced under a running server takes every later write with it.
     pub fn identity_problem(&self) -> Option<String> {

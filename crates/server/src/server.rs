@@ -230,7 +230,23 @@ impl Server {
                 ));
             }
         }
-        let fds = pools.iter().map(|p| p.file.as_raw_fd()).collect();
+        for (p, def) in pools.iter().zip(&cfg.pools) {
+            let buffer = cfg.engine.pools.iter().find(|c| c.name == def.name);
+            let buffer = buffer.and_then(|c| c.write_buffer).map(|w| w.size_bytes);
+            if p.direct.is_some() || buffer.is_some() {
+                log(&format!(
+                    "pool {}: {}, write buffer {}",
+                    p.name,
+                    if p.direct.is_some() {
+                        "O_DIRECT"
+                    } else {
+                        "page cache"
+                    },
+                    buffer.map_or("off".to_string(), |b| format!("{b} bytes"))
+                ));
+            }
+        }
+        let fds = pools.iter().map(PoolFile::fds).collect();
         let backend = io::open(cfg.io, fds).map_err(|e| format!("cannot set up I/O: {e}"))?;
         let poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
         let (sig_tx, sig_rx) =

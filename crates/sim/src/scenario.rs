@@ -91,6 +91,12 @@ struct RawPool {
     log: Option<tiervisor_conf::Switch>,
     /// What a device FLUSH writes back on SSDs: "all" or "tagged" (seed 001).
     flush: Option<Spanned<String>>,
+    /// The host write-back buffer (`"256m"`; 0 or absent: none).
+    write_buffer: Option<Spanned<SizeVal>>,
+    /// O_DIRECT in `serve`; accepted so a scenario can say what a server config says, but
+    /// the simulator has no host page cache, so it changes nothing here.
+    #[allow(dead_code)]
+    direct: Option<tiervisor_conf::Switch>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -447,6 +453,7 @@ impl Scenario {
                     scheduler: p.scheduler.as_ref(),
                     throttle: p.throttle.as_ref(),
                     log: p.log,
+                    write_buffer: p.write_buffer.as_ref(),
                 })
                 .collect::<Vec<_>>(),
             &raw.volumes

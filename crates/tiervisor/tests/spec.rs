@@ -37,6 +37,7 @@ provisioning = "thick"
 fn scenario(engine: &str, volumes: &str) -> EngineConfig {
     let text = format!(
         "{engine}\n[[pool]]\nname = \"fast\"\nmodel = \"intel-x25m-80g\"\ncapacity = \"4g\"\n\
+         write_buffer = \"256m\"\ndirect = true\n\
          [[pool]]\nname = \"slow\"\nmodel = \"hitachi-7k1000c\"\ncapacity = \"16g\"\nscheduler = \"deadline\"\n\
          {volumes}"
     );
@@ -48,6 +49,7 @@ fn scenario(engine: &str, volumes: &str) -> EngineConfig {
 fn server(engine: &str, volumes: &str) -> EngineConfig {
     let text = format!(
         "{engine}\n[[pool]]\nname = \"fast\"\npath = \"fast.pool\"\nkind = \"ssd\"\nsize = \"4g\"\n\
+         write_buffer = \"256m\"\ndirect = true\n\
          [[pool]]\nname = \"slow\"\npath = \"slow.pool\"\nkind = \"hdd\"\nsize = \"16g\"\nscheduler = \"deadline\"\n\
          {volumes}"
     );
@@ -76,6 +78,14 @@ fn a_scenario_and_a_server_config_saying_the_same_build_the_same_engine() {
         sim.pools.iter().map(|p| p.queue_depth).collect::<Vec<_>>(),
         vec![32, 1],
         "queue depth by medium in both"
+    );
+    // The host write buffer is the engine's in both (`direct` is the server's own).
+    assert_eq!(
+        sim.pools
+            .iter()
+            .map(|p| p.write_buffer.map(|w| w.size_bytes))
+            .collect::<Vec<_>>(),
+        vec![Some(256 << 20), None]
     );
     // Without any engine keys, too.
     let bare = "[[volume]]\nname = \"v\"\npool = \"slow\"\nsize = \"1g\"\n";
@@ -117,6 +127,20 @@ fn both_drivers_reject_the_same_things_at_the_same_line() {
         assert_eq!((sc.line, &sc.message), (sv.line, &sv.message), "{bad}");
         assert!(sc.message.contains(what), "{sc}");
     }
+    // The same write buffer rules.
+    let sc = Scenario::parse(
+        "s.toml",
+        "[[pool]]\nname = \"p\"\nmodel = \"intel-x25m-80g\"\n# path\nwrite_buffer = \"100k\"\n",
+        Path::new("."),
+    )
+    .unwrap_err();
+    let sv = ServerConfig::parse(
+        "s.toml",
+        "[[pool]]\nname = \"p\"\npath = \"p\"\nkind = \"ssd\"\nwrite_buffer = \"100k\"\nsize = \"1g\"\n",
+    )
+    .unwrap_err();
+    assert_eq!((sc.line, &sc.message), (sv.line, &sv.message));
+    assert!(sc.message.contains("at least 1m"), "{sc}");
     // The same minimum pool size.
     let small = "[[pool]]\nname = \"p\"\nmodel = \"hitachi-7k1000c\"\n# path\ncapacity = \"8m\"\n";
     let sc = Scenario::parse("s.toml", small, Path::new(".")).unwrap_err();

@@ -4,6 +4,7 @@
 //! polls) and a small thread pool doing positional reads and writes (for kernels or
 //! sandboxes without io_uring). Both report completions through `reap`.
 
+pub mod direct;
 mod threads;
 mod uring;
 
@@ -11,6 +12,7 @@ use std::os::fd::RawFd;
 
 use tiervisor_engine::{DeviceCompletion, DeviceOp, Errno};
 
+pub use direct::PoolFds;
 pub use threads::ThreadBackend;
 pub use uring::UringBackend;
 
@@ -47,7 +49,7 @@ impl IoKind {
 }
 
 /// Build a backend over the pools' file descriptors; io_uring falls back to threads.
-pub fn open(kind: IoKind, fds: Vec<RawFd>) -> std::io::Result<Box<dyn Backend>> {
+pub fn open(kind: IoKind, fds: Vec<PoolFds>) -> std::io::Result<Box<dyn Backend>> {
     if kind == IoKind::Uring {
         match UringBackend::new(fds.clone()) {
             Ok(b) => return Ok(Box::new(b)),

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
+use super::direct::{AlignedBuf, PoolFds};
 use super::{Backend, drain_eventfd, errno_of, new_eventfd, poke_eventfd};
 
 pub struct ThreadBackend {
@@ -29,7 +30,56 @@ fn check(r: isize) -> Result<usize, Errno> {
     }
 }
 
-fn perform(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
+/// Carry out `op` on a pool: aligned reads and writes of a direct pool through its
+/// O_DIRECT descriptor with an aligned buffer, everything else through the ordinary one.
+fn perform(fds: PoolFds, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
+    let Some(dfd) = fds.direct_for(op) else {
+        return perform_on(fds.buffered, op);
+    };
+    let len = op.len_bytes as usize;
+    let off = op.offset_bytes as i64;
+    if op.kind == DevKind::Read {
+        let mut buf = AlignedBuf::zeroed(len);
+        // SAFETY: the buffer has `len` bytes.
+        let n = check(unsafe { libc::pread(dfd, buf.as_mut_ptr().cast(), len, off) })?;
+        if n < len {
+            // A short direct read (end of file): the rest the ordinary way, or zeros.
+            let rest = perform_on(fds.buffered, &sub_op(op, n))?;
+            if let Some(r) = rest {
+                buf.as_mut_slice()[n..].copy_from_slice(&r);
+            }
+        }
+        return Ok(Some(buf.into_bytes()));
+    }
+    let data = AlignedBuf::copy_of(op.payload.as_deref().unwrap_or(&[]));
+    let flags = if op.fua { libc::RWF_DSYNC } else { 0 };
+    let iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: one iovec over `data`, which has `len` bytes.
+    let n = check(unsafe { libc::pwritev2(dfd, &iov, 1, off, flags) })?;
+    if n < len {
+        let payload = op.payload.as_ref().map(|p| p.slice(n..));
+        let rest = DeviceOp {
+            payload,
+            ..sub_op(op, n)
+        };
+        return perform_on(fds.buffered, &rest);
+    }
+    Ok(None)
+}
+
+/// The part of `op` after its first `done` bytes.
+fn sub_op(op: &DeviceOp, done: usize) -> DeviceOp {
+    DeviceOp {
+        offset_bytes: op.offset_bytes + done as u64,
+        len_bytes: op.len_bytes - done as u64,
+        ..op.clone()
+    }
+}
+
+fn perform_on(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
     let len = op.len_bytes as usize;
     let off = op.offset_bytes as i64;
     match op.kind {
@@ -103,7 +153,7 @@ fn perform(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
                 fua: false,
                 ..op.clone()
             };
-            perform(fd, &zeros)
+            perform_on(fd, &zeros)
         }
         DevKind::Discard => {
             // SAFETY: plain syscall; advisory, so failure is ignored.
@@ -121,7 +171,7 @@ fn perform(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
 }
 
 impl ThreadBackend {
-    pub fn new(fds: Vec<RawFd>, workers: usize) -> std::io::Result<ThreadBackend> {
+    pub fn new(fds: Vec<PoolFds>, workers: usize) -> std::io::Result<ThreadBackend> {
         let (tx, rx): (Sender<DeviceOp>, Receiver<DeviceOp>) = channel();
         let rx = Arc::new(Mutex::new(rx));
         let done = Arc::new(Mutex::new(Vec::new()));

@@ -15,6 +15,7 @@ use io_uring::{IoUring, opcode, types};
 use slab::Slab;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
+use super::direct::{AlignedBuf, PoolFds};
 use super::{Backend, drain_eventfd, errno_of, new_eventfd};
 
 const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
@@ -24,6 +25,10 @@ const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 struct InFlight {
     op: DeviceOp,
     buf: Vec<u8>,
+    /// The descriptor it uses (a direct pool's O_DIRECT one for aligned reads and writes).
+    fd: RawFd,
+    /// O_DIRECT reads and writes: the aligned buffer read into or written from.
+    aligned: Option<AlignedBuf>,
     done: usize,
     /// For WriteZeroes: 0 = zero range, 1 = punch hole, 2 = write zeros.
     zero_step: u8,
@@ -37,7 +42,7 @@ pub struct UringBackend {
     /// Per pool: a regular file (page cache), where small inline writes are cheap.
     inline_ok: Vec<bool>,
     efd: OwnedFd,
-    fds: Vec<RawFd>,
+    fds: Vec<PoolFds>,
     ops: Slab<InFlight>,
     /// Operations waiting for room in the submission queue.
     backlog: VecDeque<usize>,
@@ -47,13 +52,17 @@ pub struct UringBackend {
 }
 
 impl UringBackend {
-    pub fn new(fds: Vec<RawFd>) -> std::io::Result<UringBackend> {
+    pub fn new(fds: Vec<PoolFds>) -> std::io::Result<UringBackend> {
         let ring = IoUring::new(1024)?;
         let efd = new_eventfd()?;
         // Only completions that happen asynchronously need to wake the event loop; inline ones
         // are reaped right after submission.
         ring.submitter().register_eventfd_async(efd.as_raw_fd())?;
-        let inline_ok = fds.iter().map(|&fd| is_regular_file(fd)).collect();
+        // Direct pools have no page cache to write into cheaply.
+        let inline_ok = fds
+            .iter()
+            .map(|f| f.direct.is_none() && is_regular_file(f.buffered))
+            .collect();
         Ok(UringBackend {
             ring,
             inline_ok,
@@ -68,7 +77,7 @@ impl UringBackend {
 
     /// A small buffered write done right away; `None` if it could not be (caller queues it).
     fn write_inline(&mut self, op: &DeviceOp) -> Option<Result<(), Errno>> {
-        let fd = self.fds[op.pool.0 as usize];
+        let fd = self.fds[op.pool.0 as usize].buffered;
         let data = op.payload.as_deref()?;
         let mut done = 0usize;
         while done < data.len() {
@@ -100,20 +109,22 @@ impl UringBackend {
 
     fn sqe(&self, key: usize) -> io_uring::squeue::Entry {
         let f = &self.ops[key];
-        let fd = types::Fd(self.fds[f.op.pool.0 as usize]);
+        let fd = types::Fd(f.fd);
         let off = f.op.offset_bytes + f.done as u64;
         let rest = (f.op.len_bytes as usize - f.done) as u32;
         let e = match f.op.kind {
             DevKind::Read => {
-                opcode::Read::new(fd, f.buf.as_ptr().wrapping_add(f.done) as *mut u8, rest)
+                let p = f.aligned.as_ref().map_or(f.buf.as_ptr(), |a| a.as_ptr());
+                opcode::Read::new(fd, p.wrapping_add(f.done) as *mut u8, rest)
                     .offset(off)
                     .build()
             }
             DevKind::Write => {
-                let p =
-                    f.op.payload
-                        .as_ref()
-                        .map_or(std::ptr::null(), |b| b.as_ptr());
+                let p = match (&f.aligned, &f.op.payload) {
+                    (Some(a), _) => a.as_ptr(),
+                    (None, Some(b)) => b.as_ptr(),
+                    (None, None) => std::ptr::null(),
+                };
                 let w = opcode::Write::new(fd, p.wrapping_add(f.done), rest).offset(off);
                 if f.op.fua {
                     w.rw_flags(libc::RWF_DSYNC).build()
@@ -160,7 +171,12 @@ impl UringBackend {
 
     fn complete(&mut self, key: usize, result: Result<(), Errno>) {
         let mut f = self.ops.remove(key);
-        let data = if f.op.kind == DevKind::Read && result.is_ok() {
+        let data = if f.op.kind == DevKind::Read
+            && result.is_ok()
+            && let Some(a) = f.aligned.take()
+        {
+            Some(a.into_bytes())
+        } else if f.op.kind == DevKind::Read && result.is_ok() {
             // SAFETY: the kernel filled `done == len` bytes of the buffer's capacity.
             unsafe { f.buf.set_len(f.op.len_bytes as usize) };
             Some(Bytes::from(f.buf))
@@ -192,10 +208,14 @@ impl UringBackend {
                     if f.op.kind == DevKind::Read {
                         // End of file: the rest reads as zeros.
                         let start = f.done;
-                        // SAFETY: writing zeros into the buffer's spare capacity.
-                        unsafe {
-                            std::ptr::write_bytes(f.buf.as_mut_ptr().add(start), 0, len - start)
-                        };
+                        if let Some(a) = &mut f.aligned {
+                            a.as_mut_slice()[start..].fill(0);
+                        } else {
+                            // SAFETY: writing zeros into the buffer's spare capacity.
+                            unsafe {
+                                std::ptr::write_bytes(f.buf.as_mut_ptr().add(start), 0, len - start)
+                            };
+                        }
                         f.done = len;
                     } else {
                         return self.complete(key, Err(Errno::NoSpc));
@@ -326,7 +346,13 @@ impl Backend for UringBackend {
             });
             return;
         }
-        let buf = if op.kind == DevKind::Read {
+        let pool = self.fds[op.pool.0 as usize];
+        let direct = pool.direct_for(&op);
+        let aligned = direct.map(|_| match (&op.kind, &op.payload) {
+            (DevKind::Write, Some(d)) => AlignedBuf::copy_of(d),
+            _ => AlignedBuf::zeroed(op.len_bytes as usize),
+        });
+        let buf = if op.kind == DevKind::Read && aligned.is_none() {
             Vec::with_capacity(op.len_bytes as usize)
         } else {
             Vec::new()
@@ -334,6 +360,8 @@ impl Backend for UringBackend {
         let key = self.ops.insert(InFlight {
             op,
             buf,
+            fd: direct.unwrap_or(pool.buffered),
+            aligned,
             done: 0,
             zero_step: 0,
         });
@@ -437,7 +465,7 @@ mod tests {
         // SAFETY: pipe(2) fills the two descriptors.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         let (rd, wr) = (fds[0], fds[1]);
-        let Ok(mut b) = UringBackend::new(vec![rd]) else {
+        let Ok(mut b) = UringBackend::new(vec![PoolFds::buffered(rd)]) else {
             eprintln!("SKIP drop_cancels_and_waits_for_io_in_flight: no io_uring here");
             return;
         };
