@@ -147,6 +147,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scheduling_points_carry_both_columns_and_skip_variances() {
+        use super::super::{Measure, SchedulingRow};
+        let m = |ours: f64, paper: Option<f64>, judged: bool| Measure {
+            ours,
+            paper,
+            ratio: paper.map(|p| ours / p),
+            verdict: paper.filter(|_| judged).map(|_| "met"),
+        };
+        let row = |column| SchedulingRow {
+            table: "o_direct".into(),
+            scheduler: "cats".into(),
+            column,
+            requests: 1,
+            mean_service_ms: m(2.0, Some(2.58), true),
+            variance_service_ms2: m(4.0, Some(9.03), false),
+            mean_response_ms: m(50.0, Some(53.79), true),
+            variance_response_ms2: m(9.0, Some(16641.07), false),
+            sectors_per_ms: m(6.0, None, true),
+            drive_cache_hits: 0,
+        };
+        let r = SchedulingReport {
+            rows: vec![row("real"), row("virtual")],
+            rankings: vec![],
+            missing: vec![],
+            virtual_column: "",
+        };
+        let p = from_scheduling(&r);
+        // Two judged means with a paper value per row; variances and the throughput
+        // without one are not points.
+        assert_eq!(p.len(), 4);
+        assert!(
+            p[2].what.contains("cats virtual: mean service ms"),
+            "{:?}",
+            p[2]
+        );
+        assert_eq!(p[3].paper, 53.79);
+    }
+
+    #[test]
     fn band_edges_and_summary() {
         let p = [
             Point::new("x", "a", 10.0, 6.7),
