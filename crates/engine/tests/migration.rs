@@ -604,3 +604,87 @@ fn the_new_home_pool_survives_a_restart() {
     r.engine.check_invariants().unwrap();
     check(&mut r, &reference, "after the restart");
 }
+
+/// DST seed 187: an LR job wrote to the destination, power was lost, and a DBT job to the
+/// same pool copied the source over that newer data. Only LR and SLR adopt another job's
+/// destination writes; the other schemes are refused while such writes exist.
+#[test]
+fn after_an_interrupted_lr_or_slr_job_only_lr_or_slr_may_resume() {
+    for first in [Scheme::Lr, Scheme::Slr] {
+        for again in Scheme::ALL {
+            let what = format!("{first:?} interrupted, then {again:?}");
+            let (mut r, mut reference) = setup();
+            r.hold = true;
+            start(&mut r, params(first));
+            // Copy the first chunk or two, then write both behind and ahead of the copy.
+            for _ in 0..12 {
+                if r.release_one().is_none() {
+                    break;
+                }
+            }
+            for (i, off) in [4096u64, 3 * MIB + 8192, 5 * MIB + 512]
+                .into_iter()
+                .enumerate()
+            {
+                let d = pattern(90 + i as u8, 4096);
+                let id = r.submit(VOL, ReqKind::Write, off, Some(&d), 4096);
+                reference[off as usize..off as usize + 4096].copy_from_slice(&d);
+                while r.take_done(id).is_none() {
+                    assert!(r.release_one().is_some(), "{what}: write stuck");
+                }
+            }
+            let f = r.submit(VOL, ReqKind::Flush, 0, None, 0);
+            while r.take_done(f).is_none() {
+                assert!(r.release_one().is_some(), "{what}: flush stuck");
+            }
+            r.crash_and_mount();
+            r.hold = false;
+            check(&mut r, &reference, &format!("{what}: after the crash"));
+            // Resume; once the chunks with the first job's writes are copied, write
+            // beside those writes (same dirty block), so DBT recopies the block.
+            r.hold = true;
+            let mut out = Outputs::default();
+            let v = vid(&r);
+            let started = r.engine.start_migration(r.now, v, params(again), &mut out);
+            r.drain(out);
+            if let Err(e) = &started {
+                assert!(
+                    !matches!(again, Scheme::Lr | Scheme::Slr) && e.contains("interrupted"),
+                    "{what}: refused: {e}"
+                );
+                r.hold = false;
+                while r.release_one().is_some() {}
+                check(&mut r, &reference, &format!("{what}: refused"));
+                continue;
+            }
+            while r
+                .engine
+                .migration_status(vid(&r))
+                .is_some_and(|s| s.chunks_copied < 4)
+            {
+                if r.release_one().is_none() {
+                    break;
+                }
+            }
+            for (i, off) in [16384u64, 3 * MIB + 16384, 5 * MIB + 8192]
+                .into_iter()
+                .enumerate()
+            {
+                let d = pattern(110 + i as u8, 4096);
+                let id = r.submit(VOL, ReqKind::Write, off, Some(&d), 4096);
+                reference[off as usize..off as usize + 4096].copy_from_slice(&d);
+                while r.take_done(id).is_none() {
+                    assert!(r.release_one().is_some(), "{what}: write stuck");
+                }
+            }
+            r.hold = false;
+            while r.release_one().is_some() {}
+            finish(&mut r);
+            assert_eq!(phase(&r), MigrationPhase::Done, "{what}");
+            assert!(pools(&r).iter().all(|p| *p == Some(SSD)), "{what}");
+            check(&mut r, &reference, &format!("{what}: finished"));
+            r.crash_and_mount();
+            check(&mut r, &reference, &format!("{what}: finished, crashed"));
+        }
+    }
+}

@@ -215,38 +215,48 @@ impl Engine {
             .is_some_and(|a| a.state != ChunkState::Idle || a.writes_in_flight > 0)
     }
 
-    /// What to copy of chunk `c` now: the whole chunk less ranges whose newest data is on
-    /// the destination already (first pass), or DBT's dirty blocks (clearing them).
+    /// What to copy of chunk `c` now: the whole chunk (first pass) or DBT's dirty blocks
+    /// (clearing them), less ranges whose newest data is on the destination already
+    /// (`Moved` entries an interrupted LR or SLR job left, which a DBT job adopts: a
+    /// dirty block that holds one must not copy the older source data over it).
     fn ranges_to_copy(&mut self, v: u32, c: u64) -> Ranges {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        let mut r = Ranges::new();
+        let mut want = Ranges::new();
         if job.progress[c as usize] == Progress::Copied {
             let g = job.params.granularity_bytes;
             let bits = std::mem::take(&mut job.dirty[c as usize]);
             for b in 0..cb / g {
                 if bits & (1 << b) != 0 {
-                    match r.last_mut() {
+                    match want.last_mut() {
                         Some(last) if last.0 + last.1 == b * g => last.1 += g,
-                        _ => r.push((b * g, g)),
+                        _ => want.push((b * g, g)),
                     }
                 }
             }
-            return r;
+        } else {
+            want.push((0, cb));
         }
         let base = c * cb;
-        let mut pos = base;
         let vol = &self.vols[v as usize];
-        for (s, e, o) in vol.overlay.overlapping(base, base + cb) {
-            if matches!(o, Overlay::Moved { .. }) {
+        let moved: Vec<(u64, u64)> = vol
+            .overlay
+            .overlapping(base, base + cb)
+            .filter(|(_, _, o)| matches!(o, Overlay::Moved { .. }))
+            .map(|(s, e, _)| (s.max(base) - base, e.min(base + cb) - base))
+            .collect();
+        let mut r = Ranges::new();
+        for (off, len) in want {
+            let mut pos = off;
+            for &(s, e) in moved.iter().filter(|&&(s, e)| s < off + len && e > off) {
                 if s > pos {
-                    r.push((pos - base, s - pos));
+                    r.push((pos, s - pos));
                 }
-                pos = e.min(base + cb);
+                pos = pos.max(e);
             }
-        }
-        if pos < base + cb {
-            r.push((pos - base, base + cb - pos));
+            if pos < off + len {
+                r.push((pos, off + len - pos));
+            }
         }
         r
     }
@@ -268,7 +278,8 @@ impl Engine {
                 if job.progress[c as usize] == Progress::Copied {
                     for (off, len) in &ranges {
                         let g = job.params.granularity_bytes;
-                        for b in off / g..(off + len) / g {
+                        // Ranges may stop short of a block edge (a `Moved` range).
+                        for b in off / g..(off + len).div_ceil(g) {
                             job.dirty[c as usize] |= 1 << b;
                         }
                     }
