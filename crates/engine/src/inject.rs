@@ -68,8 +68,9 @@ impl InjectedBug {
             InjectedBug::ThrottleEarlyRelease,
         ]
     }
-    /// One per live-migration scheme: caught by `tests/migration.rs` (dbt, lr, slr); DST
-    /// runs migrations only with `TIERVISOR_DST_MIGRATE=1` for now (docs/MIGRATION.md).
+    /// One per live-migration scheme: DST catches all but `aio-unordered-dups` within its
+    /// CI seed set (`crates/sim/tests/dst.rs`), `tests/migration.rs` catches dbt, lr and
+    /// slr's at the engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 5] {
         [
             InjectedBug::DbtMissesDirty,
