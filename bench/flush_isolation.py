@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Host-level flush isolation in `tiervisor serve` (issue 14, seed 001 one level up).
+
+Part 1, two volumes on one pool file, driven at once through NBD by fio:
+  VM1: 4 KiB random writes, QD4, never syncs (its bandwidth is what a noisy neighbour's
+       fsyncs cost it);
+  VM2: 4 KiB random writes, QD1, an NBD FLUSH after every 4 writes (its flush latency).
+  Each under three pool settings: the page cache (`direct = false`, today's behaviour and
+  the baseline: a FLUSH is an fdatasync of the whole pool file), `direct = true` without a
+  buffer, and `direct = true` with `write_buffer = "256m"` (a FLUSH writes back only its
+  own volume's buffered data).
+Part 2, a single volume, 4 KiB random writes at QD1 without syncs: tiervisor with the page
+  cache, with O_DIRECT, with O_DIRECT and the buffer, and `qemu-nbd --cache=none
+  --aio=native` serving a raw file on the same file system.
+
+Prints medians of --reps runs. The pools and the raw file live under --workdir (it must not
+be tmpfs: O_DIRECT).
+
+Usage: bench/flush_isolation.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-flush-bench] [--json out.json]
+"""
+
+import argparse
+import atexit
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nbd_peers import free_port, tiervisor_bin, wait_port  # noqa: E402
+
+FIO_DIR = tempfile.mkdtemp(prefix="tv-fio-")
+atexit.register(shutil.rmtree, FIO_DIR, True)
+
+SETTINGS = [
+    ("page-cache", "direct = false"),
+    ("direct", "direct = true"),
+    ("direct+buffer", 'direct = true\nwrite_buffer = "256m"'),
+]
+
+
+def serve(d, pool_keys, volumes):
+    """`tiervisor serve` in a fresh `d`: one SSD pool file with `pool_keys`, thick 1 GiB
+    volumes named in `volumes`. Returns (process, port)."""
+    port = free_port()
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    cfg = os.path.join(d, "bench.toml")
+    vols = "".join(f'[[volume]]\nname = "{v}"\nsize = "1g"\npool = "data"\nprovisioning = "thick"\n' for v in volumes)
+    with open(cfg, "w") as f:
+        f.write(f"""data_dir = "{d}"
+listen = "127.0.0.1:{port}"
+unix_socket = ""
+admin_socket = "admin.sock"
+[[pool]]
+name = "data"
+path = "data.pool"
+size = "{len(volumes) + 1}g"
+kind = "ssd"
+{pool_keys}
+{vols}""")
+    log = open(os.path.join(d, "serve.log"), "w")
+    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"], stdout=subprocess.DEVNULL, stderr=log)
+    wait_port(port)
+    return p, port
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def fio_json(args):
+    cmd = ["fio", "--output-format=json", f"--aux-path={FIO_DIR}"] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=FIO_DIR).stdout
+    return json.loads(out[out.index("{"):])["jobs"]
+
+
+def common(runtime):
+    return ["--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--size=1g", "--time_based",
+            f"--runtime={runtime}", "--ramp_time=1", "--randrepeat=1"]
+
+
+def two_vms(port, runtime):
+    jobs = fio_json(common(runtime) + [
+        "--name=vm1", f"--uri=nbd://127.0.0.1:{port}/vm1", "--iodepth=4",
+        "--name=vm2", f"--uri=nbd://127.0.0.1:{port}/vm2", "--iodepth=1", "--fsync=4",
+    ])
+    vm1 = next(j for j in jobs if j["jobname"] == "vm1")
+    vm2 = next(j for j in jobs if j["jobname"] == "vm2")
+    pct = vm2["sync"]["lat_ns"].get("percentile", {})
+    return {
+        "vm1_mb_s": vm1["write"]["bw_bytes"] / 1e6,
+        "vm2_mb_s": vm2["write"]["bw_bytes"] / 1e6,
+        "vm2_flush_p50_us": pct.get("50.000000", 0) / 1000.0,
+        "vm2_flush_p99_us": pct.get("99.000000", 0) / 1000.0,
+    }
+
+
+def qd1(uri, runtime):
+    j = fio_json(common(runtime) + ["--name=qd1", f"--uri={uri}", "--iodepth=1"])[0]["write"]
+    return {"iops": j["iops"], "p99_us": j["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000.0}
+
+
+def median(runs):
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runtime", type=int, default=5)
+    ap.add_argument("--workdir", default="/tmp/tv-flush-bench")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for tool in ["fio", "qemu-nbd"]:
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is missing (apt-get install fio qemu-utils)")
+    os.makedirs(a.workdir, exist_ok=True)
+    results = {"two_vms": {}, "qd1": {}}
+    for name, keys in SETTINGS:
+        p, port = serve(os.path.join(a.workdir, "tv2"), keys, ["vm1", "vm2"])
+        try:
+            results["two_vms"][name] = median([two_vms(port, a.runtime) for _ in range(a.reps)])
+        finally:
+            stop(p)
+        print(f"two VMs {name:14} {results['two_vms'][name]}", file=sys.stderr)
+    for name, keys in SETTINGS:
+        p, port = serve(os.path.join(a.workdir, "tv1"), keys, ["vm1"])
+        try:
+            results["qd1"][name] = median([qd1(f"nbd://127.0.0.1:{port}/vm1", a.runtime) for _ in range(a.reps)])
+        finally:
+            stop(p)
+        print(f"QD1 {name:14} {results['qd1'][name]}", file=sys.stderr)
+    raw = os.path.join(a.workdir, "qemu.raw")
+    with open(raw, "wb") as f:
+        f.truncate(1 << 30)
+    port = free_port()
+    q = subprocess.Popen(["qemu-nbd", "-f", "raw", "-x", "vm1", "-t", "--cache=none", "--aio=native",
+                          "-b", "127.0.0.1", "-p", str(port), raw], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    try:
+        results["qd1"]["qemu-nbd"] = median([qd1(f"nbd://127.0.0.1:{port}/vm1", a.runtime) for _ in range(a.reps)])
+    finally:
+        q.send_signal(signal.SIGTERM)
+        q.wait(timeout=60)
+    os.remove(raw)
+
+    base = results["two_vms"]["page-cache"]
+    print(f"\n{'pool':14} {'VM1 MB/s':>9} {'VM2 MB/s':>9} {'VM2 flush p50 us':>17} {'p99 us':>9}   VM1 vs page-cache, VM2 p50 vs page-cache")
+    for name, _ in SETTINGS:
+        r = results["two_vms"][name]
+        print(f"{name:14} {r['vm1_mb_s']:9.1f} {r['vm2_mb_s']:9.1f} {r['vm2_flush_p50_us']:17.0f} {r['vm2_flush_p99_us']:9.0f}"
+              f"   {r['vm1_mb_s'] / base['vm1_mb_s']:.2f}  {r['vm2_flush_p50_us'] / max(base['vm2_flush_p50_us'], 1e-9):.2f}")
+    peer = results["qd1"]["qemu-nbd"]["iops"]
+    print(f"\n{'QD1 randwrite':14} {'IOPS':>9} {'p99 us':>9}   vs qemu-nbd --cache=none --aio=native")
+    for name in [s for s, _ in SETTINGS] + ["qemu-nbd"]:
+        r = results["qd1"][name]
+        print(f"{name:14} {r['iops']:9.0f} {r['p99_us']:9.0f}   {r['iops'] / peer:.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
