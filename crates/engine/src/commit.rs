@@ -117,6 +117,7 @@ impl Engine {
             last_seq,
             flushed_pools,
             log_wait_upto,
+            started_ns: now,
         });
         self.log_commit_check(now, v, out);
     }
@@ -315,8 +316,16 @@ impl Engine {
         let Some(c) = self.vols[vi].commit.take() else {
             return;
         };
-        if result.is_err() {
+        self.nospace.commit_ended(v, result.is_ok());
+        let took_ns = now.saturating_sub(c.started_ns);
+        self.vols[vi].stats.commit_latency.record(took_ns);
+        if let Err(errno) = result {
             let vol = &mut self.vols[vi];
+            vol.stats.commit_failures += 1;
+            out.events.push(EngineEvent::CommitFailed {
+                volume: vol.rec.name.clone(),
+                errno,
+            });
             // Retry later: the records go back in front, the data pools count as dirty.
             vol.dirty_pools |= c.flushed_pools;
             let (records, fresh, header_tried) = match c.work {

@@ -107,6 +107,8 @@ pub struct Engine {
     pub(crate) tier_timer_at: Option<u64>,
     /// When the log's gather timer next fires.
     pub(crate) log_gather_at: Option<u64>,
+    /// Log appends waiting for space (`log/nospace.rs`).
+    pub(crate) nospace: crate::log::nospace::NoSpace,
     pub(crate) tier_bucket: crate::bucket::TokenBucket,
     pub(crate) tier_rr: usize,
     pub(crate) moves_in_flight: u32,
@@ -176,6 +178,7 @@ impl Engine {
             last_now_ns: 0,
             tier_timer_at: None,
             log_gather_at: None,
+            nospace: Default::default(),
             tier_bucket: Default::default(),
             tier_rr: 0,
             moves_in_flight: 0,
@@ -443,8 +446,8 @@ impl Engine {
             self.pools[pool].sched.completed(now, &op.queued, op.lane);
         }
         let mut result = c.result;
-        if result.is_err() {
-            self.pools[pool].stats.errors += 1;
+        if let Err(errno) = result {
+            self.note_device_error(&op, errno, out);
         }
         let mut data = c.data;
         self.wbuf_done(now, key, &op, result, &mut data, out);
@@ -529,6 +532,21 @@ impl Engine {
         self.maybe_stopped(out);
     }
 
+    /// Count a failed device operation and report it to the driver.
+    fn note_device_error(&mut self, op: &Op, errno: Errno, out: &mut Outputs) {
+        let stats = &mut self.pools[op.pool as usize].stats;
+        stats.errors += 1;
+        stats.nospace_errors += u64::from(errno == Errno::NoSpc);
+        out.events.push(EngineEvent::DeviceError {
+            pool: self.cfg.pools[op.pool as usize].name.clone(),
+            volume: op.volume.map(|v| self.vols[v.0 as usize].rec.name.clone()),
+            kind: op.kind,
+            offset_bytes: op.offset_bytes,
+            len_bytes: op.len_bytes,
+            errno,
+        });
+    }
+
     /// When the engine next wants [`Engine::tick`]: its earliest timer (background commit,
     /// tier migration, log gather, cleaner budget, a scheduler's wait, a job's timer).
     /// Drivers pull it after every call rather than being told, so a timer the engine
@@ -557,6 +575,7 @@ impl Engine {
         ]
         .into_iter()
         .flatten()
+        .chain(self.nospace.retry_at())
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
@@ -583,6 +602,7 @@ impl Engine {
         if self.log_gather_at.is_some_and(|t| t <= now) {
             self.log_gather_tick(now, out);
         }
+        self.append_nospace_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
         if self.tier_timer_at.is_some_and(|t| t <= now) {

@@ -32,6 +32,9 @@ pub enum InjectedBug {
     SchedLosesWakeup,
     /// Block status reports log-structured data as zeros.
     StatusMissesLog,
+    /// A new chunk's write that failed for space is reported as EIO (as before issue 15),
+    /// so a VM sees a broken disk instead of pausing on ENOSPC.
+    NoSpaceAsEio,
     /// DBT: writes to copied blocks are not marked dirty, so the pivot switches in stale
     /// destination data.
     DbtMissesDirty,
@@ -95,6 +98,7 @@ impl InjectedBug {
             InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
             InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
             InjectedBug::StatusMissesLog => "status-misses-log",
+            InjectedBug::NoSpaceAsEio => "enospc-as-eio",
             InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
             InjectedBug::MirrorAcksEarly => "mirror-acks-early",
             InjectedBug::LrReadsSource => "lr-reads-source",
@@ -104,11 +108,16 @@ impl InjectedBug {
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
         }
     }
+    /// Caught by DST's out-of-space seeds (`TIERVISOR_DST_SPACE=1`).
+    pub fn space() -> [InjectedBug; 1] {
+        [InjectedBug::NoSpaceAsEio]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
             .chain(Self::migration())
             .chain(Self::host_flush())
+            .chain(Self::space())
             .find(|b| b.name() == s)
     }
 }

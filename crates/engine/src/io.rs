@@ -529,7 +529,10 @@ impl Engine {
         let ChunkLoc::At(pool, pc) = loc else {
             unreachable!("allocation targets a concrete chunk")
         };
-        if let Some(err) = failed {
+        if let Some(mut err) = failed {
+            if self.bug_is(InjectedBug::NoSpaceAsEio) {
+                err = Errno::Io;
+            }
             // Nothing references the chunk: give it straight back. A write that failed
             // for space reports ENOSPC (a VM pauses and retries), not a broken disk.
             self.pools[pool.0 as usize].alloc.release(pc);

@@ -5,7 +5,9 @@ use serde::Serialize;
 use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
 use crate::engine::{Engine, EngineState};
-use crate::stats::{KindStats, LatencySummary, PoolStats, VolumeStats};
+use crate::stats::{
+    KindStats, LATENCY_BUCKETS_NS, LatencyHistogram, LatencySummary, PoolStats, VolumeStats,
+};
 use crate::types::VolumeId;
 
 #[derive(Clone, Debug, Serialize)]
@@ -52,6 +54,13 @@ pub struct VolumeReport {
     pub journal_blocks: u64,
     pub journal_pending_records: u64,
     pub checkpoints: u64,
+    pub commit_failures: u64,
+    /// FLUSH request and commit round latency histograms.
+    pub flush_histogram: LatencyHistogram,
+    pub commit_histogram: LatencyHistogram,
+    /// The journal ring: bytes holding records not yet covered by a checkpoint, of its size.
+    pub journal_used_bytes: u64,
+    pub journal_ring_bytes: u64,
     pub chunks_allocated: u64,
     /// Zeroes written around first writes to thin chunks.
     pub zero_fill_bytes: u64,
@@ -180,6 +189,11 @@ impl Engine {
             journal_blocks: s.journal_blocks,
             journal_pending_records: vol.journal.pending.len() as u64,
             checkpoints: s.checkpoints,
+            commit_failures: s.commit_failures,
+            flush_histogram: s.flush.latency.histogram(&LATENCY_BUCKETS_NS),
+            commit_histogram: s.commit_latency.histogram(&LATENCY_BUCKETS_NS),
+            journal_used_bytes: vol.journal.used_blocks() * crate::layout::BLOCK_BYTES,
+            journal_ring_bytes: vol.journal.ring_blocks * crate::layout::BLOCK_BYTES,
             chunks_allocated: s.chunks_allocated,
             zero_fill_bytes: s.zero_fill_bytes,
             fast_pool: vol

@@ -19,6 +19,31 @@ impl Default for Latency {
     }
 }
 
+/// Cumulative counts at bounds, for a Prometheus histogram (`_bucket{le}`, `_sum`,
+/// `_count`). Bounds and counts are as precise as the histogram (3 significant figures).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LatencyHistogram {
+    pub le_seconds: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+/// Bounds of the flush and commit latency histograms: 100 µs to 10 s.
+pub const LATENCY_BUCKETS_NS: [u64; 11] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    250_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
 pub struct LatencySummary {
     pub count: u64,
@@ -39,6 +64,15 @@ impl Latency {
     }
     pub fn count(&self) -> u64 {
         self.h.len()
+    }
+    /// A Prometheus-style histogram: how many took at most each bound (cumulative).
+    pub fn histogram(&self, le_ns: &[u64]) -> LatencyHistogram {
+        LatencyHistogram {
+            le_seconds: le_ns.iter().map(|&b| b as f64 / 1e9).collect(),
+            counts: le_ns.iter().map(|&b| self.h.count_between(0, b)).collect(),
+            count: self.h.len(),
+            sum_seconds: self.h.mean() * self.h.len() as f64 / 1e9,
+        }
     }
     pub fn summary(&self) -> LatencySummary {
         if self.h.is_empty() {
@@ -78,6 +112,10 @@ pub struct VolumeStats {
     pub journal_commits: u64,
     pub journal_blocks: u64,
     pub checkpoints: u64,
+    /// Commit rounds that failed (their records were retried in a later round).
+    pub commit_failures: u64,
+    /// Time from a commit round's start to its end (success or failure).
+    pub commit_latency: Latency,
     pub chunks_allocated: u64,
     /// Bytes written as zeroes around the first write to a thin chunk (device writes the
     /// workload did not ask for).
@@ -123,6 +161,8 @@ pub struct PoolStats {
     pub cleaner: ClassCounters,
     pub flushes: u64,
     pub errors: u64,
+    /// Of `errors`: writes that found no space (ENOSPC, EDQUOT).
+    pub nospace_errors: u64,
 }
 
 impl PoolStats {

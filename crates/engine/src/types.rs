@@ -226,6 +226,23 @@ pub enum EngineEvent {
     Warning {
         message: String,
     },
+    /// A device operation failed (drivers log it, rate-limited: a failing disk must not
+    /// flood the log).
+    DeviceError {
+        pool: String,
+        /// The volume it served, if any (journal and engine-wide work have none).
+        volume: Option<String>,
+        kind: DevKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        errno: Errno,
+    },
+    /// A commit round failed: its FLUSH/FUA waiters got `errno`, its records stay
+    /// pending for the next round.
+    CommitFailed {
+        volume: String,
+        errno: Errno,
+    },
 }
 
 /// Everything one engine call asks the driver to do.

@@ -113,6 +113,7 @@ pub struct Commit {
     pub flushed_pools: u64,
     /// Log appends with ids below this must land before the data flush.
     pub log_wait_upto: u64,
+    pub started_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -54,3 +54,61 @@ fn worse_prefers_a_device_error_to_enospc() {
     assert_eq!(Errno::worse(Some(NoSpc), Some(Io)), Some(Io));
     assert_eq!(Errno::worse(Some(Io), Some(NoSpc)), Some(Io));
 }
+
+/// A lasting ENOSPC under the log: appends that failed for space wait for it, but the
+/// writes behind them must not wait without end. Before the fix, once the appends in
+/// flight had parked, later write pieces queued for buffer room that never came: their
+/// requests never completed. Now they go home and end (here in ENOSPC); the writes that
+/// were acknowledged from RAM land once space returns.
+#[test]
+fn writes_behind_appends_waiting_for_space_end_instead_of_waiting_forever() {
+    let mut cfg = config(1 << 20);
+    for p in &mut cfg.pools {
+        p.log = true;
+    }
+    cfg.log = LogConfig {
+        segment_bytes: 2 * MIB,
+        append_bytes: 64 << 10,
+        ..LogConfig::default()
+    };
+    let mut r = Rig::new(cfg);
+    r.fail_writes = Some(Errno::NoSpc);
+    let mut acked = Vec::new();
+    let mut nospc = 0;
+    for i in 0..96u64 {
+        // Scattered 4 KiB writes (logged, not a sequential run).
+        let off = (i * 37 % 96) * 64 * 1024;
+        let d = pattern(i as u8, 4096);
+        let id = r.submit("thin", ReqKind::Write, off, Some(&d), 4096);
+        let c = r
+            .take_done(id)
+            .unwrap_or_else(|| panic!("write {i} still waits while space never returns"));
+        match c.result {
+            Ok(()) => acked.push((off, d)),
+            Err(Errno::NoSpc) => nospc += 1,
+            Err(e) => panic!("write {i}: {e:?}, not ENOSPC"),
+        }
+    }
+    assert!(
+        acked.len() >= 16,
+        "{} writes logged before the log filled",
+        acked.len()
+    );
+    assert!(nospc > 0, "no write ended in ENOSPC");
+    assert_eq!(
+        r.req("thin", ReqKind::Flush, 0, 0, None).result,
+        Err(Errno::NoSpc)
+    );
+    // Space returns: the parked appends land at the next retry, FLUSH succeeds, and
+    // every acknowledged write survives a crash.
+    r.fail_writes = None;
+    r.tick(2 * r.cfg.commit_interval_ns);
+    r.flush("thin");
+    r.crash_and_mount();
+    for (off, d) in &acked {
+        assert_eq!(&r.read("thin", *off, 4096), d, "write at {off}");
+    }
+    r.engine
+        .check_invariants()
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -316,6 +316,127 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
             })
             .collect(),
     );
+    // Flush and commit latency: histograms (cumulative buckets, sum, count).
+    for (name, help, pick) in [
+        (
+            "tiervisor_volume_flush_latency_seconds",
+            "FLUSH request latency per volume.",
+            (|v: &tiervisor_engine::VolumeReport| &v.flush_histogram)
+                as fn(
+                    &tiervisor_engine::VolumeReport,
+                ) -> &tiervisor_engine::stats::LatencyHistogram,
+        ),
+        (
+            "tiervisor_volume_commit_latency_seconds",
+            "Journal commit round latency per volume (data flush, records, checkpoint).",
+            |v: &tiervisor_engine::VolumeReport| &v.commit_histogram,
+        ),
+    ] {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for v in &r.volumes {
+            let h = pick(v);
+            let l = label(&v.name);
+            for (le, n) in h.le_seconds.iter().zip(&h.counts) {
+                let _ = writeln!(s, "{name}_bucket{{volume=\"{l}\",le=\"{le}\"}} {n}");
+            }
+            let _ = writeln!(s, "{name}_bucket{{volume=\"{l}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(s, "{name}_sum{{volume=\"{l}\"}} {}", h.sum_seconds);
+            let _ = writeln!(s, "{name}_count{{volume=\"{l}\"}} {}", h.count);
+        }
+    }
+    let mut family = |name: &str, help: &str, kind: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in rows {
+            if labels.is_empty() {
+                let _ = writeln!(s, "{name} {v}");
+            } else {
+                let _ = writeln!(s, "{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    let per_vol = |f: &dyn Fn(&tiervisor_engine::VolumeReport) -> f64| {
+        r.volumes
+            .iter()
+            .map(|v| (format!("volume=\"{}\"", label(&v.name)), f(v)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_volume_journal_used_bytes",
+        "Journal ring bytes holding records a checkpoint does not cover yet.",
+        "gauge",
+        per_vol(&|v| v.journal_used_bytes as f64),
+    );
+    family(
+        "tiervisor_volume_journal_ring_bytes",
+        "Size of each volume's journal ring.",
+        "gauge",
+        per_vol(&|v| v.journal_ring_bytes as f64),
+    );
+    family(
+        "tiervisor_volume_journal_commits_total",
+        "Journal commit rounds that succeeded.",
+        "counter",
+        per_vol(&|v| v.journal_commits as f64),
+    );
+    family(
+        "tiervisor_volume_commit_failures_total",
+        "Journal commit rounds that failed (their records are retried).",
+        "counter",
+        per_vol(&|v| v.commit_failures as f64),
+    );
+    family(
+        "tiervisor_volume_checkpoints_total",
+        "Checkpoints written per volume.",
+        "counter",
+        per_vol(&|v| v.checkpoints as f64),
+    );
+    let per_pool = |f: &dyn Fn(&tiervisor_engine::PoolReport) -> f64| {
+        r.pools
+            .iter()
+            .map(|p| (format!("pool=\"{}\"", label(&p.name)), f(p)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_pool_errors_total",
+        "Device operations on each pool that failed.",
+        "counter",
+        per_pool(&|p| p.io.errors as f64),
+    );
+    family(
+        "tiervisor_pool_nospace_errors_total",
+        "Pool writes that failed for want of space (ENOSPC, EDQUOT).",
+        "counter",
+        per_pool(&|p| p.io.nospace_errors as f64),
+    );
+    let logs: Vec<(&str, &tiervisor_engine::LogReport)> = r
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.log.as_ref()?)))
+        .collect();
+    let per_log = |f: &dyn Fn(&tiervisor_engine::LogReport) -> f64| {
+        logs.iter()
+            .map(|(p, l)| (format!("pool=\"{}\"", label(p)), f(l)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_log_free_segments",
+        "Free log segments per pool (the cleaner starts below its threshold).",
+        "gauge",
+        per_log(&|l| l.free_segments as f64),
+    );
+    family(
+        "tiervisor_log_segments_cleaned_total",
+        "Log segments the cleaner emptied.",
+        "counter",
+        per_log(&|l| l.segments_cleaned as f64),
+    );
+    family(
+        "tiervisor_log_cleaner_bytes_total",
+        "Bytes the cleaner copied forward.",
+        "counter",
+        per_log(&|l| l.cleaner_bytes as f64),
+    );
+    // Live storage migration metrics belong beside these (hook for the migration work).
     family(
         "tiervisor_connections",
         "Open NBD connections per export.",
@@ -324,6 +445,25 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
             .connections_per_export
             .iter()
             .map(|(e, n)| (format!("export=\"{}\"", label(e)), *n as f64))
+            .collect(),
+    );
+    family(
+        "tiervisor_connection_inflight_bytes",
+        "Request payload bytes each open connection holds (read, not yet answered or sent).",
+        "gauge",
+        server
+            .inflight_per_connection
+            .iter()
+            .map(|(k, peer, e, n)| {
+                (
+                    format!(
+                        "conn=\"{k}\",peer=\"{}\",export=\"{}\"",
+                        label(peer),
+                        label(e)
+                    ),
+                    *n as f64,
+                )
+            })
             .collect(),
     );
     family(
@@ -487,6 +627,7 @@ mod tests {
         mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
         let server = ServerStats {
             connections_per_export: vec![("ex\"port".into(), 1)],
+            inflight_per_connection: vec![(3, "127.0.0.1:5".into(), "ex\"port".into(), 4096)],
             ..ServerStats::default()
         };
         let text = metrics_text(&engine, &server);

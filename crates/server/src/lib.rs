@@ -8,6 +8,7 @@ pub mod io;
 pub mod nbd;
 pub mod pools;
 pub mod preflight;
+pub mod ratelimit;
 pub mod server;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};

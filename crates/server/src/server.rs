@@ -92,6 +92,9 @@ pub struct ServerStats {
     pub connections_open: u64,
     pub connections_total: u64,
     pub connections_per_export: Vec<(String, u64)>,
+    /// Per open connection: (connection number, peer, export, request payload bytes
+    /// held: requests read but not answered, and replies not yet sent).
+    pub inflight_per_connection: Vec<(usize, String, String, u64)>,
     pub protocol_errors: u64,
     pub requests: u64,
     pub io_backend: String,
@@ -132,6 +135,8 @@ pub struct Server {
     per_export: Vec<u64>,
     budget: Budget,
     log: Box<dyn FnMut(&str)>,
+    /// Device errors and failed commits, logged through `tracing`, rate-limited.
+    error_log: crate::ratelimit::RateLimit,
 }
 
 fn random_uuid() -> [u8; 16] {
@@ -320,6 +325,7 @@ impl Server {
             per_export: Vec::new(),
             budget: Budget::new(cfg_inflight.0, cfg_inflight.1),
             log: Box::new(|_| {}),
+            error_log: crate::ratelimit::RateLimit::new(20, Duration::from_secs(10)),
         };
         s.engine.start(s.now(), mode, &mut s.out);
         let mut events = Events::with_capacity(64);
@@ -419,10 +425,10 @@ impl Server {
     }
 
     fn take_event_lines(&mut self) -> Vec<String> {
-        self.out
-            .events
-            .drain(..)
-            .map(|e| match e {
+        let events: Vec<EngineEvent> = self.out.events.drain(..).collect();
+        events
+            .into_iter()
+            .filter_map(|e| Some(match e {
                 EngineEvent::Formatted { pools, volumes } => format!("formatted {pools} pool(s) with {volumes} volume(s)"),
                 EngineEvent::Recovered { volume, records_replayed, checkpoint_seq, mapped_chunks } => format!(
                     "recovered volume {volume}: checkpoint at record {checkpoint_seq}, replayed {records_replayed} journal record(s), {mapped_chunks} chunk(s) mapped"
@@ -437,8 +443,54 @@ impl Server {
                 ),
                 EngineEvent::Failed { reason } => format!("engine failed: {reason}"),
                 EngineEvent::Warning { message } => format!("warning: {message}"),
-            })
+                e @ (EngineEvent::DeviceError { .. } | EngineEvent::CommitFailed { .. }) => {
+                    self.log_error_event(e);
+                    return None;
+                }
+            }))
             .collect()
+    }
+
+    /// A device error or failed commit, through `tracing` (rate-limited).
+    fn log_error_event(&mut self, e: EngineEvent) {
+        let Some(left_out) = self.error_log.check(Instant::now()) else {
+            return;
+        };
+        if left_out > 0 {
+            tracing::error!(
+                left_out,
+                "{left_out} more device error(s) and failed commit(s) were not logged (at most 20 lines per 10 s; ctl stat counts them all)"
+            );
+        }
+        match e {
+            EngineEvent::DeviceError {
+                pool,
+                volume,
+                kind,
+                offset_bytes,
+                len_bytes,
+                errno,
+            } => {
+                let volume = volume.as_deref().unwrap_or("-");
+                tracing::error!(
+                    pool = pool.as_str(),
+                    volume,
+                    op = ?kind,
+                    offset = offset_bytes,
+                    len = len_bytes,
+                    errno = errno_name(errno),
+                    "pool I/O error"
+                );
+            }
+            EngineEvent::CommitFailed { volume, errno } => {
+                tracing::error!(
+                    volume = volume.as_str(),
+                    errno = errno_name(errno),
+                    "commit failed; its records are retried at the next FLUSH or background commit"
+                );
+            }
+            _ => {}
+        }
     }
 
     /// Carry out the engine's outputs and feed back completions until nothing moves.
@@ -699,6 +751,17 @@ impl Server {
             .map(|e| e.name.clone())
             .zip(self.per_export.iter().copied())
             .collect();
+        s.inflight_per_connection = self
+            .conns
+            .iter()
+            .map(|(k, c)| {
+                let export = c
+                    .counted_export
+                    .and_then(|e| self.exports.get(e))
+                    .map_or(String::new(), |e| e.name.clone());
+                (k, c.peer.clone(), export, c.conn.held_bytes())
+            })
+            .collect();
         s
     }
 
@@ -815,6 +878,12 @@ impl Server {
             if let EngineState::Failed(r) = self.engine.state() {
                 return Err(format!("engine failed: {r}"));
             }
+        }
+        if self.error_log.pending() > 0 {
+            tracing::error!(
+                left_out = self.error_log.pending(),
+                "device errors and failed commits not logged since the last one shown"
+            );
         }
         let _ = std::fs::remove_file(&self.cfg.admin_socket);
         if let Some(p) = &self.cfg.unix_socket {
@@ -973,5 +1042,17 @@ impl Server {
                 self.begin_stop();
             }
         }
+    }
+}
+
+/// The errno name an operator greps for.
+fn errno_name(e: tiervisor_engine::Errno) -> &'static str {
+    use tiervisor_engine::Errno;
+    match e {
+        Errno::Io => "EIO",
+        Errno::Inval => "EINVAL",
+        Errno::NoSpc => "ENOSPC",
+        Errno::Perm => "EPERM",
+        Errno::Shutdown => "ESHUTDOWN",
     }
 }

@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors, {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed), {} writes buffered, {} tagged flushes, {} throttled operations",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors ({} ENOSPC in {} seeds, {} lasting spells), {} checkpoints, {} chunk moves, {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed), {} writes buffered, {} tagged flushes, {} throttled operations",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -77,6 +77,9 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.crashes,
                 s.recoveries,
                 s.injected_errors,
+                s.space_errors,
+                s.space_seeds,
+                s.space_spells,
                 s.checkpoints,
                 s.chunk_moves,
                 s.log_appends,

@@ -93,6 +93,13 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     let big = vec![0xD4u8; MIB as usize];
     assert_eq!(write(&mut v1, 8 * MIB, &big), ENOSPC, "{}", s.log());
     assert_eq!(flush(&mut v1), ENOSPC, "{}", s.log());
+    // Logged, with pool, volume, offset and errno (issue 15 item 5).
+    let log = s.log();
+    assert!(
+        log.contains("pool I/O error") && log.contains("ENOSPC") && log.contains("vm1"),
+        "{log}"
+    );
+    assert!(log.contains("commit failed"), "{log}");
     // The other volume keeps working where its space is already there.
     let b2 = vec![0xB5u8; 65536];
     assert_eq!(read(&mut v2, 0, b.len()), b);

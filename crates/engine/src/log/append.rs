@@ -55,6 +55,11 @@ impl Engine {
         let si = pool.0 as usize * 2 + HOT;
         let max_in_flight = self.cfg.log.appends_in_flight;
         let append_bytes = self.cfg.log.append_bytes;
+        // Appends that wait for space would hold this piece without end: it goes home.
+        if self.nospace.pool_waits(pool.0) {
+            self.logs[pool.0 as usize].stats.home_fallbacks += 1;
+            return LogOutcome::Home;
+        }
         let vol = &mut self.vols[v as usize];
         if vol.overlay.len() as u64 + 64 > vol.log.max_extents {
             self.logs[pool.0 as usize].stats.home_fallbacks += 1;
@@ -294,7 +299,13 @@ impl Engine {
     }
 
     /// Queue an append's write (again, in place, after an error).
-    fn append_issue(&mut self, now: u64, retries: u32, mut a: Append, out: &mut Outputs) {
+    pub(crate) fn append_issue(
+        &mut self,
+        now: u64,
+        retries: u32,
+        mut a: Append,
+        out: &mut Outputs,
+    ) {
         a.retries = retries;
         let payload = self.cfg.track_data.then(|| {
             let mut b = BytesMut::new();
@@ -343,20 +354,31 @@ impl Engine {
             return;
         };
         let (v, pool, si) = (a.vol, a.pool as usize, a.stream);
+        if result == Err(Errno::NoSpc) {
+            // Wait for space where it is (log/nospace.rs); fail the commit waiting for it.
+            if let Some(c) = self.vols[v as usize].commit.as_mut()
+                && c.phase == CommitPhase::LogWait
+                && a.id < c.log_wait_upto
+            {
+                c.failed = Errno::worse(c.failed, Some(Errno::NoSpc));
+            }
+            self.append_park_nospace(now, a);
+            return self.log_commit_check(now, v, out);
+        }
         if result.is_err() && a.retries < APPEND_RETRIES {
             return self.append_issue(now, a.retries + 1, a, out);
         }
         let vol = &mut self.vols[v as usize];
         vol.log.in_flight.remove(&a.id);
         vol.log.streams[si].in_flight -= 1;
-        if result.is_err() {
+        if let Err(e) = result {
             // A round waiting for this append must not make records durable that point
             // at data which is not there: it fails, and the data is appended again.
             if let Some(c) = vol.commit.as_mut()
                 && c.phase == CommitPhase::LogWait
                 && a.id < c.log_wait_upto
             {
-                c.failed = Errno::worse(c.failed, Some(Errno::Io));
+                c.failed = Errno::worse(c.failed, Some(e));
             }
             self.log_relocate(now, &a, out);
         }
@@ -422,7 +444,15 @@ impl Engine {
         let mut any = false;
         for (_, f) in self.frees.iter() {
             let crate::reclaim::Freed::Chunks { pool: p, .. } = f.what;
-            if p.0 as usize == pool {
+            if p.0 as usize != pool {
+                continue;
+            }
+            // Space freed by the records of a volume whose commit just failed is not on
+            // its way: the timer retries that commit (log/nospace.rs).
+            let blocked = f.needs.iter().any(|&(v, seq)| {
+                self.nospace.commit_backs_off(v) && self.vols[v as usize].journal.durable_seq < seq
+            });
+            if !blocked {
                 any = true;
                 waiting.extend(f.needs.iter().map(|&(v, _)| v));
             }
@@ -431,7 +461,10 @@ impl Engine {
         waiting.dedup();
         for v in waiting {
             let vol = &self.vols[v as usize];
-            if vol.commit.is_none() && !vol.journal.pending.is_empty() {
+            if vol.commit.is_none()
+                && !vol.journal.pending.is_empty()
+                && !self.nospace.commit_backs_off(v)
+            {
                 self.start_commit(now, v, out);
             }
         }
@@ -457,13 +490,25 @@ impl Engine {
 
     /// A commit waiting for appends goes on once those issued before it have landed.
     pub(crate) fn log_commit_check(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let Some(c) = self.vols[v as usize].commit.as_ref() else {
+            return;
+        };
+        if c.phase != CommitPhase::LogWait {
+            return;
+        }
+        if c.failed.is_none() {
+            let upto = c.log_wait_upto;
+            self.append_retry_for_commit(now, v, upto, out);
+        }
+        let bug = self.bug_is(InjectedBug::CommitSkipsLogWait);
         let vol = &self.vols[v as usize];
         let Some(c) = vol.commit.as_ref() else { return };
         if c.phase != CommitPhase::LogWait {
             return;
         }
-        let bug = self.bug_is(InjectedBug::CommitSkipsLogWait);
+        // A failed round ends now (nothing of it becomes durable) rather than waiting.
         if !bug
+            && c.failed.is_none()
             && vol
                 .log
                 .in_flight

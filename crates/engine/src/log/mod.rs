@@ -18,6 +18,7 @@
 pub(crate) mod append;
 mod cleaner;
 mod livemap;
+pub(crate) mod nospace;
 mod recover;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

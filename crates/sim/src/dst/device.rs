@@ -142,11 +142,12 @@ impl DataDevice {
         }
     }
 
-    /// Carry out `op` as it completes. `fail` injects a transient error.
+    /// Carry out `op` as it completes. `fail` injects a transient error: `Errno::Io`, or
+    /// `Errno::NoSpc` for a write that finds no space (which writes a prefix at most).
     pub fn complete(
         &mut self,
         op: &DeviceOp,
-        fail: bool,
+        fail: Option<Errno>,
         rng: &mut Xoshiro256PlusPlus,
     ) -> (Result<(), Errno>, Option<Bytes>) {
         let (off, len) = (op.offset_bytes, op.len_bytes);
@@ -155,7 +156,7 @@ impl DataDevice {
         }
         match op.kind {
             DevKind::Read => {
-                if fail || self.touches_latent(off, len) {
+                if fail.is_some() || self.touches_latent(off, len) {
                     self.injected_errors += 1;
                     return (Err(Errno::Io), None);
                 }
@@ -169,12 +170,23 @@ impl DataDevice {
                 } else {
                     None
                 };
-                if fail {
-                    // A failed write may have written some of its sectors.
+                if let Some(e) = fail {
+                    // A failed write may have written some of its sectors; one that ran
+                    // out of space, a prefix of them (a short write, then ENOSPC).
                     self.injected_errors += 1;
                     let sectors = len.div_ceil(SECTOR as u64);
+                    let prefix = if e == Errno::NoSpc {
+                        below(rng, sectors + 1)
+                    } else {
+                        0
+                    };
                     for i in 0..sectors {
-                        if below(rng, 2) == 0 {
+                        let lands = if e == Errno::NoSpc {
+                            i < prefix
+                        } else {
+                            below(rng, 2) == 0
+                        };
+                        if lands {
                             let s = off + i * SECTOR as u64;
                             let n = (SECTOR as u64).min(off + len - s);
                             let d = data
@@ -183,7 +195,7 @@ impl DataDevice {
                             self.volatile.push((s, d, n, op.tag.code()));
                         }
                     }
-                    return (Err(Errno::Io), None);
+                    return (Err(e), None);
                 }
                 self.clear_latent(off, len);
                 if op.fua {
@@ -199,7 +211,7 @@ impl DataDevice {
                 (Ok(()), None)
             }
             DevKind::Flush => {
-                if fail {
+                if fail.is_some() {
                     self.injected_errors += 1;
                     return (Err(Errno::Io), None);
                 }
@@ -310,7 +322,7 @@ mod tests {
 
     /// Complete an operation that must succeed; returns what it read.
     fn ok(d: &mut DataDevice, o: DeviceOp, rng: &mut Xoshiro256PlusPlus) -> Option<Bytes> {
-        let (r, data) = d.complete(&o, false, rng);
+        let (r, data) = d.complete(&o, None, rng);
         assert!(r.is_ok(), "{o:?}");
         data
     }
@@ -363,7 +375,7 @@ mod tests {
         let mut d = DataDevice::new(0, 1 << 20);
         d.latent.insert(8);
         assert!(
-            d.complete(&op(DevKind::Read, 4096, 512, None, false), false, &mut rng)
+            d.complete(&op(DevKind::Read, 4096, 512, None, false), None, &mut rng)
                 .0
                 .is_err()
         );

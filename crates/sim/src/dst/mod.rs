@@ -6,6 +6,7 @@ mod device;
 mod pattern;
 mod reference;
 mod runner;
+mod space;
 mod status;
 
 pub use device::Faults;
@@ -48,6 +49,9 @@ pub fn run_range(
                             t.crashes += st.crashes;
                             t.recoveries += st.recoveries;
                             t.injected_errors += st.injected_errors;
+                            t.space_seeds += st.space_seeds;
+                            t.space_errors += st.space_errors;
+                            t.space_spells += st.space_spells;
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
                             t.log_appends += st.log_appends;

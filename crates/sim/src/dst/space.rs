@@ -1,0 +1,68 @@
+//! Running out of space, as a device fault: in a third of the seeds (chosen from a stream
+//! of their own, so the other seeds replay as before) device writes fail with ENOSPC,
+//! transiently (1 write in 250) and for lasting spells (every write to one pool, for 20
+//! to 800 steps) until space "returns". A failed write may have landed a prefix of its
+//! sectors, as a short `pwrite` followed by ENOSPC does. Never during recovery: mount
+//! has no retry for a full metadata pool yet.
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::device::below;
+
+pub struct SpaceFaults {
+    rng: Xoshiro256PlusPlus,
+    pools: u64,
+    /// The pool that is full, and the step at which space returns.
+    spell: Option<(u16, u64)>,
+    /// After `end`: space is back for good.
+    ended: bool,
+    pub injected: u64,
+    pub spells: u64,
+}
+
+impl SpaceFaults {
+    /// The space faults of `seed`, if it is one of the seeds that run out of space.
+    pub fn draw(seed: u64, pools: usize) -> Option<SpaceFaults> {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x0E05_5BAC_u64.rotate_left(29));
+        (below(&mut rng, 3) == 0).then_some(SpaceFaults {
+            rng,
+            pools: pools as u64,
+            spell: None,
+            ended: false,
+            injected: 0,
+            spells: 0,
+        })
+    }
+
+    /// Step `step` of the run: a full spell may end or begin.
+    pub fn on_step(&mut self, step: u64) {
+        if self.ended {
+            return;
+        }
+        if self.spell.is_some_and(|(_, until)| step >= until) {
+            self.spell = None;
+        }
+        if self.spell.is_none() && below(&mut self.rng, 1500) == 0 {
+            let pool = below(&mut self.rng, self.pools) as u16;
+            self.spell = Some((pool, step + 20 + below(&mut self.rng, 780)));
+            self.spells += 1;
+        }
+    }
+
+    /// Whether a write to `pool` completing now fails for space.
+    pub fn write_fails(&mut self, pool: u16) -> bool {
+        if self.ended {
+            return false;
+        }
+        let fails = self.spell.is_some_and(|(p, _)| p == pool) || below(&mut self.rng, 250) == 0;
+        self.injected += fails as u64;
+        fails
+    }
+
+    /// Space returns for good (the run settles and checks that FLUSH succeeds again).
+    pub fn end(&mut self) {
+        self.ended = true;
+        self.spell = None;
+    }
+}
