@@ -228,6 +228,9 @@ impl Engine {
     /// Change a volume's QoS on every pool's scheduler (takes effect at the next
     /// dispatch). Not durable: configuration restores it at the next start.
     pub fn set_volume_qos(&mut self, v: VolumeId, qos: crate::sched::VolumeQos) {
+        if let Some(vol) = self.vols.get_mut(v.0 as usize) {
+            vol.qos = qos;
+        }
         for p in &mut self.pools {
             p.sched.set_volume_qos(v.0, qos);
         }

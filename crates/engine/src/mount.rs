@@ -443,6 +443,7 @@ impl Engine {
         );
         let mut v = Volume {
             id: VolumeId(self.vols.len() as u32),
+            qos: Default::default(),
             chunks,
             rec,
             map,

@@ -33,6 +33,8 @@ impl From<&KindStats> for KindReport {
 pub struct VolumeReport {
     pub name: String,
     pub size_bytes: u64,
+    /// The QoS its schedulers apply now.
+    pub qos: crate::sched::VolumeQos,
     pub provisioning: String,
     pub placement: String,
     pub read: KindReport,
@@ -165,6 +167,7 @@ impl Engine {
         Some(VolumeReport {
             name: vol.rec.name.clone(),
             size_bytes: vol.rec.size_bytes,
+            qos: vol.qos,
             provisioning: format!("{:?}", vol.rec.provisioning).to_lowercase(),
             placement: vol.rec.placement.name().to_string(),
             read: (&s.read).into(),

@@ -145,6 +145,8 @@ pub enum CommitWork {
 
 pub struct Volume {
     pub id: VolumeId,
+    /// The QoS its schedulers apply now (configured, or changed by `Control::SetQos`).
+    pub qos: crate::sched::VolumeQos,
     pub rec: VolumeRecord,
     pub chunks: u64,
     pub map: ChunkMap,

@@ -136,23 +136,87 @@ pub fn stat_json(engine: &Engine, server: &ServerStats) -> serde_json::Value {
     json!({ "engine": engine.report(), "server": server })
 }
 
-pub fn admin_reply(req: &str, engine: &Engine, server: &ServerStats) -> Reply {
+/// Answer one admin request. Commands that change the engine (`qos`) go through
+/// `Engine::control` at `now`; what it needs done is appended to `out` for the server's loop.
+pub fn admin_reply(
+    req: &str,
+    engine: &mut Engine,
+    now: u64,
+    out: &mut tiervisor_engine::Outputs,
+    server: &ServerStats,
+) -> Reply {
     let line = req.trim();
-    let cmd = serde_json::from_str::<serde_json::Value>(line)
-        .ok()
+    let parsed = serde_json::from_str::<serde_json::Value>(line).ok();
+    let cmd = parsed
+        .as_ref()
         .and_then(|v| v.get("cmd").and_then(|c| c.as_str()).map(str::to_string))
         .unwrap_or_else(|| line.to_string());
     let (v, shutdown) = match cmd.as_str() {
         "stat" => (stat_json(engine, server), false),
         "shutdown" => (json!({"ok": true, "message": "shutting down"}), true),
+        "qos" => (
+            set_qos(parsed.as_ref(), engine, now, out).unwrap_or_else(|e| json!({ "error": e })),
+            false,
+        ),
         other => (
-            json!({"error": format!("unknown command {other:?}; expected stat or shutdown")}),
+            json!({"error": format!("unknown command {other:?}; expected stat, qos or shutdown")}),
             false,
         ),
     };
     let mut body = serde_json::to_vec(&v).unwrap_or_default();
     body.push(b'\n');
     Reply { body, shutdown }
+}
+
+/// `{"cmd": "qos", "volume": NAME, "limit_iops": N, "reservation_iops": N, "weight": W}`:
+/// the keys given replace the volume's current QoS, the others stay.
+fn set_qos(
+    req: Option<&serde_json::Value>,
+    engine: &mut Engine,
+    now: u64,
+    out: &mut tiervisor_engine::Outputs,
+) -> Result<serde_json::Value, String> {
+    let req = req.ok_or("qos: expected a JSON request {\"cmd\": \"qos\", \"volume\": ...}")?;
+    let name = req["volume"]
+        .as_str()
+        .ok_or("qos: expected \"volume\": a volume name")?;
+    let id = engine
+        .volume_id(name)
+        .ok_or_else(|| format!("qos: no volume {name:?}"))?;
+    let mut qos = engine
+        .report()
+        .volumes
+        .iter()
+        .find(|v| v.name == name)
+        .map(|v| v.qos)
+        .unwrap_or_default();
+    let num = |k: &str| -> Result<Option<u32>, String> {
+        match &req[k] {
+            serde_json::Value::Null => Ok(None),
+            v => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| format!("qos: {k} = {v}: expected a whole number")),
+        }
+    };
+    if let Some(n) = num("limit_iops")? {
+        qos.limit_iops = n;
+    }
+    if let Some(n) = num("reservation_iops")? {
+        qos.reservation_iops = n;
+    }
+    if let Some(n) = num("weight")? {
+        qos.weight = n;
+    }
+    engine
+        .control(
+            now,
+            tiervisor_engine::Control::SetQos { volume: id, qos },
+            out,
+        )
+        .map_err(|e| format!("qos: {name}: {e}"))?;
+    Ok(json!({ "ok": true, "volume": name, "qos": qos }))
 }
 
 /// Prometheus text exposition of the same counters.
@@ -640,5 +704,90 @@ mod tests {
         );
         assert!(text.contains(r#"export="ex\"port""#), "{text}");
         assert!(text.contains("tiervisor_protocol_errors_total 0"), "{text}");
+    }
+
+    #[test]
+    fn qos_changes_a_running_volume_and_refuses_bad_values() {
+        let pool = PoolConfig {
+            name: "ssd".into(),
+            medium: Medium::Ssd,
+            capacity_bytes: 64 << 20,
+            queue_depth: 8,
+            scheduler: SchedSpec::named("mclock"),
+            log: false,
+            throttle: None,
+            write_buffer: None,
+        };
+        let mut engine = Engine::new(EngineConfig {
+            pools: vec![pool],
+            volumes: vec![VolumeConfig {
+                name: "db".into(),
+                size_bytes: 16 << 20,
+                home_pool: PoolId(0),
+                fast_pool: None,
+                provisioning: Provisioning::Thin,
+                placement: Placement::Pinned,
+                log: None,
+                qos: VolumeQos {
+                    reservation_iops: 0,
+                    limit_iops: 0,
+                    weight: 100,
+                },
+            }],
+            ..EngineConfig::default()
+        })
+        .expect("a valid engine configuration");
+        mount_in_memory(&mut engine, &[64 << 20]);
+        let server = ServerStats::default();
+        let mut out = tiervisor_engine::Outputs::default();
+        let mut ask = |engine: &mut Engine, req: &str| -> serde_json::Value {
+            let r = admin_reply(req, engine, 0, &mut out, &server);
+            serde_json::from_slice(&r.body).expect("JSON")
+        };
+        let v = ask(
+            &mut engine,
+            r#"{"cmd": "qos", "volume": "db", "limit_iops": 2000, "reservation_iops": 100}"#,
+        );
+        assert_eq!(v["ok"], true, "{v}");
+        let q = engine.report().volumes[0].qos;
+        assert_eq!(
+            (q.reservation_iops, q.limit_iops, q.weight),
+            (100, 2000, 100)
+        );
+        // Only the keys given change; stat shows it.
+        ask(
+            &mut engine,
+            r#"{"cmd": "qos", "volume": "db", "weight": 7}"#,
+        );
+        let st = ask(&mut engine, "stat");
+        assert_eq!(st["engine"]["volumes"][0]["qos"]["weight"], 7, "{st}");
+        assert_eq!(
+            st["engine"]["volumes"][0]["qos"]["limit_iops"], 2000,
+            "{st}"
+        );
+        // Refused, nothing changed.
+        for (req, why) in [
+            (r#"{"cmd": "qos", "volume": "db", "weight": 0}"#, "weight 0"),
+            (
+                r#"{"cmd": "qos", "volume": "db", "reservation_iops": 5000}"#,
+                "exceeds the limit",
+            ),
+            (
+                r#"{"cmd": "qos", "volume": "nope", "weight": 5}"#,
+                "no volume \"nope\"",
+            ),
+            (
+                r#"{"cmd": "qos", "volume": "db", "weight": -3}"#,
+                "expected a whole number",
+            ),
+            ("qos", "expected a JSON request"),
+            (r#"{"cmd": "qos"}"#, "expected \"volume\""),
+        ] {
+            let v = ask(&mut engine, req);
+            let e = v["error"].as_str().unwrap_or_default();
+            assert!(e.contains(why), "{req}: {v}");
+        }
+        let q = engine.report().volumes[0].qos;
+        assert_eq!((q.reservation_iops, q.limit_iops, q.weight), (100, 2000, 7));
     }
 }

@@ -1018,7 +1018,9 @@ impl Server {
         if let Some(req) = c.read_request() {
             let reply = match c.kind {
                 admin::ClientKind::Admin => {
-                    admin::admin_reply(&req, &self.engine, &self.server_stats())
+                    let stats = self.server_stats();
+                    let now = self.now();
+                    admin::admin_reply(&req, &mut self.engine, now, &mut self.out, &stats)
                 }
                 admin::ClientKind::Metrics => {
                     admin::metrics_reply(&self.engine, &self.server_stats())

@@ -195,6 +195,24 @@ pub enum CtlCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Change a running volume's QoS (mClock/BFQ): the options given replace the current
+    /// values, from the next dispatch on. Not durable: the configuration applies again at
+    /// the next start.
+    Qos {
+        /// The volume (export) name.
+        volume: String,
+        /// At most this many IOPS (0: no limit).
+        #[arg(long)]
+        limit_iops: Option<u32>,
+        /// At least this many IOPS under contention (0: none).
+        #[arg(long)]
+        reservation_iops: Option<u32>,
+        /// Share of what is left, 1..1000.
+        #[arg(long)]
+        weight: Option<u32>,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Ask the server to shut down cleanly.
     Shutdown {
         #[command(flatten)]
@@ -229,6 +247,33 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
         CtlCmd::Shutdown { target } => {
             let r = admin::request(&target.socket(), "shutdown").map_err(Failure::run)?;
             print!("{r}");
+            Ok(())
+        }
+        CtlCmd::Qos {
+            volume,
+            limit_iops,
+            reservation_iops,
+            weight,
+            target,
+        } => {
+            let req = serde_json::json!({
+                "cmd": "qos",
+                "volume": volume,
+                "limit_iops": limit_iops,
+                "reservation_iops": reservation_iops,
+                "weight": weight,
+            });
+            let r = admin::request(&target.socket(), &req.to_string()).map_err(Failure::run)?;
+            let v: serde_json::Value = serde_json::from_str(&r)
+                .map_err(|e| Failure::run(format!("bad answer from the server: {e}")))?;
+            if let Some(e) = v["error"].as_str() {
+                return Err(Failure::input(e.to_string()));
+            }
+            let q = &v["qos"];
+            println!(
+                "{volume}: reservation {} IOPS, limit {} IOPS, weight {}",
+                q["reservation_iops"], q["limit_iops"], q["weight"]
+            );
             Ok(())
         }
         CtlCmd::Stat { json, target } => {
@@ -303,6 +348,19 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     vol["journal_commits"].as_u64().unwrap_or(0),
                     vol["checkpoints"].as_u64().unwrap_or(0),
                     vol["map_memory_bytes"].as_u64().unwrap_or(0)
+                );
+                let q = &vol["qos"];
+                let setting = |k: &str| match q[k].as_u64() {
+                    Some(0) | None => "none".to_string(),
+                    Some(n) => format!("{n} IOPS"),
+                };
+                println!(
+                    "{:<10} QoS: reservation {}, limit {}, weight {}; measured {:.0} IOPS since start",
+                    "",
+                    setting("reservation_iops"),
+                    setting("limit_iops"),
+                    q["weight"],
+                    (n("read") + n("write")) as f64 / up
                 );
                 let hottest: Vec<String> = vol["monitor"]["hottest"]
                     .as_array()
