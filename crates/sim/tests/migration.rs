@@ -198,3 +198,28 @@ fn reproduce_migration_runs_every_table_and_lr_spares_the_ssd() {
         .unwrap();
     assert_eq!(lr.ours, 0.0);
 }
+
+#[test]
+fn aio_out_of_an_ssd_keeps_its_duplicate_backlog_and_so_its_pause_bounded() {
+    // An Iometer-like load on the SSD writes faster than the HDD destination takes the
+    // duplicates; AIO's delay must hold the backlog near its threshold (100), or the pivot
+    // drains all of it with the volume paused (it took 8.5 s here, 150 s at 256 MiB).
+    let text = scenario("ssd", "hdd", "aio", 0.5, 2_000_000).replace(
+        "rw = \"randrw\"",
+        "rw = \"randrw\"\nrwmixread = 75\nruntime_s = 600",
+    );
+    let sc = Scenario::parse("m.toml", &text, Path::new(".")).unwrap();
+    let opts = RunOptions {
+        stop_after_migrations: true,
+        ..RunOptions::default()
+    };
+    let r = Simulation::new(sc, &opts).unwrap().run().unwrap();
+    let m = &r.migrations[0];
+    assert_eq!(m.phase, "done", "{m:?}");
+    assert!(m.aio_delays > 0, "the load never outran the HDD: {m:?}");
+    assert!(
+        m.downtime_ms < 1500.0,
+        "pause {:.0} ms: {m:?}",
+        m.downtime_ms
+    );
+}

@@ -306,6 +306,13 @@ impl Migrations {
     }
 }
 
+impl Job {
+    /// AIO duplicates issued and not yet done, plus those queued behind their chunk's.
+    pub(crate) fn unfinished_dups(&self) -> usize {
+        self.dups_in_flight as usize + self.dup_queue.len()
+    }
+}
+
 impl Engine {
     /// Start migrating volume `v` to `params.to`. Errors say why not (nothing changes).
     pub fn start_migration(

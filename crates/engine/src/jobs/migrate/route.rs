@@ -203,7 +203,7 @@ impl Engine {
             return false;
         };
         let dst_slow = self.pools[job.params.to.0 as usize].cfg.medium == Medium::Hdd;
-        if !dst_slow || job.dups_in_flight <= job.params.aio_threshold {
+        if !dst_slow || job.unfinished_dups() <= job.params.aio_threshold as usize {
             return false;
         }
         job.stats.vm_write_bytes -= e - s; // counted again when it goes on
@@ -401,6 +401,19 @@ impl Engine {
                 return;
             };
             match job.delayed.front() {
+                // Still too many duplicates unfinished: wait another delay, so the backlog
+                // the pivot must drain with the volume paused stays near the threshold
+                // (one delay per write let it grow without bound into a slower pool).
+                Some(&(at, w))
+                    if at <= now && job.unfinished_dups() > job.params.aio_threshold as usize =>
+                {
+                    job.delayed.pop_front();
+                    let again = now + job.params.aio_delay_ns;
+                    job.stats.aio_delays += 1;
+                    job.delayed.push_back((again, w));
+                    self.migration_wake_at(again);
+                    return;
+                }
                 Some(&(at, w)) if at <= now => {
                     job.delayed.pop_front();
                     self.migrations.bypass_delay = true;
