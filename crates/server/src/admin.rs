@@ -530,6 +530,31 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
             })
             .collect(),
     );
+    let space = |f: &dyn Fn(&crate::space::PoolSpace) -> f64| {
+        server
+            .pool_space
+            .iter()
+            .map(|p| (format!("pool=\"{}\"", label(&p.pool)), f(p)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_pool_space_low",
+        "1 if the file pools on this pool's filesystem may grow past its free space.",
+        "gauge",
+        space(&|p| f64::from(u8::from(p.low))),
+    );
+    family(
+        "tiervisor_pool_growth_bytes",
+        "How much more the pool's sparse file may take from its filesystem.",
+        "gauge",
+        space(&|p| p.growth_bytes as f64),
+    );
+    family(
+        "tiervisor_pool_fs_free_bytes",
+        "Free bytes of the filesystem under the pool's file.",
+        "gauge",
+        space(&|p| p.fs_free_bytes as f64),
+    );
     family(
         "tiervisor_protocol_errors_total",
         "Connections closed for protocol violations.",
@@ -692,6 +717,12 @@ mod tests {
         let server = ServerStats {
             connections_per_export: vec![("ex\"port".into(), 1)],
             inflight_per_connection: vec![(3, "127.0.0.1:5".into(), "ex\"port".into(), 4096)],
+            pool_space: vec![crate::space::PoolSpace {
+                pool: "hdd".into(),
+                low: true,
+                growth_bytes: 7,
+                ..Default::default()
+            }],
             ..ServerStats::default()
         };
         let text = metrics_text(&engine, &server);
@@ -704,6 +735,14 @@ mod tests {
         );
         assert!(text.contains(r#"export="ex\"port""#), "{text}");
         assert!(text.contains("tiervisor_protocol_errors_total 0"), "{text}");
+        assert!(
+            text.contains(r#"tiervisor_pool_space_low{pool="hdd"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tiervisor_pool_growth_bytes{pool="hdd"} 7"#),
+            "{text}"
+        );
     }
 
     #[test]

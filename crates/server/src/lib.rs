@@ -10,6 +10,7 @@ pub mod pools;
 pub mod preflight;
 pub mod ratelimit;
 pub mod server;
+pub mod space;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};
 pub use preflight::StartOptions;

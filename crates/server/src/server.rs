@@ -95,6 +95,8 @@ pub struct ServerStats {
     /// Per open connection: (connection number, peer, export, request payload bytes
     /// held: requests read but not answered, and replies not yet sent).
     pub inflight_per_connection: Vec<(usize, String, String, u64)>,
+    /// Each file pool's possible growth against its filesystem's free space.
+    pub pool_space: Vec<crate::space::PoolSpace>,
     pub protocol_errors: u64,
     pub requests: u64,
     pub io_backend: String,
@@ -204,6 +206,7 @@ fn open_checked(
     preflight::check_socket_paths(cfg)?;
     let bound = preflight::bind_tcp(cfg)?;
     let mode = preflight::plan(cfg, opts)?;
+    crate::space::check_thick(cfg)?;
     std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
         format!(
             "cannot create data directory {}: {e}",
@@ -250,6 +253,9 @@ impl Server {
                     buffer.map_or("off".to_string(), |b| format!("{b} bytes"))
                 ));
             }
+        }
+        for s in crate::space::survey(&pools).iter().filter(|s| s.low) {
+            log(&format!("warning: {}", crate::space::warning(s)));
         }
         let fds = pools.iter().map(PoolFile::fds).collect();
         let backend = io::open(cfg.io, fds).map_err(|e| format!("cannot set up I/O: {e}"))?;
@@ -745,6 +751,7 @@ impl Server {
     pub fn server_stats(&self) -> ServerStats {
         let mut s = self.stats.clone();
         s.uptime_s = self.t0.elapsed().as_secs_f64();
+        s.pool_space = crate::space::survey(&self.pools);
         s.connections_per_export = self
             .exports
             .iter()

@@ -125,3 +125,71 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     drop((v1, v2));
     assert_eq!(s.term(), Some(0));
 }
+
+/// A thick volume on the hdd pool; `{size}` is replaced.
+const THICK: &str = r#"
+chunk = "1m"
+journal = "1m"
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "16m"
+kind = "ssd"
+[[pool]]
+name = "hdd"
+path = "hdd.pool"
+size = "256m"
+kind = "hdd"
+[[volume]]
+name = "vm1"
+size = "{size}"
+pool = "hdd"
+provisioning = "thick"
+"#;
+
+#[test]
+fn pools_that_may_outgrow_their_filesystem_are_warned_about_and_thick_volumes_must_fit() {
+    let d = TempDir::new("space-check");
+    let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+        return;
+    };
+    // A thick volume larger than the filesystem: refused before any pool file exists.
+    let conf = d.path().join("c.toml");
+    std::fs::write(&conf, THICK.replace("{size}", "64m")).unwrap();
+    let (ok, out) = try_run(
+        std::process::Command::new(bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&fs.0)
+            .args(["--listen", "127.0.0.1:0", "--format-new", "--config"])
+            .arg(&conf),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("thick volume(s) vm1") && out.contains("bytes free"),
+        "{out}"
+    );
+    assert!(!fs.0.join("hdd.pool").exists() && !fs.0.join("ssd.pool").exists());
+    // One that fits starts, but the sparse pools (272 MiB) may outgrow the 40 MiB
+    // filesystem: the log says so, and so do ctl stat and Prometheus.
+    std::fs::write(&conf, THICK.replace("{size}", "8m")).unwrap();
+    let s = ServerProc::start(&fs.0, &["--config", conf.to_str().unwrap()]);
+    let log = s.log();
+    assert!(
+        log.contains("warning: pool hdd") && log.contains("ENOSPC once it is full"),
+        "{log}"
+    );
+    let out = run(std::process::Command::new(bin())
+        .args(["ctl", "stat", "--json", "--data-dir"])
+        .arg(&fs.0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let hdd = v["server"]["pool_space"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["pool"] == "hdd"))
+        .unwrap_or_else(|| panic!("no pool_space for hdd: {out}"))
+        .clone();
+    assert_eq!(hdd["low"], true, "{hdd}");
+    assert!(hdd["fs_free_bytes"].as_u64().unwrap() <= 40 * MIB, "{hdd}");
+    assert!(hdd["growth_bytes"].as_u64().unwrap() > 200 * MIB, "{hdd}");
+    assert_eq!(s.term(), Some(0));
+}
