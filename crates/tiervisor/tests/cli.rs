@@ -275,7 +275,7 @@ fn reproduce_all_writes_report_points_and_plots() {
             "reproduce",
             "all",
             "--skip",
-            "logwrite,tiering,scheduling,flush",
+            "logwrite,tiering,scheduling,flush,migration",
             "--out",
         ])
         .arg(&out)
