@@ -372,7 +372,10 @@ impl Engine {
         if result.is_ok() && vol.journal.used_blocks() * 2 > vol.journal.ring_blocks {
             vol.checkpoint_wanted = true;
         }
-        let again = !vol.flush_waiters.is_empty() || (result.is_ok() && vol.checkpoint_wanted);
+        // After a failed round the commit timer retries (log/nospace.rs): starting the next
+        // round at once for the FLUSHes that queued behind it failed again at the same
+        // instant, forever, under a lasting ENOSPC (DST seed 37 with space faults).
+        let again = result.is_ok() && (!vol.flush_waiters.is_empty() || vol.checkpoint_wanted);
         if again {
             self.start_commit(now, v, out);
         }

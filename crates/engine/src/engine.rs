@@ -619,7 +619,9 @@ impl Engine {
             if self.state == EngineState::Ready || self.state == EngineState::Stopping {
                 for v in 0..self.vols.len() {
                     let vol = &self.vols[v];
-                    let needed = !vol.journal.pending.is_empty() || self.frees_wait_on(v as u32);
+                    let needed = !vol.journal.pending.is_empty()
+                        || !vol.flush_waiters.is_empty()
+                        || self.frees_wait_on(v as u32);
                     if needed && vol.commit.is_none() {
                         self.start_commit(now, v as u32, out);
                     }
@@ -638,8 +640,11 @@ impl Engine {
         if self.commit_timer_at.is_some() {
             return;
         }
-        let work =
-            self.vols.iter().any(|v| !v.journal.pending.is_empty()) || !self.frees.is_empty();
+        let work = self
+            .vols
+            .iter()
+            .any(|v| !v.journal.pending.is_empty() || !v.flush_waiters.is_empty())
+            || !self.frees.is_empty();
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);

@@ -91,7 +91,9 @@ impl Engine {
                     self.write_volume_table(now, out);
                     return false;
                 }
-                if self.vols[v as usize].commit.is_none() {
+                // A commit that failed (no space) is retried by the commit timer, not at
+                // every step: restarting it at once failed again at the same instant, forever.
+                if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
                     self.start_commit(now, v, out);
                 }
                 false
@@ -516,7 +518,9 @@ impl Engine {
         self.vols[v as usize].rec.home_pool = to;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.phase = MigrationPhase::Committing { seq };
-        if self.vols[v as usize].commit.is_none() && self.vols[v as usize].journal.durable_seq < seq
+        if self.vols[v as usize].commit.is_none()
+            && self.vols[v as usize].journal.durable_seq < seq
+            && !self.nospace.commit_backs_off(v)
         {
             self.start_commit(now, v, out);
         }
