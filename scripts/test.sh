@@ -19,7 +19,9 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
-cargo test --release --workspace
+# Release optimisation without LTO ([profile.ci-release]): the tests need the speed, not the
+# whole-program link per test binary.
+cargo test --profile ci-release --workspace
 # The engine, model, workload and simulator tests (DST included) once more with overflow
-# checks and debug assertions, which the release run above leaves out ([profile.ci-checked]).
+# checks and debug assertions, which the run above leaves out ([profile.ci-checked]).
 cargo test --profile ci-checked -p tiervisor-engine -p tiervisor-model -p tiervisor-workload -p tiervisor-sim
