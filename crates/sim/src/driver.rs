@@ -585,20 +585,13 @@ impl Simulation {
     /// after the workloads end, so a migration without a workload finishes).
     fn migrating(&self) -> bool {
         !self.scenario.migrations.is_empty()
-            && self
-                .engine
-                .migrations()
-                .iter()
-                .any(|m| crate::migration_watch::is_active(m.phase))
+            && self.engine.migrations().iter().any(|m| !m.phase.is_over())
     }
 
     /// Every scenario migration has started and none still runs.
     fn migrations_all_done(&self) -> bool {
         let all = self.engine.migrations();
-        all.len() >= self.scenario.migrations.len()
-            && !all
-                .iter()
-                .any(|m| crate::migration_watch::is_active(m.phase))
+        all.len() >= self.scenario.migrations.len() && !all.iter().any(|m| !m.phase.is_over())
     }
 
     fn workloads_done(&self) -> bool {

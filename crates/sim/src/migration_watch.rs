@@ -3,7 +3,7 @@
 //! migration's window (seed 004's lambda_IO) beside the rate before it started.
 
 use tiervisor_engine::PoolId;
-use tiervisor_engine::jobs::migrate::{MigrationPhase, MigrationStatus};
+use tiervisor_engine::jobs::migrate::MigrationStatus;
 
 use crate::report::MigrationReport;
 
@@ -75,7 +75,7 @@ impl MigrationWatch {
             why: s.why.clone(),
             from: s.from.iter().map(|&p| pool_name(p)).collect(),
             to: pool_name(s.to),
-            phase: phase_name(s.phase).to_string(),
+            phase: s.phase.name().to_string(),
             error: s.error.clone(),
             started_s: secs(start),
             image_copied_s: st.image_copied_ns.map(|t| secs(rel(t))),
@@ -94,25 +94,4 @@ impl MigrationWatch {
             iops_during: end.and_then(|e| self.rate(vol, start, e)),
         }
     }
-}
-
-pub fn phase_name(p: MigrationPhase) -> &'static str {
-    match p {
-        MigrationPhase::Copying { .. } => "copying",
-        MigrationPhase::Draining => "draining",
-        MigrationPhase::FinalCopy => "final-copy",
-        MigrationPhase::Committing { .. } => "committing",
-        MigrationPhase::Cancelling => "cancelling",
-        MigrationPhase::Done => "done",
-        MigrationPhase::Cancelled => "cancelled",
-        MigrationPhase::Failed => "failed",
-    }
-}
-
-/// Still running (neither done, cancelled nor failed).
-pub fn is_active(p: MigrationPhase) -> bool {
-    !matches!(
-        p,
-        MigrationPhase::Done | MigrationPhase::Cancelled | MigrationPhase::Failed
-    )
 }

@@ -146,6 +146,30 @@ pub enum MigrationPhase {
     Failed,
 }
 
+impl MigrationPhase {
+    /// Lower-case name for reports and status lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPhase::Copying { .. } => "copying",
+            MigrationPhase::Draining => "draining",
+            MigrationPhase::FinalCopy => "final-copy",
+            MigrationPhase::Committing { .. } => "committing",
+            MigrationPhase::Cancelling => "cancelling",
+            MigrationPhase::Done => "done",
+            MigrationPhase::Cancelled => "cancelled",
+            MigrationPhase::Failed => "failed",
+        }
+    }
+
+    /// The job is over: done, cancelled or failed.
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            MigrationPhase::Done | MigrationPhase::Cancelled | MigrationPhase::Failed
+        )
+    }
+}
+
 /// What a job has done and what it cost (seed 004's metrics, section 4).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MigrationStats {
