@@ -2,12 +2,13 @@
 //! device completions and time. Each command says whether it changes durable state; those
 //! that do are journaled before they take effect.
 //!
-//! The enum is open: a job (live storage migration, say) adds its start and cancel
-//! commands here and handles them in [`Engine::control`].
+//! The enum is open: a job adds its commands here and routes them in
+//! [`Engine::control`] to its own mechanism (live storage migration: `jobs/migrate`).
 
 use crate::engine::Engine;
+use crate::jobs::migrate::MigrationParams;
 use crate::sched::VolumeQos;
-use crate::types::{Outputs, VolumeId};
+use crate::types::{Outputs, PoolId, VolumeId};
 
 /// An admin command.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,12 +18,54 @@ pub enum Control {
     /// configuration, not durable state: it is not journaled, and the configured QoS
     /// applies again at the next start.
     SetQos { volume: VolumeId, qos: VolumeQos },
+    /// Start moving a thin, pinned volume to `params.to` with `params.scheme` (seed 004).
+    /// The command itself is not journaled: the job's durable state is the volume's
+    /// `Moved` overlay entries (LR, SLR) and, at the pivot, its chunk map and the volume
+    /// table; a crash before the pivot leaves the source authoritative, and starting the
+    /// same migration again resumes from what the entries hold.
+    StartMigration {
+        volume: VolumeId,
+        params: MigrationParams,
+    },
+    /// Cancel a running migration: the source stays (or becomes again) authoritative.
+    CancelMigration { volume: VolumeId },
+    /// Change a running migration's copy rate cap.
+    SetMigrationRate {
+        volume: VolumeId,
+        rate_bytes_per_s: u64,
+    },
 }
 
 /// Why a command was refused (nothing changed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControlError {
     UnknownVolume(VolumeId),
+    UnknownPool(PoolId),
+    /// The engine is starting or stopping.
+    NotReady,
+    /// The volume already lives on the pool it is asked to move to.
+    SamePool {
+        volume: String,
+        pool: String,
+    },
+    AlreadyMigrating {
+        volume: String,
+    },
+    NotMigrating {
+        volume: String,
+    },
+    /// The volume cannot do this (thick, tiered, logged...); the text says why.
+    Unsupported(String),
+    /// Something in flight prevents it now; the text says what (try again later).
+    Busy(String),
+    /// The destination has too few free chunks for the volume's data.
+    NoSpace {
+        pool: String,
+        free_chunks: u64,
+        needed_chunks: u64,
+    },
+    /// The command can no longer take effect (a pivot being made durable, say).
+    TooLate(String),
     /// The value is out of range; the text says which and why.
     Invalid(String),
 }
@@ -31,7 +74,27 @@ impl std::fmt::Display for ControlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ControlError::UnknownVolume(v) => write!(f, "no volume with index {}", v.0),
-            ControlError::Invalid(why) => f.write_str(why),
+            ControlError::UnknownPool(p) => write!(f, "no pool with index {}", p.0),
+            ControlError::NotReady => f.write_str("the engine is not ready"),
+            ControlError::SamePool { volume, pool } => {
+                write!(f, "volume {volume} already lives on pool {pool}")
+            }
+            ControlError::AlreadyMigrating { volume } => {
+                write!(f, "volume {volume} is already migrating")
+            }
+            ControlError::NotMigrating { volume } => write!(f, "volume {volume} is not migrating"),
+            ControlError::NoSpace {
+                pool,
+                free_chunks,
+                needed_chunks,
+            } => write!(
+                f,
+                "pool {pool} has {free_chunks} free chunks; the volume needs {needed_chunks}"
+            ),
+            ControlError::Unsupported(why)
+            | ControlError::Busy(why)
+            | ControlError::TooLate(why)
+            | ControlError::Invalid(why) => f.write_str(why),
         }
     }
 }
@@ -40,12 +103,7 @@ impl std::error::Error for ControlError {}
 
 impl Engine {
     /// Carry out an admin command at `now`; anything it needs done is appended to `out`.
-    pub fn control(
-        &mut self,
-        _now: u64,
-        c: Control,
-        _out: &mut Outputs,
-    ) -> Result<(), ControlError> {
+    pub fn control(&mut self, now: u64, c: Control, out: &mut Outputs) -> Result<(), ControlError> {
         match c {
             Control::SetQos { volume, qos } => {
                 if self.volume_size(volume).is_none() {
@@ -66,6 +124,16 @@ impl Engine {
                 self.set_volume_qos(volume, qos);
                 Ok(())
             }
+            Control::StartMigration { volume, params } => {
+                self.refuse_same_pool(volume, params.to)?;
+                self.try_start_migration(now, volume, params, out)
+                    .map(|_| ())
+            }
+            Control::CancelMigration { volume } => self.try_cancel_migration(now, volume, out),
+            Control::SetMigrationRate {
+                volume,
+                rate_bytes_per_s,
+            } => self.try_set_migration_rate(now, volume, rate_bytes_per_s, out),
         }
     }
 }

@@ -389,6 +389,86 @@ fn bad_requests_are_refused_with_a_reason() {
     let _ = Bytes::new();
 }
 
+/// Admin commands reach the job through `Engine::control`: every refusal is typed and
+/// changes nothing, and a started job takes a new rate and a cancel.
+#[test]
+fn control_routes_migrations_and_refuses_each_bad_request() {
+    let (mut r, reference) = setup();
+    let v = vid(&r);
+    let thick = r.engine.volume_id("thick").unwrap();
+    let mut slow = params(Scheme::Slr);
+    slow.rate_bytes_per_s = 1 << 20;
+    let start = |volume, to| Control::StartMigration {
+        volume,
+        params: MigrationParams { to, ..slow.clone() },
+    };
+    let mut out = Outputs::default();
+    let mut ctl = |r: &mut Rig, c: Control| {
+        let res = r.engine.control(r.now, c, &mut out);
+        r.drain(std::mem::take(&mut out));
+        res
+    };
+    let refused = [
+        (
+            start(VolumeId(99), SSD),
+            ControlError::UnknownVolume(VolumeId(99)),
+        ),
+        (start(v, PoolId(7)), ControlError::UnknownPool(PoolId(7))),
+        (
+            start(v, HDD),
+            ControlError::SamePool {
+                volume: VOL.into(),
+                pool: "hdd".into(),
+            },
+        ),
+        (
+            Control::CancelMigration { volume: v },
+            ControlError::NotMigrating { volume: VOL.into() },
+        ),
+        (
+            Control::SetMigrationRate {
+                volume: v,
+                rate_bytes_per_s: 5,
+            },
+            ControlError::NotMigrating { volume: VOL.into() },
+        ),
+    ];
+    for (c, want) in refused {
+        assert_eq!(ctl(&mut r, c.clone()), Err(want), "{c:?}");
+    }
+    match ctl(&mut r, start(thick, HDD)) {
+        Err(ControlError::Unsupported(why)) => assert!(why.contains("thick"), "{why}"),
+        other => panic!("a thick volume: {other:?}"),
+    }
+    assert!(r.engine.migration_status(v).is_none(), "nothing started");
+
+    ctl(&mut r, start(v, SSD)).unwrap();
+    assert_eq!(phase(&r), MigrationPhase::Copying { pass: 1 });
+    assert_eq!(
+        ctl(&mut r, start(v, SSD)),
+        Err(ControlError::AlreadyMigrating { volume: VOL.into() })
+    );
+    let zero = Control::SetMigrationRate {
+        volume: v,
+        rate_bytes_per_s: 0,
+    };
+    assert!(matches!(ctl(&mut r, zero), Err(ControlError::Invalid(_))));
+    let rate = Control::SetMigrationRate {
+        volume: v,
+        rate_bytes_per_s: 3 << 20,
+    };
+    ctl(&mut r, rate).unwrap();
+    let st = r.engine.migration_status(v).unwrap();
+    assert_eq!(st.rate_bytes_per_s, 3 << 20);
+    assert!(st.chunks_copied < st.chunks, "still copying: {st:?}");
+    ctl(&mut r, Control::CancelMigration { volume: v }).unwrap();
+    finish(&mut r);
+    assert_eq!(phase(&r), MigrationPhase::Cancelled);
+    assert!(pools(&r).iter().all(|&p| p == Some(HDD)), "{:?}", pools(&r));
+    check(&mut r, &reference, "after the cancel");
+    r.engine.check_invariants().unwrap();
+}
+
 /// Run a job with writes all over the volume while it copies; true if every read (during
 /// the job, after the pivot, after a crash) matched the reference.
 fn scenario_holds(s: Scheme, bug: Option<InjectedBug>) -> bool {

@@ -26,6 +26,7 @@ use std::collections::{BTreeSet, VecDeque};
 pub use cost::{CostInputs, MigrationCost, predict_cost};
 
 use crate::bucket::TokenBucket;
+use crate::control::ControlError;
 use crate::engine::Engine;
 use crate::types::{Outputs, PoolId, VmRequest, VolumeId};
 
@@ -206,6 +207,8 @@ pub struct MigrationStatus {
     pub chunks: u64,
     pub chunks_copied: u64,
     pub error: Option<String>,
+    /// The copy rate cap now (`set_migration_rate` changes it).
+    pub rate_bytes_per_s: u64,
     pub stats: MigrationStats,
 }
 
@@ -339,6 +342,7 @@ impl Job {
 
 impl Engine {
     /// Start migrating volume `v` to `params.to`. Errors say why not (nothing changes).
+    /// Admin commands come through [`Engine::control`], which reports the refusal typed.
     pub fn start_migration(
         &mut self,
         now: u64,
@@ -346,6 +350,17 @@ impl Engine {
         params: MigrationParams,
         out: &mut Outputs,
     ) -> Result<MigrationStatus, String> {
+        self.try_start_migration(now, v, params, out)
+            .map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn try_start_migration(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        params: MigrationParams,
+        out: &mut Outputs,
+    ) -> Result<MigrationStatus, ControlError> {
         let (scheme, why) = self.check_migration(v, &params)?;
         let vi = v.0;
         let vol = &self.vols[vi as usize];
@@ -402,32 +417,38 @@ impl Engine {
         &self,
         v: VolumeId,
         p: &MigrationParams,
-    ) -> Result<(Scheme, String), String> {
-        let vol = self.vols.get(v.0 as usize).ok_or("no such volume")?;
+    ) -> Result<(Scheme, String), ControlError> {
+        let vol = self
+            .vols
+            .get(v.0 as usize)
+            .ok_or(ControlError::UnknownVolume(v))?;
         let name = &vol.rec.name;
+        let unsupported = |why: String| Err(ControlError::Unsupported(why));
         if self.state != crate::engine::EngineState::Ready {
-            return Err("the engine is not ready".into());
+            return Err(ControlError::NotReady);
         }
         if self.migrations.jobs.contains_key(&v.0) {
-            return Err(format!("volume {name} is already migrating"));
+            return Err(ControlError::AlreadyMigrating {
+                volume: name.clone(),
+            });
         }
         let pool = self
             .pools
             .get(p.to.0 as usize)
-            .ok_or_else(|| format!("no pool {}", p.to.0))?;
+            .ok_or(ControlError::UnknownPool(p.to))?;
         let cb = self.cfg.chunk_bytes;
         if vol.rec.provisioning != crate::config::Provisioning::Thin {
-            return Err(format!(
+            return unsupported(format!(
                 "volume {name} is thick; live migration moves thin volumes only (a thick volume's home region cannot move yet)"
             ));
         }
         if vol.rec.placement != crate::config::Placement::Pinned {
-            return Err(format!(
+            return unsupported(format!(
                 "volume {name} uses tiered placement; set placement = \"pinned\" to migrate it"
             ));
         }
         if self.vols_logs(v.0) {
-            return Err(format!(
+            return unsupported(format!(
                 "volume {name} uses the log-structured write path; migrating logged data is not supported"
             ));
         }
@@ -436,30 +457,35 @@ impl Engine {
             .values()
             .any(|a| matches!(a.state, crate::volume::ChunkState::Moving { .. }))
         {
-            return Err(format!("volume {name} has tier moves in flight; try again"));
+            return Err(ControlError::Busy(format!(
+                "volume {name} has tier moves in flight; try again"
+            )));
         }
         let g = p.granularity_bytes;
         if g < 512 || !cb.is_multiple_of(g) || cb / g > 64 {
-            return Err(format!(
+            return Err(ControlError::Invalid(format!(
                 "granularity {g} bytes: must divide the chunk size ({cb}) into at most 64 blocks of at least 512 bytes"
-            ));
+            )));
         }
         if p.buffer_bytes < 512 || !p.buffer_bytes.is_multiple_of(512) {
-            return Err(format!(
+            return Err(ControlError::Invalid(format!(
                 "buffer {} bytes: must be a positive multiple of 512",
                 p.buffer_bytes
-            ));
+            )));
         }
         if p.rate_bytes_per_s == 0 {
-            return Err("rate must be positive".into());
+            return Err(ControlError::Invalid("rate must be positive".into()));
         }
         if !(0.0..=1.0).contains(&p.gamma) {
-            return Err(format!("gamma {} must lie in [0, 1]", p.gamma));
+            return Err(ControlError::Invalid(format!(
+                "gamma {} must lie in [0, 1]",
+                p.gamma
+            )));
         }
         if let Some(other) = self.moved_pool(v.0)
             && other != p.to
         {
-            return Err(format!(
+            return unsupported(format!(
                 "volume {name} holds data of an interrupted migration to pool {}; migrate it there first",
                 self.cfg.pools[other.0 as usize].name
             ));
@@ -471,16 +497,39 @@ impl Engine {
             })
             .count() as u64;
         if pool.alloc.available_chunks() < needed {
-            return Err(format!(
-                "pool {} has {} free chunks; volume {name} needs {needed}",
-                pool.cfg.name,
-                pool.alloc.available_chunks()
-            ));
+            return Err(ControlError::NoSpace {
+                pool: pool.cfg.name.clone(),
+                free_chunks: pool.alloc.available_chunks(),
+                needed_chunks: needed,
+            });
         }
         match p.scheme {
             SchemeChoice::Fixed(s) => Ok((s, String::new())),
             SchemeChoice::Auto => Ok(self.choose_scheme(v.0, p)),
         }
+    }
+
+    /// An admin's start to the pool the volume already lives on (home, every chunk) is a
+    /// mistake to report. `start_migration` itself runs such a job (it copies nothing), as
+    /// DST and a restarted scenario may ask for it.
+    pub(crate) fn refuse_same_pool(&self, v: VolumeId, to: PoolId) -> Result<(), ControlError> {
+        let vol = self
+            .vols
+            .get(v.0 as usize)
+            .ok_or(ControlError::UnknownVolume(v))?;
+        let pool = self
+            .cfg
+            .pools
+            .get(to.0 as usize)
+            .ok_or(ControlError::UnknownPool(to))?;
+        let elsewhere = (0..self.pools.len()).any(|q| q != to.0 as usize && vol.chunks_on[q] > 0);
+        if vol.rec.home_pool == to && !elsewhere && self.moved_pool(v.0).is_none() {
+            return Err(ControlError::SamePool {
+                volume: vol.rec.name.clone(),
+                pool: pool.name.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn vols_logs(&self, v: u32) -> bool {
@@ -499,14 +548,22 @@ impl Engine {
         v: VolumeId,
         out: &mut Outputs,
     ) -> Result<(), String> {
-        let job = self
-            .migrations
-            .jobs
-            .get_mut(&v.0)
-            .ok_or("the volume is not migrating")?;
+        self.try_cancel_migration(now, v, out)
+            .map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn try_cancel_migration(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        out: &mut Outputs,
+    ) -> Result<(), ControlError> {
+        let job = self.running_job(v)?;
         match job.phase {
             MigrationPhase::Committing { .. } => {
-                return Err("the pivot is being made durable; too late to cancel".into());
+                return Err(ControlError::TooLate(
+                    "the pivot is being made durable; too late to cancel".into(),
+                ));
             }
             MigrationPhase::Cancelling => return Ok(()),
             _ => {}
@@ -524,19 +581,38 @@ impl Engine {
         rate_bytes_per_s: u64,
         out: &mut Outputs,
     ) -> Result<(), String> {
+        self.try_set_migration_rate(now, v, rate_bytes_per_s, out)
+            .map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn try_set_migration_rate(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        rate_bytes_per_s: u64,
+        out: &mut Outputs,
+    ) -> Result<(), ControlError> {
         if rate_bytes_per_s == 0 {
-            return Err("rate must be positive".into());
+            return Err(ControlError::Invalid("rate must be positive".into()));
         }
-        let job = self
-            .migrations
-            .jobs
-            .get_mut(&v.0)
-            .ok_or("the volume is not migrating")?;
-        job.bucket
-            .refill(now, job.params.rate_bytes_per_s, self.cfg.chunk_bytes * 2);
+        let cb = self.cfg.chunk_bytes;
+        let job = self.running_job(v)?;
+        job.bucket.refill(now, job.params.rate_bytes_per_s, cb * 2);
         job.params.rate_bytes_per_s = rate_bytes_per_s;
         self.migration_step(now, out);
         Ok(())
+    }
+
+    /// Volume `v`'s running job, or why there is none.
+    fn running_job(&mut self, v: VolumeId) -> Result<&mut Job, ControlError> {
+        let Some(vol) = self.vols.get(v.0 as usize) else {
+            return Err(ControlError::UnknownVolume(v));
+        };
+        let volume = vol.rec.name.clone();
+        self.migrations
+            .jobs
+            .get_mut(&v.0)
+            .ok_or(ControlError::NotMigrating { volume })
     }
 
     /// A job's status (running, or the last finished one of the volume).
@@ -570,6 +646,7 @@ impl Engine {
                 .filter(|&&p| p == Progress::Copied)
                 .count() as u64,
             error: j.error.clone(),
+            rate_bytes_per_s: j.params.rate_bytes_per_s,
             stats: MigrationStats {
                 dirty_bytes: j.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
                     * j.params.granularity_bytes,
