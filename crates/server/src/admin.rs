@@ -1,7 +1,8 @@
 //! The admin socket (`tiervisor ctl`) and the Prometheus metrics endpoint.
 //!
 //! Admin protocol: the client sends one line (`stat` or `shutdown`, or the JSON
-//! `{"cmd": "stat"}`), the server answers with one JSON document and closes.
+//! `{"cmd": "stat"}`, `{"cmd": "qos", ...}`, `{"cmd": "migrate", ...}`), the server
+//! answers with one JSON document and closes.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -132,8 +133,12 @@ trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
 /// Everything `ctl stat` shows, as JSON.
-pub fn stat_json(engine: &Engine, server: &ServerStats) -> serde_json::Value {
-    json!({ "engine": engine.report(), "server": server })
+pub fn stat_json(engine: &Engine, now: u64, server: &ServerStats) -> serde_json::Value {
+    json!({
+        "engine": engine.report(),
+        "server": server,
+        "migrations": crate::admin_migrate::migrations_json(engine, now),
+    })
 }
 
 /// Answer one admin request. Commands that change the engine (`qos`) go through
@@ -152,14 +157,19 @@ pub fn admin_reply(
         .and_then(|v| v.get("cmd").and_then(|c| c.as_str()).map(str::to_string))
         .unwrap_or_else(|| line.to_string());
     let (v, shutdown) = match cmd.as_str() {
-        "stat" => (stat_json(engine, server), false),
+        "stat" => (stat_json(engine, now, server), false),
         "shutdown" => (json!({"ok": true, "message": "shutting down"}), true),
         "qos" => (
             set_qos(parsed.as_ref(), engine, now, out).unwrap_or_else(|e| json!({ "error": e })),
             false,
         ),
+        "migrate" => (
+            crate::admin_migrate::migrate(parsed.as_ref(), engine, now, out)
+                .unwrap_or_else(|e| json!({ "error": e })),
+            false,
+        ),
         other => (
-            json!({"error": format!("unknown command {other:?}; expected stat, qos or shutdown")}),
+            json!({"error": format!("unknown command {other:?}; expected stat, qos, migrate or shutdown")}),
             false,
         ),
     };
@@ -500,7 +510,76 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         per_log(&|l| l.cleaner_bytes as f64),
     );
-    // Live storage migration metrics belong beside these (hook for the migration work).
+    // Live storage migration: each volume's running or last job.
+    let migrations = engine.migrations();
+    let per_job = |f: &dyn Fn(&tiervisor_engine::jobs::migrate::MigrationStatus) -> f64| {
+        migrations
+            .iter()
+            .map(|m| (format!("volume=\"{}\"", label(&m.volume)), f(m)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_migration_copied_bytes_total",
+        "Bytes a volume's live migration copied to its destination (recopies included).",
+        "counter",
+        per_job(&|m| m.stats.copied_bytes as f64),
+    );
+    family(
+        "tiervisor_migration_redundant_bytes_total",
+        "Bytes written to the destination twice or needlessly (DBT recopies, mirrored duplicates).",
+        "counter",
+        per_job(&|m| m.stats.redundant_bytes as f64),
+    );
+    family(
+        "tiervisor_migration_dirty_bytes",
+        "Bytes DBT still has to recopy.",
+        "gauge",
+        per_job(&|m| m.stats.dirty_bytes as f64),
+    );
+    family(
+        "tiervisor_migration_copied_ratio",
+        "Share of the volume's chunks copied once (0 to 1).",
+        "gauge",
+        per_job(&|m| m.percent_copied() / 100.0),
+    );
+    family(
+        "tiervisor_migration_rate_bytes_per_second",
+        "The migration's copy rate cap.",
+        "gauge",
+        per_job(&|m| m.rate_bytes_per_s as f64),
+    );
+    family(
+        "tiervisor_migration_downtime_seconds",
+        "How long the last pivot paused the volume.",
+        "gauge",
+        per_job(&|m| m.stats.downtime_ns as f64 / 1e9),
+    );
+    family(
+        "tiervisor_migration_phase",
+        "1 for the phase each volume's migration is in (copying, draining, final-copy, committing, cancelling, done, cancelled, failed).",
+        "gauge",
+        migrations
+            .iter()
+            .map(|m| {
+                (
+                    format!(
+                        "volume=\"{}\",scheme=\"{}\",to=\"{}\",phase=\"{}\"",
+                        label(&m.volume),
+                        m.scheme.name(),
+                        label(
+                            engine
+                                .config()
+                                .pools
+                                .get(m.to.0 as usize)
+                                .map_or("?", |p| p.name.as_str())
+                        ),
+                        m.phase.name()
+                    ),
+                    1.0,
+                )
+            })
+            .collect(),
+    );
     family(
         "tiervisor_connections",
         "Open NBD connections per export.",
@@ -617,10 +696,17 @@ mod tests {
     };
 
     /// Format and mount `engine` on zeroed in-memory pools, completing I/O in order.
-    fn mount_in_memory(engine: &mut Engine, pool_bytes: &[u64]) {
+    fn mount_in_memory(engine: &mut Engine, pool_bytes: &[u64]) -> Vec<Vec<u8>> {
         let mut devs: Vec<Vec<u8>> = pool_bytes.iter().map(|&b| vec![0; b as usize]).collect();
         let mut out = Outputs::default();
         engine.start(0, StartMode::Auto, &mut out);
+        complete_in_memory(engine, &mut devs, &mut out);
+        assert_eq!(engine.state(), &EngineState::Ready, "{:?}", out.events);
+        devs
+    }
+
+    /// Complete every device operation `out` holds, and those they lead to.
+    fn complete_in_memory(engine: &mut Engine, devs: &mut [Vec<u8>], out: &mut Outputs) {
         let mut now = 0;
         while let Some(op) = out.ops.pop() {
             now += 1000;
@@ -638,9 +724,8 @@ mod tests {
                 result: Ok(()),
                 data,
             };
-            engine.device_done(now, done, &mut out);
+            engine.device_done(now, done, out);
         }
-        assert_eq!(engine.state(), &EngineState::Ready, "{:?}", out.events);
     }
 
     /// Checks one exposition line against the text format's grammar for label sets:
@@ -713,7 +798,7 @@ mod tests {
             ..EngineConfig::default()
         })
         .expect("a valid engine configuration");
-        mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
+        let _ = mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
         let server = ServerStats {
             connections_per_export: vec![("ex\"port".into(), 1)],
             inflight_per_connection: vec![(3, "127.0.0.1:5".into(), "ex\"port".into(), 4096)],
@@ -743,6 +828,152 @@ mod tests {
             text.contains(r#"tiervisor_pool_growth_bytes{pool="hdd"} 7"#),
             "{text}"
         );
+    }
+
+    /// `migrate` over the admin socket: each refusal names its reason and starts nothing;
+    /// a start shows in status, `stat` and the metrics; set-rate and cancel reach the job.
+    #[test]
+    fn migrate_starts_reports_and_refuses_with_reasons() {
+        let pool = |name: &str, medium| PoolConfig {
+            name: name.into(),
+            medium,
+            capacity_bytes: 64 << 20,
+            queue_depth: 8,
+            scheduler: SchedSpec::named("fifo"),
+            log: false,
+            throttle: None,
+            write_buffer: None,
+        };
+        let vol = |name: &str, provisioning| VolumeConfig {
+            name: name.into(),
+            size_bytes: 8 << 20,
+            home_pool: PoolId(1),
+            fast_pool: None,
+            provisioning,
+            placement: Placement::Pinned,
+            log: None,
+            qos: VolumeQos::default(),
+        };
+        let mut engine = Engine::new(EngineConfig {
+            pools: vec![pool("ssd", Medium::Ssd), pool("hdd", Medium::Hdd)],
+            volumes: vec![
+                vol("thin", Provisioning::Thin),
+                vol("thick", Provisioning::Thick),
+            ],
+            ..EngineConfig::default()
+        })
+        .expect("a valid engine configuration");
+        let mut devs = mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
+        let mut out = tiervisor_engine::Outputs::default();
+        let thin = engine.volume_id("thin").unwrap();
+        let mut w =
+            tiervisor_engine::VmRequest::new(1, thin, tiervisor_engine::ReqKind::Write, 0, 4 << 20);
+        w.payload = Some(Bytes::from(vec![7u8; 4 << 20]));
+        engine.submit(0, w, &mut out);
+        complete_in_memory(&mut engine, &mut devs, &mut out);
+        assert_eq!(out.completions.len(), 1, "{:?}", out.completions);
+        let server = ServerStats::default();
+        // Device operations the job asks for stay pending: the job stays in its copy.
+        let mut out = tiervisor_engine::Outputs::default();
+        let mut ask = |engine: &mut Engine, req: &str| -> serde_json::Value {
+            let r = admin_reply(req, engine, 1_000_000, &mut out, &server);
+            serde_json::from_slice(&r.body).expect("JSON")
+        };
+        for (req, why) in [
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "tape"}"#,
+                "no pool \"tape\"; the pools are ssd, hdd",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "hdd"}"#,
+                "already lives on pool hdd",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thick", "to": "ssd"}"#,
+                "is thick",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "nope", "to": "ssd"}"#,
+                "no volume \"nope\"",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "fast"}"#,
+                "unknown migration scheme",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "rate_mb_s": -1}"#,
+                "expected a positive number",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "granularity_bytes": 3000}"#,
+                "granularity 3000 bytes",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "cancel", "volume": "thin"}"#,
+                "volume thin is not migrating",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "status", "volume": "thin"}"#,
+                "has not migrated",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "pause", "volume": "thin"}"#,
+                "unknown action",
+            ),
+        ] {
+            let v = ask(&mut engine, req);
+            let e = v["error"].as_str().unwrap_or_default();
+            assert!(e.contains(why), "{req}: {v}");
+        }
+        assert!(engine.migrations().is_empty(), "nothing started");
+
+        let v = ask(
+            &mut engine,
+            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5}"#,
+        );
+        assert_eq!(v["migration"]["scheme"], "lr", "{v}");
+        assert_eq!(v["migration"]["phase"], "copying", "{v}");
+        assert_eq!(v["migration"]["rate_bytes_per_s"], 5_000_000, "{v}");
+        let v = ask(
+            &mut engine,
+            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd"}"#,
+        );
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("already migrating"),
+            "{v}"
+        );
+        let v = ask(
+            &mut engine,
+            r#"{"cmd": "migrate", "action": "set-rate", "volume": "thin", "rate_mb_s": 7.5}"#,
+        );
+        assert_eq!(v["migration"]["rate_bytes_per_s"], 7_500_000, "{v}");
+        let st = ask(&mut engine, "stat");
+        assert_eq!(st["migrations"][0]["volume"], "thin", "{st}");
+        assert_eq!(st["migrations"][0]["running"], true, "{st}");
+        let text = metrics_text(&engine, &server);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            well_formed(line).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        assert!(
+            text.contains(
+                r#"tiervisor_migration_phase{volume="thin",scheme="lr",to="ssd",phase="copying"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tiervisor_migration_rate_bytes_per_second{volume="thin"} 7500000"#),
+            "{text}"
+        );
+        let v = ask(
+            &mut engine,
+            r#"{"cmd": "migrate", "action": "cancel", "volume": "thin"}"#,
+        );
+        assert_eq!(v["ok"], true, "{v}");
+        let phase = engine.migrations()[0].phase.name();
+        assert!(["cancelling", "cancelled"].contains(&phase), "{phase}");
     }
 
     #[test]
@@ -776,7 +1007,7 @@ mod tests {
             ..EngineConfig::default()
         })
         .expect("a valid engine configuration");
-        mount_in_memory(&mut engine, &[64 << 20]);
+        let _ = mount_in_memory(&mut engine, &[64 << 20]);
         let server = ServerStats::default();
         let mut out = tiervisor_engine::Outputs::default();
         let mut ask = |engine: &mut Engine, req: &str| -> serde_json::Value {

@@ -2,6 +2,7 @@
 //! pools, with the real clock.
 
 pub mod admin;
+pub mod admin_migrate;
 pub mod budget;
 pub mod config;
 pub mod io;

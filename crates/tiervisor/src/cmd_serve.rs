@@ -213,6 +213,12 @@ pub enum CtlCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Live storage migration of a volume to another pool: start, status, set-rate,
+    /// cancel.
+    Migrate {
+        #[command(subcommand)]
+        cmd: crate::cmd_ctl_migrate::MigrateCmd,
+    },
     /// Ask the server to shut down cleanly.
     Shutdown {
         #[command(flatten)]
@@ -231,7 +237,7 @@ pub struct Target {
 }
 
 impl Target {
-    fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.socket
             .clone()
             .unwrap_or_else(|| self.data_dir.join("admin.sock"))
@@ -244,6 +250,7 @@ fn gib(b: u64) -> f64 {
 
 pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
     match cmd {
+        CtlCmd::Migrate { cmd } => crate::cmd_ctl_migrate::run(cmd),
         CtlCmd::Shutdown { target } => {
             let r = admin::request(&target.socket(), "shutdown").map_err(Failure::run)?;
             print!("{r}");
@@ -436,6 +443,21 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     n("cleaner_waits"),
                     n("home_fallbacks"),
                     l["write_amplification"].as_f64().unwrap_or(0.0)
+                );
+            }
+            let running: Vec<&serde_json::Value> = v["migrations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["running"] == true)
+                .collect();
+            if !running.is_empty() {
+                println!();
+            }
+            for m in running {
+                println!(
+                    "migration {}",
+                    tiervisor_server::admin_migrate::status_line(m)
                 );
             }
             Ok(())

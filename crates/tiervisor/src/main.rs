@@ -1,5 +1,6 @@
 //! The `tiervisor` command.
 
+mod cmd_ctl_migrate;
 mod cmd_dst;
 mod cmd_flush;
 mod cmd_migration;
