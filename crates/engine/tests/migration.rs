@@ -686,10 +686,13 @@ fn the_new_home_pool_survives_a_restart() {
 }
 
 /// DST seed 187: an LR job wrote to the destination, power was lost, and a DBT job to the
-/// same pool copied the source over that newer data. Only LR and SLR adopt another job's
-/// destination writes; the other schemes are refused while such writes exist.
+/// same pool copied the source over that newer data. Every scheme started again to that
+/// pool adopts the interrupted job's `Moved` ranges: its copy, and DBT's recopies of dirty
+/// blocks written beside those ranges, skip them, so the newer data stays. (A refusal is
+/// accepted only from a scheme other than LR or SLR, and only naming the interrupted job;
+/// to the same pool none is refused today.)
 #[test]
-fn after_an_interrupted_lr_or_slr_job_only_lr_or_slr_may_resume() {
+fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_moved_ranges() {
     for first in [Scheme::Lr, Scheme::Slr] {
         for again in Scheme::ALL {
             let what = format!("{first:?} interrupted, then {again:?}");
