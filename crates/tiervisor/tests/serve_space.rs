@@ -93,7 +93,9 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     let big = vec![0xD4u8; MIB as usize];
     assert_eq!(write(&mut v1, 8 * MIB, &big), ENOSPC, "{}", s.log());
     assert_eq!(flush(&mut v1), ENOSPC, "{}", s.log());
-    // Logged, with pool, volume, offset and errno (issue 15 item 5).
+    // Logged, with pool, volume, offset and errno (issue 15 item 5). The server's stderr
+    // is read by another thread, so a line may land after the reply it came with.
+    s.wait_log("commit failed");
     let log = s.log();
     assert!(
         log.contains("pool I/O error") && log.contains("ENOSPC") && log.contains("vm1"),
