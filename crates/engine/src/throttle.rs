@@ -15,7 +15,10 @@
 //!
 //! k adapts when `adapt` is on: a completion that arrives after its target means k is
 //! too small (k grows by 10 %); more than `PILE` held completions mean the target is
-//! slower than needed (k shrinks by 2 % per such release).
+//! slower than needed (k shrinks by 2 % per such release). Only a completion dispatched
+//! since k last grew counts as new evidence: a device stall makes every operation in
+//! flight late at once, and compounding 10 % per such completion would inflate k far
+//! past what the stall showed. k never grows past what the late completion needed.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +113,8 @@ pub(crate) struct Throttle {
     stat: ThrottleReport,
     /// Sum and sum of squares of services, in ms.
     service_ms: (f64, f64),
+    /// When k last grew: completions dispatched before it were targeted with the old k.
+    k_grown_at_ns: u64,
 }
 
 impl Throttle {
@@ -127,6 +132,7 @@ impl Throttle {
             held: BTreeMap::new(),
             seq: 0,
             service_ms: (0.0, 0.0),
+            k_grown_at_ns: 0,
             stat: ThrottleReport {
                 model: cfg.model.clone(),
                 adapt: cfg.adapt,
@@ -180,8 +186,12 @@ impl Throttle {
             self.served(dispatched, now);
             if target < now {
                 self.stat.late += 1;
-                if self.cfg.adapt {
-                    self.k = (self.k * 1.1).min(K_MAX);
+                if self.cfg.adapt && dispatched >= self.k_grown_at_ns {
+                    // The k this operation needed: its service over the model's time.
+                    let model_ns = (target - dispatched) as f64 / self.k;
+                    let needed = (now - dispatched) as f64 / model_ns.max(1.0);
+                    self.k = (self.k * 1.1).min(needed.max(self.k)).min(K_MAX);
+                    self.k_grown_at_ns = now;
                 }
             }
             return Err(c);
@@ -310,6 +320,30 @@ mod tests {
         let r = t.report();
         assert_eq!(r.late, 1);
         assert!((r.k - 2.2).abs() < 1e-9, "{}", r.k);
+    }
+
+    #[test]
+    fn a_stall_raises_k_once_and_no_further_than_it_needed() {
+        let mut t = Throttle::new(&linear(2.0, true), 1 << 20);
+        // A 1 s stall: 50 operations dispatched before it all complete late at once.
+        for i in 0..50 {
+            let (dispatched, target) = (i * MS, i * MS + 4 * MS);
+            assert!(t.arrive(1_000 * MS, (dispatched, target), done(i)).is_err());
+        }
+        let r = t.report();
+        assert_eq!(r.late, 50);
+        // One piece of evidence: k grows once, by 10 %, not 1.1^50 times.
+        assert!((r.k - 2.2).abs() < 1e-9, "{}", r.k);
+        // A later operation, dispatched under the new k and barely late, raises k only
+        // to what it needed: X = 2 ms (4 ms at k = 2), served in 4.5 ms, so k = 2.25.
+        let dispatched = 1_001 * MS;
+        let target = dispatched + (2.2 * 2.0 * MS as f64) as u64;
+        assert!(
+            t.arrive(dispatched + 4_500_000, (dispatched, target), done(99))
+                .is_err()
+        );
+        let r = t.report();
+        assert!((r.k - 2.25).abs() < 1e-6, "{}", r.k);
     }
 
     #[test]

@@ -482,6 +482,44 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         per_pool(&|p| p.io.nospace_errors as f64),
     );
+    // The virtual performance throttle (seed 003), on the pools that have one.
+    let per_throttle = |f: &dyn Fn(&tiervisor_engine::ThrottleReport) -> f64| {
+        r.pools
+            .iter()
+            .filter_map(|p| Some((&p.name, p.throttle.as_ref()?)))
+            .map(|(n, t)| (format!("pool=\"{}\"", label(n)), f(t)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_throttle_k",
+        "The throttle's scale factor k: completions are held until k times the model's service time.",
+        "gauge",
+        per_throttle(&|t| t.k),
+    );
+    family(
+        "tiervisor_throttle_ops_total",
+        "Device operations the throttle gave a target completion time.",
+        "counter",
+        per_throttle(&|t| t.ops as f64),
+    );
+    family(
+        "tiervisor_throttle_late_total",
+        "Completions that arrived after their target (k too small for the device).",
+        "counter",
+        per_throttle(&|t| t.late as f64),
+    );
+    family(
+        "tiervisor_throttle_added_delay_seconds_total",
+        "Time completions were held past their real completion.",
+        "counter",
+        per_throttle(&|t| t.added_delay_ns as f64 / 1e9),
+    );
+    family(
+        "tiervisor_throttle_held",
+        "Completions held by the throttle now.",
+        "gauge",
+        per_throttle(&|t| t.held_now as f64),
+    );
     let logs: Vec<(&str, &tiervisor_engine::LogReport)> = r
         .pools
         .iter()

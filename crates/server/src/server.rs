@@ -336,6 +336,12 @@ impl Server {
         s.engine.start(s.now(), mode, &mut s.out);
         let mut events = Events::with_capacity(64);
         loop {
+            // Mounting and formatting have timers too (a throttled pool holds the format's
+            // writes until their targets): run those due, and wake for the next.
+            let now = s.now();
+            if s.engine.next_deadline().is_some_and(|w| w <= now) {
+                s.engine.tick(now, &mut s.out);
+            }
             s.drive();
             for line in s.take_event_lines() {
                 log(&line);
@@ -345,7 +351,11 @@ impl Server {
                 EngineState::Failed(r) => return Err(r),
                 _ => {}
             }
-            match s.poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            let check = Duration::from_millis(100);
+            let timeout = s.engine.next_deadline().map_or(check, |w| {
+                Duration::from_nanos(w.saturating_sub(s.now())).min(check)
+            });
+            match s.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("poll: {e}")),

@@ -445,6 +445,7 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                     l["write_amplification"].as_f64().unwrap_or(0.0)
                 );
             }
+            print_throttles(&v);
             let running: Vec<&serde_json::Value> = v["migrations"]
                 .as_array()
                 .into_iter()
@@ -462,5 +463,32 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
+    }
+}
+
+/// One `ctl stat` line per throttled pool: the throttle's k, and what holding cost.
+fn print_throttles(v: &serde_json::Value) {
+    for p in v["engine"]["pools"].as_array().into_iter().flatten() {
+        let t = &p["throttle"];
+        if t.is_null() {
+            continue;
+        }
+        let n = |k: &str| t[k].as_u64().unwrap_or(0);
+        println!(
+            "throttle {:<8} model {}, k {:.2}{}; {} ops, {} late, {} held now; added {:.1} ms in all; mean service {:.2} ms",
+            p["name"].as_str().unwrap_or("?"),
+            t["model"].as_str().unwrap_or("?"),
+            t["k"].as_f64().unwrap_or(0.0),
+            if t["adapt"].as_bool() == Some(true) {
+                " (adapting)"
+            } else {
+                ""
+            },
+            n("ops"),
+            n("late"),
+            n("held_now"),
+            n("added_delay_ns") as f64 / 1e6,
+            t["mean_service_ms"].as_f64().unwrap_or(0.0)
+        );
     }
 }

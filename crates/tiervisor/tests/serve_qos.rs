@@ -1,0 +1,178 @@
+//! Per-volume QoS in `serve` (issue 12 item 4): a volume with `limit_iops` on an mClock
+//! pool is held to its limit through NBD, and `ctl qos` changes it on the running server.
+
+mod support;
+
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::raw_nbd::*;
+use support::*;
+
+const CONFIG: &str = r#"
+chunk = "1m"
+journal = "4m"
+metadata_pool = "ssd"
+
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "128m"
+kind = "ssd"
+scheduler = "mclock"
+
+[[volume]]
+name = "lim"
+size = "16m"
+pool = "ssd"
+provisioning = "thick"
+limit_iops = 200
+"#;
+
+const NBD_CMD_WRITE: u16 = 1;
+
+/// Completed 4 KiB writes per second over `secs`, `depth` in flight, cycling over 64 KiB.
+fn write_iops(s: &mut TcpStream, depth: usize, secs: f64) -> f64 {
+    let data = vec![0x5au8; 4096];
+    let mut handle = 0u64;
+    let send = |s: &mut TcpStream, h: u64| {
+        send_req(s, MAGIC, NBD_CMD_WRITE, h, (h % 16) * 4096, 4096, &data)
+    };
+    for _ in 0..depth {
+        send(s, handle);
+        handle += 1;
+    }
+    // Warm up: the first completions may ride on idle credit.
+    for _ in 0..depth {
+        assert_eq!(read_reply(s).0, 0);
+        send(s, handle);
+        handle += 1;
+    }
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        assert_eq!(read_reply(s).0, 0);
+        done += 1;
+        send(s, handle);
+        handle += 1;
+    }
+    let rate = done as f64 / t0.elapsed().as_secs_f64();
+    for _ in 0..depth {
+        assert_eq!(read_reply(s).0, 0);
+    }
+    rate
+}
+
+#[test]
+fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
+    let d = TempDir::new("qos");
+    let conf = d.path().join("qos.toml");
+    std::fs::write(&conf, CONFIG).unwrap();
+    let srv = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
+    let mut s = handshake(&srv.addr, "lim");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let iops = write_iops(&mut s, 8, 2.0);
+    assert!(
+        (180.0..=220.0).contains(&iops),
+        "limit 200 IOPS, measured {iops:.0}"
+    );
+    let out = run(Command::new(bin())
+        .args(["ctl", "qos", "lim", "--limit-iops", "400", "--data-dir"])
+        .arg(d.path()));
+    assert!(out.contains("limit 400 IOPS"), "{out}");
+    let iops = write_iops(&mut s, 8, 2.0);
+    assert!(
+        (360.0..=440.0).contains(&iops),
+        "limit 400 IOPS, measured {iops:.0}"
+    );
+    let st = run(Command::new(bin())
+        .args(["ctl", "stat", "--data-dir"])
+        .arg(d.path()));
+    assert!(st.contains("QoS: reservation none, limit 400 IOPS"), "{st}");
+    // A bad value is refused with the reason, and nothing changes.
+    let (ok, out) = try_run(
+        Command::new(bin())
+            .args(["ctl", "qos", "lim", "--weight", "0", "--data-dir"])
+            .arg(d.path()),
+    );
+    assert!(!ok && out.contains("weight 0"), "{out}");
+    drop(s);
+    srv.term();
+}
+
+const THROTTLED: &str = r#"
+chunk = "1m"
+journal = "4m"
+metadata_pool = "ssd"
+
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "128m"
+kind = "ssd"
+throttle = { model = "cheetah-15k4", k = 2.0 }
+
+[[volume]]
+name = "slow"
+size = "16m"
+pool = "ssd"
+provisioning = "thick"
+"#;
+
+/// The throttle (seed 003) through NBD: a fast file served like the modelled disk slowed
+/// by k, with its k and held time in `ctl stat` and Prometheus.
+#[test]
+fn a_throttled_pool_serves_at_the_model_speed_and_reports_k() {
+    let d = TempDir::new("throttle");
+    let conf = d.path().join("throttle.toml");
+    std::fs::write(&conf, THROTTLED).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let srv = ServerProc::start(
+        d.path(),
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    let mut s = handshake(&srv.addr, "slow");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // Cheetah 15K.4: X is at least R/2 = 4.25 ms, so at k = 2 one write at a time gets
+    // under 118 IOPS; the file alone does thousands.
+    let iops = write_iops(&mut s, 1, 1.0);
+    assert!(
+        (20.0..=118.0).contains(&iops),
+        "throttled at k = 2 on a 4.25-9.5 ms model, measured {iops:.0} IOPS"
+    );
+    let st = run(Command::new(bin())
+        .args(["ctl", "stat", "--data-dir"])
+        .arg(d.path()));
+    let line = st
+        .lines()
+        .find(|l| l.starts_with("throttle ssd"))
+        .unwrap_or_else(|| panic!("no throttle line in\n{st}"));
+    assert!(line.contains("model cheetah-15k4, k 2.00;"), "{line}");
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    use std::io::{Read, Write};
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    assert!(
+        body.contains("tiervisor_throttle_k{pool=\"ssd\"} 2\n"),
+        "{body}"
+    );
+    let ops: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("tiervisor_throttle_ops_total{pool=\"ssd\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no throttle ops in\n{body}"));
+    assert!(ops >= iops, "{ops} throttled ops, {iops:.0} IOPS for 1 s");
+    drop(s);
+    srv.term();
+}
