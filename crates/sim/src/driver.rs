@@ -18,12 +18,10 @@ use tiervisor_engine::{
     ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
-use tiervisor_workload::{
-    AppWorkload, FioWorkload, SurgeWorkload, TraceWorkload, WlKind, Workload,
-};
+use tiervisor_workload::{WlKind, Workload};
 
 use crate::report::{DeviceReport, LatReport, Moments, SimReport, VmReport, VolumeReport};
-use crate::scenario::{Scenario, WorkloadSpec};
+use crate::scenario::Scenario;
 
 /// A tiny slab (vector + free list) for requests in flight.
 mod slab_lite {
@@ -221,44 +219,10 @@ impl Simulation {
         let mut total = Some(0u64);
         for (i, vm) in scenario.vms.iter().enumerate() {
             let vol_bytes = scenario.volumes[vm.volume].size_bytes;
-            let (workload, n): (Box<dyn Workload>, Option<u64>) = match &vm.workload {
-                WorkloadSpec::Trace {
-                    trace,
-                    devices,
-                    mode,
-                    repeat,
-                } => {
-                    let w = TraceWorkload::new(trace.clone(), devices, *mode, *repeat, vol_bytes);
-                    let n = w.len();
-                    (Box::new(w), Some(n))
-                }
-                WorkloadSpec::Surge(cfg) => {
-                    let mut cfg = cfg.clone();
-                    cfg.seed = seed
-                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        .wrapping_add(i as u64 + 1);
-                    let n = cfg.requests;
-                    let w = SurgeWorkload::new(cfg)
-                        .map_err(|e| format!("{}: vm {}: {e}", scenario.source, vm.name))?;
-                    (Box::new(w), Some(n))
-                }
-                WorkloadSpec::App(job) => {
-                    let mut job = job.clone();
-                    job.seed = seed
-                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        .wrapping_add(i as u64 + 1);
-                    (Box::new(AppWorkload::new(job)), None)
-                }
-                WorkloadSpec::Fio(job) => {
-                    let mut job = job.clone();
-                    // Each VM's generator gets its own stream derived from the run's seed.
-                    job.seed = seed
-                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        .wrapping_add(i as u64 + 1);
-                    let n = job.ios;
-                    (Box::new(FioWorkload::new(job)), n)
-                }
-            };
+            let (workload, n) = vm
+                .workload
+                .build(vol_bytes, seed, i)
+                .map_err(|e| format!("{}: vm {}: {e}", scenario.source, vm.name))?;
             total = total.zip(n).map(|(a, b)| a + b);
             let depth = workload.depth();
             vms.push(VmRun {

@@ -8,6 +8,7 @@ mod migration_watch;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;
+mod workload_build;
 
 pub use driver::{Progress, RunOptions, Simulation};
 pub use report::{MigrationReport, SimReport};

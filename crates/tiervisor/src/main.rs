@@ -3,6 +3,7 @@
 mod cmd_ctl_migrate;
 mod cmd_dst;
 mod cmd_flush;
+mod cmd_load;
 mod cmd_migration;
 mod cmd_model;
 mod cmd_reproduce;
@@ -10,6 +11,7 @@ mod cmd_reproduce_all;
 mod cmd_serve;
 mod cmd_sim;
 mod cmd_trace;
+mod nbd_client;
 mod plot;
 
 use std::process::ExitCode;
@@ -48,6 +50,9 @@ enum Cmd {
     },
     /// Run a simulation scenario (TOML) with device models.
     Sim(cmd_sim::SimArgs),
+    /// Replay a scenario's VM workloads against real NBD exports (this server's or any
+    /// other's) and report what `sim` reports, to check a simulated prediction for real.
+    Load(cmd_load::LoadArgs),
     /// Deterministic simulation testing: random workloads, crashes and device faults,
     /// every read and recovery checked against a reference disk.
     Dst(cmd_dst::DstArgs),
@@ -102,6 +107,7 @@ fn main() -> ExitCode {
         Cmd::Pool { cmd } => cmd_serve::pool(cmd),
         Cmd::Ctl { cmd } => cmd_serve::ctl(cmd),
         Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Load(a) => cmd_load::run(a),
         Cmd::Dst(a) => cmd_dst::run(a),
         Cmd::Trace { cmd } => cmd_trace::run(cmd),
         Cmd::Model { cmd } => cmd_model::run(cmd),

@@ -1,0 +1,52 @@
+//! A scenario VM's workload, built the same way for the simulator and for
+//! `tiervisor load` (which replays it against a real NBD export), so that one definition
+//! can be predicted in simulation and checked for real.
+
+use tiervisor_workload::{AppWorkload, FioWorkload, SurgeWorkload, TraceWorkload, Workload};
+
+use crate::scenario::WorkloadSpec;
+
+impl WorkloadSpec {
+    /// The generator for VM number `vm_index` of a run with `seed` on a volume of
+    /// `vol_bytes`, and how many requests it will make if that is known.
+    pub fn build(
+        &self,
+        vol_bytes: u64,
+        seed: u64,
+        vm_index: usize,
+    ) -> Result<(Box<dyn Workload + Send>, Option<u64>), String> {
+        // Each VM's generator gets its own stream derived from the run's seed.
+        let vm_seed = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(vm_index as u64 + 1);
+        Ok(match self {
+            WorkloadSpec::Trace {
+                trace,
+                devices,
+                mode,
+                repeat,
+            } => {
+                let w = TraceWorkload::new(trace.clone(), devices, *mode, *repeat, vol_bytes);
+                let n = w.len();
+                (Box::new(w), Some(n))
+            }
+            WorkloadSpec::Surge(cfg) => {
+                let mut cfg = cfg.clone();
+                cfg.seed = vm_seed;
+                let n = cfg.requests;
+                (Box::new(SurgeWorkload::new(cfg)?), Some(n))
+            }
+            WorkloadSpec::App(job) => {
+                let mut job = job.clone();
+                job.seed = vm_seed;
+                (Box::new(AppWorkload::new(job)), None)
+            }
+            WorkloadSpec::Fio(job) => {
+                let mut job = job.clone();
+                job.seed = vm_seed;
+                let n = job.ios;
+                (Box::new(FioWorkload::new(job)), n)
+            }
+        })
+    }
+}
