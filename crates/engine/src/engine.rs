@@ -221,6 +221,21 @@ impl Engine {
             .collect()
     }
 
+    /// The home region of every thick volume: (volume name, pool, offset and length in
+    /// bytes). Its space is promised, so it must stay allocated in a file pool.
+    pub fn thick_regions(&self) -> Vec<(String, PoolId, u64, u64)> {
+        let cb = self.cfg.chunk_bytes;
+        self.vols
+            .iter()
+            .filter(|v| v.rec.provisioning == crate::config::Provisioning::Thick)
+            .map(|v| {
+                let r = &v.rec;
+                let off = crate::layout::chunk_offset(r.home_base_chunk, cb);
+                (r.name.clone(), r.home_pool, off, v.chunks * cb)
+            })
+            .collect()
+    }
+
     pub fn volume_size(&self, v: VolumeId) -> Option<u64> {
         self.vols.get(v.0 as usize).map(|v| v.rec.size_bytes)
     }
@@ -374,7 +389,7 @@ impl Engine {
                 c.read_ops += 1;
                 c.read_bytes += op.len_bytes;
             }
-            DevKind::Write | DevKind::WriteZeroes => {
+            DevKind::Write | DevKind::WriteZeroes | DevKind::Punch => {
                 let c = p.stats.class_mut(op.class);
                 c.write_ops += 1;
                 c.write_bytes += op.len_bytes;
@@ -665,11 +680,23 @@ impl Engine {
             return self.release_chunks(what);
         }
         let epoch = self.epochs.close();
-        self.frees.insert(PendingFree { what, needs, epoch });
+        self.frees.insert(PendingFree {
+            what,
+            needs,
+            epoch,
+            discarded_early: false,
+        });
     }
 
-    /// Return to the allocators every pending free whose conditions hold.
+    /// Return to the allocators every pending free whose conditions hold. With
+    /// `discard_freed`, the freed range is discarded (a hole punched in a file pool) first,
+    /// and only now: until the records that free it (`needs`) are durable, a crash
+    /// recovers the old state, in which the range still holds live data, and the
+    /// in-flight I/O that targets it must have landed (`epoch`).
     pub(crate) fn release_frees(&mut self, now: u64, out: &mut Outputs) {
+        if self.bug_is(InjectedBug::PunchBeforeFreeDurable) && self.cfg.discard_freed {
+            self.discard_early(now, out);
+        }
         let ready: Vec<usize> = self
             .frees
             .iter()
@@ -701,6 +728,29 @@ impl Engine {
         }
     }
 
+    /// The injected bug `punch-before-free-durable`: discard freed ranges as soon as their
+    /// in-flight I/O has drained, before the records that free them are durable (the
+    /// chunks still go back to the allocator only once they are).
+    fn discard_early(&mut self, now: u64, out: &mut Outputs) {
+        let early: Vec<usize> = self
+            .frees
+            .iter()
+            .filter(|(_, f)| {
+                !f.discarded_early && f.epoch != u64::MAX && self.epochs.drained(f.epoch)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in early {
+            self.frees[k].discarded_early = true;
+            let Freed::Chunks { pool, first, n } = self.frees[k].what;
+            self.discarding += 1;
+            let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
+            let owner = Owner::Discard { free: usize::MAX };
+            let spec = OpSpec::new(owner, pool, DevKind::Discard, IoClass::Metadata);
+            self.queue_op(now, spec.at(off, n * self.cfg.chunk_bytes), out);
+        }
+    }
+
     fn release_chunks(&mut self, what: Freed) {
         let Freed::Chunks { pool, first, n } = what;
         for c in first..first + n {
@@ -709,9 +759,9 @@ impl Engine {
     }
 
     fn discard_done(&mut self, free: usize) {
+        self.discarding -= 1;
         // Even if the discard failed, the space is free: discard is advisory.
         if let Some(f) = self.frees.try_remove(free) {
-            self.discarding -= 1;
             self.release_chunks(f.what);
         }
     }

@@ -51,6 +51,9 @@ pub enum InjectedBug {
     /// Write buffer: a FLUSH goes to the device as soon as its write-backs are issued,
     /// before they land, so it can complete while its data is still in flight.
     WbufFlushEarly,
+    /// Discard (punch) a freed range as soon as its in-flight I/O drained, before the
+    /// records that free it are durable: a crash then recovers a mapping to a hole.
+    PunchBeforeFreeDurable,
     /// The virtual performance throttle passes a completion on when the device reports
     /// it, before its modelled target (the throttle's hand-on check must catch it).
     ThrottleEarlyRelease,
@@ -58,7 +61,7 @@ pub enum InjectedBug {
 
 impl InjectedBug {
     /// The bugs the CI DST set must catch.
-    pub fn all() -> [InjectedBug; 9] {
+    pub fn all() -> [InjectedBug; 10] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
@@ -69,6 +72,7 @@ impl InjectedBug {
             InjectedBug::SchedLosesWakeup,
             InjectedBug::StatusMissesLog,
             InjectedBug::ThrottleEarlyRelease,
+            InjectedBug::PunchBeforeFreeDurable,
         ]
     }
     /// One per live-migration scheme: DST catches all but `aio-unordered-dups` within its
@@ -106,9 +110,10 @@ impl InjectedBug {
             InjectedBug::AioUnorderedDups => "aio-unordered-dups",
             InjectedBug::WbufFlushEarly => "wbuf-flush-early",
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
+            InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
         }
     }
-    /// Caught by DST's out-of-space seeds (`TIERVISOR_DST_SPACE=1`).
+    /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
     pub fn space() -> [InjectedBug; 1] {
         [InjectedBug::NoSpaceAsEio]
     }

@@ -337,6 +337,11 @@ impl Engine {
                 crate::log::LogOutcome::Home => {}
             }
         }
+        let kind = if zero && self.may_punch(key, v) {
+            DevKind::Punch
+        } else {
+            kind
+        };
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {
@@ -360,6 +365,20 @@ impl Engine {
             }
             None => self.allocate_chunk(now, key, v, c, s, e, kind, payload, out),
         }
+    }
+
+    /// Whether zeroing for request `key` may give the range's space back (a hole in a file
+    /// pool) rather than keep it allocated: a trim, or a write-zeroes without NO_HOLE, of a
+    /// thin volume (a thick volume's space is a promise kept even where it reads as zeros).
+    /// Crash safety is that of a write of zeros in place: the chunk stays mapped where it
+    /// is, so the punched range holds the trimmed part of the same chunk in the old state
+    /// and the new, and a crash before the next FLUSH finds old data or zeros there, both
+    /// of which a trim not yet flushed allows. A whole chunk freed by a trim is not
+    /// punched here but discarded once its unmap is durable (`Engine::release_frees`).
+    fn may_punch(&self, key: usize, v: u32) -> bool {
+        let r = &self.reqs[key];
+        let zeroing = r.kind == ReqKind::Trim || (r.kind == ReqKind::WriteZeroes && !r.no_hole);
+        zeroing && self.vols[v as usize].rec.provisioning == Provisioning::Thin
     }
 
     /// The pool whose log takes this write piece, if it goes to a log: small writes

@@ -71,6 +71,9 @@ pub struct PendingFree {
     /// (volume index, record sequence) that must be durable first.
     pub needs: SmallVec<[(u32, u64); 1]>,
     pub epoch: u64,
+    /// Discarded before `needs` were durable (only by the injected bug
+    /// `punch-before-free-durable`, which DST must catch).
+    pub discarded_early: bool,
 }
 
 #[cfg(test)]

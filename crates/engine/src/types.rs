@@ -119,9 +119,15 @@ pub enum DevKind {
     Read,
     Write,
     Flush,
-    /// Make the range read as zeros (may deallocate; `fallocate(ZERO_RANGE)` on files).
+    /// Make the range read as zeros and keep it allocated (`fallocate(ZERO_RANGE)` on
+    /// files): a thick volume's promised space, NBD_CMD_FLAG_NO_HOLE.
     WriteZeroes,
-    /// Advisory: the range is no longer needed (`fallocate(PUNCH_HOLE)` on files).
+    /// Make the range read as zeros and give its space back (`fallocate(PUNCH_HOLE)` on
+    /// files; zeros written where the filesystem refuses): a thin volume's trimmed or
+    /// zeroed part of a chunk that stays mapped.
+    Punch,
+    /// Advisory: the range is no longer needed and may read as anything
+    /// (`fallocate(PUNCH_HOLE)` on files): space freed once its free is durable.
     Discard,
 }
 

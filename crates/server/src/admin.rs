@@ -754,7 +754,7 @@ mod tests {
             match op.kind {
                 DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
                 DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),
-                DevKind::WriteZeroes | DevKind::Discard => dev[o..o + l].fill(0),
+                DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => dev[o..o + l].fill(0),
                 DevKind::Flush => {}
             }
             let done = DeviceCompletion {

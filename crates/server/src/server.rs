@@ -362,6 +362,15 @@ impl Server {
             }
             s.backend.clear_wake();
         }
+        let thick: Vec<(String, usize, u64, u64)> = s
+            .engine
+            .thick_regions()
+            .into_iter()
+            .map(|(v, p, off, len)| (v, p.0 as usize, off, len))
+            .collect();
+        for line in crate::space::ensure_thick_allocated(&s.pools, &thick)? {
+            log(&line);
+        }
         s.exports = s
             .engine
             .volumes()

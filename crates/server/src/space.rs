@@ -6,6 +6,7 @@
 //! before any file is created.
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -160,6 +161,57 @@ pub fn check_thick(cfg: &ServerConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Make sure every thick volume's home region is allocated in its (file) pool. A region
+/// may have holes though the engine zeroed it when the volume was made: a pool file
+/// copied or restored sparsely (`cp --sparse=always`, many backup tools), or made on a
+/// filesystem without `FALLOC_FL_ZERO_RANGE` (tmpfs, btrfs), where zeroing punched it.
+/// `fallocate` (mode 0) allocates only the holes and leaves data alone. `regions` are
+/// (volume, pool index, offset, length) from the mounted engine. Returns what to log;
+/// refuses, naming the volume and file, when the filesystem has no room for the holes.
+pub fn ensure_thick_allocated(
+    pools: &[PoolFile],
+    regions: &[(String, usize, u64, u64)],
+) -> Result<Vec<String>, String> {
+    let mut said = Vec::new();
+    for (vol, p, off, len) in regions {
+        let Some(pool) = pools.get(*p).filter(|p| !p.block_device) else {
+            continue;
+        };
+        let blocks = |f: &PoolFile| f.file.metadata().map_or(0, |m| m.blocks() * 512);
+        let before = blocks(pool);
+        // SAFETY: plain syscall on an open descriptor; mode 0 within the file's size.
+        let r = unsafe { libc::fallocate(pool.file.as_raw_fd(), 0, *off as i64, *len as i64) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            let range = format!("bytes {off}..{} of {}", off + len, pool.path.display());
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                said.push(format!(
+                    "warning: pool {}: cannot check that thick volume {vol}'s region ({range}) \
+                     is allocated: the filesystem does not support fallocate",
+                    pool.name
+                ));
+                continue;
+            }
+            return Err(format!(
+                "pool {}: thick volume {vol}'s region ({range}) has holes (the file was \
+                 copied sparsely, or punched), and allocating them failed: {e}; free space \
+                 on that filesystem, or make the volume thin (provisioning = \"thin\")",
+                pool.name
+            ));
+        }
+        let grown = blocks(pool).saturating_sub(before);
+        if grown > 0 {
+            said.push(format!(
+                "pool {}: thick volume {vol}'s region of {} had holes; allocated {grown} bytes \
+                 for it",
+                pool.name,
+                pool.path.display()
+            ));
+        }
+    }
+    Ok(said)
 }
 
 #[cfg(test)]

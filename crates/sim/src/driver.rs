@@ -171,8 +171,9 @@ fn dev_request(op: &tiervisor_engine::DeviceOp) -> DevRequest {
     let (kind, offset_bytes, len_bytes, fua) = (op.kind, op.offset_bytes, op.len_bytes, op.fua);
     let kind = match kind {
         DevKind::Read => DevOpKind::Read,
-        // Raw devices zero a range by writing it.
-        DevKind::Write | DevKind::WriteZeroes => DevOpKind::Write,
+        // Raw devices zero a range by writing it (a punch too: the models keep no
+        // allocation, and timing stays that of the zeroing it replaced).
+        DevKind::Write | DevKind::WriteZeroes | DevKind::Punch => DevOpKind::Write,
         DevKind::Flush => DevOpKind::Flush,
         DevKind::Discard => DevOpKind::Trim,
     };

@@ -195,3 +195,86 @@ fn pools_that_may_outgrow_their_filesystem_are_warned_about_and_thick_volumes_mu
     assert!(hdd["growth_bytes"].as_u64().unwrap() > 200 * MIB, "{hdd}");
     assert_eq!(s.term(), Some(0));
 }
+
+/// Copy a pool file sparsely, as backup tools do: its zeroed regions become holes.
+fn sparse_copy(p: &std::path::Path) {
+    let tmp = p.with_extension("sparse");
+    run(std::process::Command::new("cp")
+        .arg("--sparse=always")
+        .arg(p)
+        .arg(&tmp));
+    std::fs::rename(&tmp, p).unwrap();
+}
+
+fn allocated(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().blocks() * 512
+}
+
+#[test]
+fn a_thick_volume_whose_region_has_holes_is_allocated_again_at_start() {
+    let d = TempDir::new("thick-holes");
+    let conf = d.path().join("c.toml");
+    std::fs::write(&conf, THICK.replace("{size}", "16m")).unwrap();
+    let c = conf.to_str().unwrap();
+    let hdd = d.path().join("hdd.pool");
+    let s = ServerProc::start(d.path(), &["--config", c]);
+    let mut v1 = handshake(&s.addr, "vm1");
+    let a = vec![0xA7u8; 65536];
+    assert_eq!(write(&mut v1, 3 * MIB, &a), 0);
+    assert_eq!(flush(&mut v1), 0);
+    drop(v1);
+    assert_eq!(s.term(), Some(0));
+    assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
+    sparse_copy(&hdd);
+    assert!(allocated(&hdd) < 2 * MIB, "{}", allocated(&hdd));
+    // The next start finds the holes and allocates them; the data is still there.
+    let s = ServerProc::start_plain(d.path(), &["--config", c]);
+    let log = s.log();
+    assert!(
+        log.contains("thick volume vm1's region") && log.contains("had holes"),
+        "{log}"
+    );
+    assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
+    let mut v1 = handshake(&s.addr, "vm1");
+    assert_eq!(read(&mut v1, 3 * MIB, a.len()), a);
+    assert_eq!(read(&mut v1, 0, 4096), vec![0u8; 4096]);
+    drop(v1);
+    assert_eq!(s.term(), Some(0));
+}
+
+#[test]
+fn a_thick_volume_whose_holes_cannot_be_allocated_is_refused() {
+    let d = TempDir::new("thick-refused");
+    let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+        return;
+    };
+    let conf = d.path().join("c.toml");
+    std::fs::write(&conf, THICK.replace("{size}", "16m")).unwrap();
+    let c = conf.to_str().unwrap();
+    let s = ServerProc::start(&fs.0, &["--config", c]);
+    assert_eq!(s.term(), Some(0));
+    let hdd = fs.0.join("hdd.pool");
+    sparse_copy(&hdd);
+    fill(&fs.0);
+    // (Under `timeout`: a server that wrongly starts must not hang the test.)
+    let (ok, out) = try_run(
+        std::process::Command::new("timeout")
+            .arg("30")
+            .arg(bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&fs.0)
+            .args(["--listen", "127.0.0.1:0", "--config", c]),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("thick volume vm1's region") && out.contains("has holes"),
+        "{out}"
+    );
+    // With room again it starts and allocates the region.
+    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
+    assert_eq!(s.term(), Some(0));
+}

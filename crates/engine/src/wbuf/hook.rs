@@ -87,8 +87,10 @@ impl Engine {
             self.wbuf_kick_flushes(now, pool, out);
             return true;
         }
-        let absorbable = matches!(op.kind, DevKind::Write | DevKind::WriteZeroes)
-            && matches!(op.owner, Owner::Write { .. })
+        let absorbable = matches!(
+            op.kind,
+            DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
+        ) && matches!(op.owner, Owner::Write { .. })
             && !op.fua;
         let Some(vol) = op.volume.map(|v| v.0).filter(|_| absorbable) else {
             return false;
@@ -105,7 +107,8 @@ impl Engine {
             return false;
         }
         let fill = match (op.kind, &op.payload) {
-            (DevKind::WriteZeroes, _) => Fill::Zeros,
+            // A buffered punch is written back as zeros (kept allocated).
+            (DevKind::WriteZeroes | DevKind::Punch, _) => Fill::Zeros,
             (_, Some(d)) => Fill::Data(d.clone()),
             (_, None) => Fill::Untracked,
         };
@@ -161,7 +164,7 @@ impl Engine {
                 b.patches.insert(key, (s, overlay));
                 EmitAction::Device
             }
-            DevKind::Write | DevKind::WriteZeroes | DevKind::Discard => {
+            DevKind::Write | DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => {
                 if matches!(op.owner, Owner::WriteBack) || op.class == IoClass::Metadata {
                     return EmitAction::Device;
                 }
@@ -173,7 +176,7 @@ impl Engine {
                     return EmitAction::Held;
                 }
                 let fill = match (op.kind, &op.payload) {
-                    (DevKind::WriteZeroes, _) => Some(Fill::Zeros),
+                    (DevKind::WriteZeroes | DevKind::Punch, _) => Some(Fill::Zeros),
                     (DevKind::Write, Some(d)) => Some(Fill::Data(d.clone())),
                     (DevKind::Write, None) => Some(Fill::Untracked),
                     _ => None,

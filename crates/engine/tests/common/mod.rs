@@ -195,7 +195,10 @@ impl Rig {
             let dev = &mut self.devs[op.pool.0 as usize];
             let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
             let mut data = None;
-            let is_write = matches!(op.kind, DevKind::Write | DevKind::WriteZeroes);
+            let is_write = matches!(
+                op.kind,
+                DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
+            );
             if let Some(e) = self.fail_writes.filter(|_| is_write) {
                 let done = DeviceCompletion {
                     id: op.id,
@@ -207,7 +210,7 @@ impl Rig {
             match op.kind {
                 DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
                 DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),
-                DevKind::WriteZeroes | DevKind::Discard => dev[o..o + l].fill(0),
+                DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => dev[o..o + l].fill(0),
                 DevKind::Flush => {}
             }
             self.engine.device_done(

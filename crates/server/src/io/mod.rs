@@ -59,6 +59,38 @@ pub fn open(kind: IoKind, fds: Vec<PoolFds>) -> std::io::Result<Box<dyn Backend>
     Ok(Box::new(ThreadBackend::new(fds, 4)?))
 }
 
+/// Whether an error from `fallocate(PUNCH_HOLE)` means the filesystem or device cannot
+/// punch holes at all (rather than that this one failed, e.g. for space).
+pub(crate) fn punch_unsupported(code: i32) -> bool {
+    matches!(
+        code,
+        libc::EOPNOTSUPP | libc::EINVAL | libc::ENODEV | libc::ENOSYS | libc::ENOTTY
+    )
+}
+
+/// Say, once per pool (the refusal repeats on every trim and the fallback works), that
+/// the filesystem under pool index `pool` refuses to punch holes and what is done instead.
+pub(crate) fn log_punch_refused(pool: u16, code: i32, instead: &str) {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = SAID.lock().map(|mut s| s.insert(pool)).unwrap_or(false);
+    if first {
+        let e = std::io::Error::from_raw_os_error(code);
+        tracing::warn!(
+            pool_index = pool,
+            "the filesystem under pool #{pool} (in configuration order) refuses to punch \
+             holes ({e}); {instead} (said once per pool)"
+        );
+    }
+}
+
+/// What a refused punch does instead: trims still read back zeros.
+pub(crate) const PUNCH_FALLBACK: &str =
+    "trimmed parts of chunks are written with zeros instead, which keeps their space allocated";
+/// What a refused discard does instead.
+pub(crate) const DISCARD_FALLBACK: &str =
+    "freed chunks keep their space in the file until they are written again";
+
 /// Map an OS error to what the engine reports.
 pub(crate) fn errno_of(code: i32) -> Errno {
     match code {

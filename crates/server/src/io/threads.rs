@@ -8,7 +8,10 @@ use bytes::Bytes;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
 use super::direct::{AlignedBuf, PoolFds};
-use super::{Backend, drain_eventfd, errno_of, new_eventfd, poke_eventfd};
+use super::{
+    Backend, DISCARD_FALLBACK, PUNCH_FALLBACK, drain_eventfd, errno_of, log_punch_refused,
+    new_eventfd, poke_eventfd, punch_unsupported,
+};
 
 pub struct ThreadBackend {
     tx: Option<Sender<DeviceOp>>,
@@ -16,6 +19,12 @@ pub struct ThreadBackend {
     efd: Arc<OwnedFd>,
     in_flight: usize,
     workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 fn check(r: isize) -> Result<usize, Errno> {
@@ -155,9 +164,9 @@ fn perform_on(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
             };
             perform_on(fd, &zeros)
         }
-        DevKind::Discard => {
-            // SAFETY: plain syscall; advisory, so failure is ignored.
-            unsafe {
+        DevKind::Punch => {
+            // SAFETY: plain syscall on an open descriptor.
+            let p = unsafe {
                 libc::fallocate(
                     fd,
                     libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
@@ -165,6 +174,35 @@ fn perform_on(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
                     len as i64,
                 )
             };
+            if p == 0 {
+                return Ok(None);
+            }
+            let code = last_errno();
+            if !punch_unsupported(code) {
+                return Err(errno_of(code));
+            }
+            log_punch_refused(op.pool.0, code, PUNCH_FALLBACK);
+            let zeros = DeviceOp {
+                kind: DevKind::Write,
+                payload: Some(Bytes::from(vec![0u8; len])),
+                fua: false,
+                ..op.clone()
+            };
+            perform_on(fd, &zeros)
+        }
+        DevKind::Discard => {
+            // SAFETY: plain syscall; advisory, so a failure only loses the space back.
+            let p = unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off,
+                    len as i64,
+                )
+            };
+            if p != 0 && punch_unsupported(last_errno()) {
+                log_punch_refused(op.pool.0, last_errno(), DISCARD_FALLBACK);
+            }
             Ok(None)
         }
     }

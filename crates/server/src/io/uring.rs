@@ -16,7 +16,10 @@ use slab::Slab;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
 use super::direct::{AlignedBuf, PoolFds};
-use super::{Backend, drain_eventfd, errno_of, new_eventfd};
+use super::{
+    Backend, DISCARD_FALLBACK, PUNCH_FALLBACK, drain_eventfd, errno_of, log_punch_refused,
+    new_eventfd, punch_unsupported,
+};
 
 const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
 const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
@@ -30,7 +33,8 @@ struct InFlight {
     /// O_DIRECT reads and writes: the aligned buffer read into or written from.
     aligned: Option<AlignedBuf>,
     done: usize,
-    /// For WriteZeroes: 0 = zero range, 1 = punch hole, 2 = write zeros.
+    /// For WriteZeroes: 0 = zero range, 1 = punch hole, 2 = write zeros; a Punch starts
+    /// at 1.
     zero_step: u8,
 }
 
@@ -135,12 +139,12 @@ impl UringBackend {
             DevKind::Flush => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
-            DevKind::WriteZeroes if f.zero_step == 2 => {
+            DevKind::WriteZeroes | DevKind::Punch if f.zero_step == 2 => {
                 opcode::Write::new(fd, f.buf.as_ptr().wrapping_add(f.done), rest)
                     .offset(off)
                     .build()
             }
-            DevKind::WriteZeroes => {
+            DevKind::WriteZeroes | DevKind::Punch => {
                 let mode = if f.zero_step == 0 {
                     FALLOC_FL_ZERO_RANGE
                 } else {
@@ -227,7 +231,7 @@ impl UringBackend {
                 }
                 self.complete(key, Ok(()))
             }
-            DevKind::WriteZeroes => {
+            DevKind::WriteZeroes | DevKind::Punch => {
                 if f.zero_step == 2 {
                     if res < 0 {
                         return self.complete(key, Err(errno_of(-res)));
@@ -242,8 +246,11 @@ impl UringBackend {
                 if res >= 0 {
                     return self.complete(key, Ok(()));
                 }
-                if -res == libc::EOPNOTSUPP || -res == libc::EINVAL || -res == libc::ENODEV {
+                if punch_unsupported(-res) {
                     // Fall back: punch a hole, then write zeros.
+                    if f.op.kind == DevKind::Punch {
+                        log_punch_refused(f.op.pool.0, -res, PUNCH_FALLBACK);
+                    }
                     f.zero_step += 1;
                     if f.zero_step == 2 {
                         f.buf = vec![0u8; len];
@@ -256,8 +263,13 @@ impl UringBackend {
             DevKind::Flush => {
                 self.complete(key, if res < 0 { Err(errno_of(-res)) } else { Ok(()) })
             }
-            // Advisory: a failed discard changes nothing.
-            DevKind::Discard => self.complete(key, Ok(())),
+            // Advisory: a failed discard changes nothing but the space given back.
+            DevKind::Discard => {
+                if res < 0 && punch_unsupported(-res) {
+                    log_punch_refused(f.op.pool.0, -res, DISCARD_FALLBACK);
+                }
+                self.complete(key, Ok(()))
+            }
         }
     }
 }
@@ -357,13 +369,14 @@ impl Backend for UringBackend {
         } else {
             Vec::new()
         };
+        let zero_step = u8::from(op.kind == DevKind::Punch);
         let key = self.ops.insert(InFlight {
             op,
             buf,
             fd: direct.unwrap_or(pool.buffered),
             aligned,
             done: 0,
-            zero_step: 0,
+            zero_step,
         });
         if self.backlog.is_empty() {
             self.push(key);

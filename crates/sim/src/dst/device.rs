@@ -164,7 +164,8 @@ impl DataDevice {
                 self.read_into(off, &mut b);
                 (Ok(()), Some(Bytes::from(b)))
             }
-            DevKind::Write | DevKind::WriteZeroes | DevKind::Discard => {
+            // A punch and a discard read back as zeros.
+            DevKind::Write | DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => {
                 let data = if op.kind == DevKind::Write {
                     op.payload.clone()
                 } else {
@@ -266,7 +267,7 @@ impl DataDevice {
         for op in in_flight {
             if matches!(
                 op.kind,
-                DevKind::Write | DevKind::WriteZeroes | DevKind::Discard
+                DevKind::Write | DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard
             ) {
                 let d = if op.kind == DevKind::Write {
                     op.payload.clone()

@@ -735,7 +735,10 @@ impl Sim {
                 && !(self.recovering && meta)
                 && below(&mut self.rng, 250) == 0;
             let mut fail = fail.then_some(Errno::Io);
-            let write = matches!(op.kind, DevKind::Write | DevKind::WriteZeroes);
+            let write = matches!(
+                op.kind,
+                DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
+            );
             if let Some(sp) = self.space.as_mut().filter(|_| write && !self.recovering) {
                 // In these seeds a write that fails finds no space rather than a bad disk.
                 if fail.is_some() || sp.write_fails(op.pool.0) {
