@@ -55,6 +55,13 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "reads checked: {}",
         s.reads_checked
     );
+    // A third of the seeds run out of space, transiently and in lasting spells.
+    assert!(
+        s.space_seeds > CI_SEEDS / 5 && s.space_spells > CI_SEEDS / 5,
+        "seeds out of space: {}, lasting spells: {}",
+        s.space_seeds,
+        s.space_spells
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
@@ -80,7 +87,11 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
     let migration = InjectedBug::migration()
         .into_iter()
         .filter(|b| *b != InjectedBug::AioUnorderedDups);
-    for bug in InjectedBug::all().into_iter().chain(migration) {
+    let bugs = InjectedBug::all()
+        .into_iter()
+        .chain(migration)
+        .chain(InjectedBug::space());
+    for bug in bugs {
         match run_range(0, CI_SEEDS, CI_STEPS, Faults::Latent, Some(bug), jobs()) {
             Ok(_) => panic!("{} was not caught by seeds 0..{CI_SEEDS}", bug.name()),
             Err(f) => {

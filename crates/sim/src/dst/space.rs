@@ -1,5 +1,6 @@
 //! Running out of space, as a device fault: in a third of the seeds (chosen from a stream
-//! of their own, so the other seeds replay as before) device writes fail with ENOSPC,
+//! of their own, so the other seeds replay as before; `TIERVISOR_DST_NO_SPACE=1` turns
+//! them off) device writes fail with ENOSPC,
 //! transiently (1 write in 250) and for lasting spells (every write to one pool, for 20
 //! to 800 steps) until space "returns". A failed write may have landed a prefix of its
 //! sectors, as a short `pwrite` followed by ENOSPC does. Never during recovery: mount
