@@ -365,24 +365,17 @@ impl Engine {
     }
 
     pub(crate) fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
-        self.emit_counted(now, key);
+        self.emit_counted(key);
         if let crate::wbuf::hook::EmitAction::Device = self.wbuf_emit(key) {
-            self.push_device_op(key, out);
+            self.push_device_op(now, key, out);
         }
     }
 
     /// Count an operation as dispatched to its device.
-    pub(crate) fn emit_counted(&mut self, now: u64, key: usize) {
+    pub(crate) fn emit_counted(&mut self, key: usize) {
         let op = &mut self.ops[key];
         let p = &mut self.pools[op.pool as usize];
         p.in_flight += 1;
-        if let Some(t) = &mut p.throttle
-            && op.kind != DevKind::Flush
-        {
-            let is_write = op.kind != DevKind::Read;
-            let target = t.target(now, op.offset_bytes, op.len_bytes, is_write);
-            op.throttle = Some((now, target));
-        }
         match op.kind {
             DevKind::Read => {
                 let c = p.stats.class_mut(op.class);
@@ -399,8 +392,18 @@ impl Engine {
         }
     }
 
-    pub(crate) fn push_device_op(&mut self, key: usize, out: &mut Outputs) {
+    /// Send an operation to its device. A throttled pool's data operation gets its target
+    /// here, when it reaches the device: one the write buffer answers from RAM, or parks
+    /// behind a write in flight, has no device time to model yet.
+    pub(crate) fn push_device_op(&mut self, now: u64, key: usize, out: &mut Outputs) {
         let op = &mut self.ops[key];
+        if let Some(t) = &mut self.pools[op.pool as usize].throttle
+            && op.kind != DevKind::Flush
+        {
+            let is_write = op.kind != DevKind::Read;
+            let target = t.target(now, op.offset_bytes, op.len_bytes, is_write);
+            op.throttle = Some((now, target));
+        }
         out.ops.push(DeviceOp {
             id: OpId(key as u64),
             pool: PoolId(op.pool),

@@ -54,6 +54,10 @@ pub enum InjectedBug {
     /// Discard (punch) a freed range as soon as its in-flight I/O drained, before the
     /// records that free it are durable: a crash then recovers a mapping to a hole.
     PunchBeforeFreeDurable,
+    /// Write buffer: a write that replaces buffered data a waiting FLUSH covers takes a
+    /// fresh admission, so the FLUSH no longer waits for the range (it completes with
+    /// neither the old nor the new bytes on the device).
+    WbufReplaceForgets,
     /// The virtual performance throttle passes a completion on when the device reports
     /// it, before its modelled target (the throttle's hand-on check must catch it).
     ThrottleEarlyRelease,
@@ -89,8 +93,8 @@ impl InjectedBug {
     }
     /// The host write-back buffer's: DST runs buffers only with `TIERVISOR_DST_WBUF=1`
     /// for now (not yet verified over the whole CI seed set).
-    pub fn host_flush() -> [InjectedBug; 1] {
-        [InjectedBug::WbufFlushEarly]
+    pub fn host_flush() -> [InjectedBug; 2] {
+        [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -109,6 +113,7 @@ impl InjectedBug {
             InjectedBug::SlrWritesSource => "slr-writes-source",
             InjectedBug::AioUnorderedDups => "aio-unordered-dups",
             InjectedBug::WbufFlushEarly => "wbuf-flush-early",
+            InjectedBug::WbufReplaceForgets => "wbuf-replace-forgets",
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
             InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
         }

@@ -114,9 +114,10 @@ impl Engine {
         };
         let epoch = op.epoch;
         let mut released = Vec::new();
+        let fresh_seq = self.bug_is(crate::inject::InjectedBug::WbufReplaceForgets);
         let b = self.wbuf(pool);
         let hold = b.hold(epoch);
-        b.admit(s..e, vol, fill, now, hold, &mut released);
+        b.admit(s..e, vol, fill, now, hold, &mut released, fresh_seq);
         self.leave_epochs(&released);
         self.local.0.push_back(Local::Absorbed(key));
         self.wbuf_high_water(now, pool, out);
@@ -182,7 +183,9 @@ impl Engine {
                     _ => None,
                 };
                 let mut released = Vec::new();
-                let covers = self.wbuf(pool).cut(s, e, &mut released);
+                let covers = (self.wbuf(pool).cut(s, e, &mut released).iter())
+                    .map(|r| (r.vol, r.seq))
+                    .collect();
                 self.leave_epochs(&released);
                 let f = Flight {
                     start: s,
@@ -240,7 +243,7 @@ impl Engine {
         } else if writeback {
             b.stats.written_back_bytes += f.end - f.start;
         }
-        self.wbuf_unpark(pool, out);
+        self.wbuf_unpark(now, pool, out);
         self.wbuf_kick_flushes(now, pool, out);
         if failed {
             self.wbuf_arm_age(now, pool);
@@ -248,12 +251,12 @@ impl Engine {
     }
 
     /// Send parked writes whose range is free now.
-    fn wbuf_unpark(&mut self, pool: usize, out: &mut Outputs) {
+    fn wbuf_unpark(&mut self, now: u64, pool: usize, out: &mut Outputs) {
         let parked = std::mem::take(&mut self.wbuf(pool).parked);
         for key in parked {
             self.pools[pool].in_flight += 1;
             if let EmitAction::Device = self.wbuf_emit(key) {
-                self.push_device_op(key, out);
+                self.push_device_op(now, key, out);
             }
         }
     }
@@ -274,7 +277,7 @@ impl Engine {
         b.pending_flushes = waiting;
         for f in ready {
             if f.failed {
-                self.emit_counted(now, f.key);
+                self.emit_counted(f.key);
                 let served = Local::Served {
                     key: f.key,
                     result: Err(Errno::Io),

@@ -84,6 +84,14 @@ pub(crate) struct Flight {
     pub hold: Option<u64>,
 }
 
+/// The admission of a dirty piece a newer write replaced.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replaced {
+    pub vol: u32,
+    pub seq: u64,
+    pub admitted_ns: u64,
+}
+
 /// Buffered bytes a read takes from RAM: (start, end, fill), in the order to apply them.
 pub(crate) type Overlay = Vec<(u64, u64, Fill)>;
 
@@ -255,9 +263,9 @@ impl WriteBuffer {
         v
     }
 
-    /// Remove `[s, e)` from the dirty pieces (a newer write replaces it). Returns what
-    /// it covered, as (vol, seq) per affected piece, and pushes released epochs.
-    pub fn cut(&mut self, s: u64, e: u64, released: &mut Vec<u64>) -> SmallVec<[(u32, u64); 1]> {
+    /// Remove `[s, e)` from the dirty pieces (a newer write replaces it). Returns the
+    /// admission of each affected piece, and pushes released epochs.
+    pub fn cut(&mut self, s: u64, e: u64, released: &mut Vec<u64>) -> SmallVec<[Replaced; 1]> {
         let mut covers = SmallVec::new();
         for ps in self.dirty_overlapping(s, e) {
             let p = self.remove_piece(ps);
@@ -277,13 +285,20 @@ impl WriteBuffer {
                 self.insert_piece(e, right);
             }
             self.stats.superseded_bytes += p.end.min(e) - ps.max(s);
-            covers.push((p.vol, p.seq));
+            covers.push(Replaced {
+                vol: p.vol,
+                seq: p.seq,
+                admitted_ns: p.admitted_ns,
+            });
             self.drop_ref(p.hold, released);
         }
         covers
     }
 
-    /// Buffer a write of `range` by `vol` at `now`, holding `hold`.
+    /// Buffer a write of `range` by `vol` at `now`, holding `hold`. `fresh_seq` is the
+    /// injected defect `wbuf-replace-forgets`: the new piece does not inherit the
+    /// admission of the pieces it replaces.
+    #[allow(clippy::too_many_arguments)]
     pub fn admit(
         &mut self,
         range: std::ops::Range<u64>,
@@ -292,17 +307,30 @@ impl WriteBuffer {
         now: u64,
         hold: u64,
         released: &mut Vec<u64>,
+        fresh_seq: bool,
     ) {
         let (s, e) = (range.start, range.end);
-        self.cut(s, e, released);
-        let seq = self.next_seq;
+        let mut replaced = self.cut(s, e, released);
+        if fresh_seq {
+            replaced.clear();
+        }
+        // A FLUSH that arrived after a piece this write replaces must still wait for
+        // these bytes (the replaced ones are gone), so the new piece takes the oldest
+        // replaced piece's admission of its volume: seq (which FLUSH barriers compare)
+        // and time (the range has been dirty since then, for the age write-back).
+        let (seq, admitted_ns) = replaced
+            .iter()
+            .filter(|r| r.vol == vol)
+            .map(|r| (r.seq, r.admitted_ns))
+            .min()
+            .unwrap_or((self.next_seq, now));
         self.next_seq += 1;
         let p = Piece {
             end: e,
             vol,
             fill,
             seq,
-            admitted_ns: now,
+            admitted_ns,
             hold,
         };
         self.insert_piece(s, p);

@@ -4,6 +4,7 @@
 //! that the device holds what the flushed volume wrote before the FLUSH.
 
 use super::*;
+use std::collections::BTreeMap;
 
 const SPAN: u64 = 256;
 
@@ -50,6 +51,13 @@ fn reads_writebacks_and_flushes_match_a_reference() {
         // What each volume wrote, per byte, as of each write: for FLUSH checks.
         let mut owner = vec![u32::MAX; SPAN as usize];
         let mut flights: Vec<usize> = Vec::new();
+        // Per byte: the step of the write it holds last, and of what the device holds;
+        // each flight's versions; FLUSHes waiting: (vol, barrier, bytes and versions the
+        // device must hold at least once the FLUSH is ready).
+        let mut ver = vec![0u64; SPAN as usize];
+        let mut dev_ver = vec![0u64; SPAN as usize];
+        let mut flight_ver: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut flushes: Vec<(u32, u64, BTreeMap<usize, u64>)> = Vec::new();
         let mut next_key = 0usize;
         let mut holds_released = 0usize;
         let mut holds_made = 0usize;
@@ -71,18 +79,41 @@ fn reads_writebacks_and_flushes_match_a_reference() {
                     }
                     let h = b.hold(step);
                     holds_made += 1;
-                    b.admit(s..e, vol, fill.clone(), step, h, &mut rel);
+                    b.admit(s..e, vol, fill.clone(), step, h, &mut rel, false);
                     apply(&mut latest, s, e, &fill);
                     owner[s as usize..e as usize].fill(vol);
+                    ver[s as usize..e as usize].fill(step + 1);
+                    // Bytes now another volume's are no longer the FLUSH's concern (the
+                    // engine never buffers two volumes' data for one range).
+                    for (v, _, need) in &mut flushes {
+                        if *v != vol {
+                            need.retain(|&i, _| !(s as usize..e as usize).contains(&i));
+                        }
+                    }
                 }
                 5..=6 => {
                     let vol = (r.below(4) != 0).then(|| r.below(3) as u32);
-                    for s in b.writeback_candidates(vol, b.barrier()) {
+                    let barrier = if r.below(2) == 0 || flushes.is_empty() {
+                        b.barrier()
+                    } else {
+                        flushes[r.below(flushes.len() as u64) as usize].1
+                    };
+                    for s in b.writeback_candidates(vol, barrier) {
                         let (_, f) = b.take_for_writeback(s);
+                        flight_ver.insert(next_key, ver[f.start as usize..f.end as usize].to_vec());
                         b.start_flight(next_key, f);
                         flights.push(next_key);
                         next_key += 1;
                     }
+                }
+                7 if flushes.len() < 4 => {
+                    // A FLUSH of one volume arrives: what it wrote so far must land.
+                    let v = r.below(3) as u32;
+                    let need = (0..SPAN as usize)
+                        .filter(|&i| owner[i] == v)
+                        .map(|i| (i, ver[i]))
+                        .collect();
+                    flushes.push((v, b.barrier(), need));
                 }
                 _ => {
                     if flights.is_empty() {
@@ -92,11 +123,42 @@ fn reads_writebacks_and_flushes_match_a_reference() {
                     let key = flights.swap_remove(i);
                     let fail = r.below(6) == 0;
                     let f = b.end_flight(key, fail.then_some(step), &mut rel).unwrap();
+                    let fv = flight_ver.remove(&key).unwrap();
                     if !fail {
                         apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
+                        dev_ver[f.start as usize..f.end as usize].copy_from_slice(&fv);
+                    } else {
+                        // The engine fails the FLUSHes a failed write-back covers.
+                        flushes.retain(|&(v, barrier, _)| {
+                            let pf = PendingFlush {
+                                key: 0,
+                                vol: Some(v),
+                                barrier,
+                                failed: false,
+                            };
+                            !f.covers
+                                .iter()
+                                .any(|&(cv, q)| WriteBuffer::covers(&pf, cv, q))
+                        });
                     }
                 }
             }
+            // A FLUSH that is ready finds every byte it covers on the device, as its
+            // version or a newer one.
+            flushes.retain(|(v, barrier, need)| {
+                if !b.flush_ready(Some(*v), *barrier) {
+                    return true;
+                }
+                for (&i, &want) in need {
+                    assert!(
+                        dev_ver[i] >= want,
+                        "seed {seed} step {step}: vol {v} FLUSH ready but byte {i} holds \
+                         version {} < {want}",
+                        dev_ver[i]
+                    );
+                }
+                false
+            });
             holds_released += rel.len();
             b.check()
                 .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
@@ -121,12 +183,14 @@ fn reads_writebacks_and_flushes_match_a_reference() {
         while !b.is_empty() {
             for s in b.writeback_candidates(None, b.barrier()) {
                 let (_, f) = b.take_for_writeback(s);
+                flight_ver.insert(next_key, Vec::new());
                 b.start_flight(next_key, f);
                 flights.push(next_key);
                 next_key += 1;
             }
             let mut rel = Vec::new();
             for key in flights.drain(..) {
+                flight_ver.remove(&key);
                 let f = b.end_flight(key, None, &mut rel).unwrap();
                 apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
             }
@@ -146,9 +210,9 @@ fn a_tagged_flush_leaves_other_volumes_buffered() {
     let mut b = WriteBuffer::new(cfg());
     let mut rel = Vec::new();
     let h = b.hold(0);
-    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel);
+    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel, false);
     let h = b.hold(0);
-    b.admit(16..24, 1, Fill::Zeros, 0, h, &mut rel);
+    b.admit(16..24, 1, Fill::Zeros, 0, h, &mut rel, false);
     let barrier = b.barrier();
     assert!(!b.flush_ready(Some(0), barrier));
     let c = b.writeback_candidates(Some(0), barrier);
@@ -168,7 +232,7 @@ fn a_tagged_flush_leaves_other_volumes_buffered() {
     assert_eq!(b.dirty_len(), 1);
     // A write after the FLUSH arrived is not waited for.
     let h = b.hold(0);
-    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel);
+    b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel, false);
     assert!(b.flush_ready(Some(0), barrier));
 }
 
@@ -178,12 +242,37 @@ fn fair_share_limits_one_volume() {
     let mut rel = Vec::new();
     assert!(b.has_room(0, 128));
     let h = b.hold(0);
-    b.admit(0..64, 0, Fill::Zeros, 0, h, &mut rel);
+    b.admit(0..64, 0, Fill::Zeros, 0, h, &mut rel, false);
     // Volume 1 arriving makes two active volumes: 64 each.
     assert!(b.has_room(1, 64));
     assert!(!b.has_room(1, 65));
     let h = b.hold(0);
-    b.admit(64..128, 1, Fill::Zeros, 0, h, &mut rel);
+    b.admit(64..128, 1, Fill::Zeros, 0, h, &mut rel, false);
     assert!(!b.has_room(0, 1));
     assert!(!b.has_room(2, 1), "the buffer is full");
+}
+
+#[test]
+fn a_write_replacing_flushed_data_is_waited_for() {
+    // DST seed 1042: a FLUSH waited for a piece that could not be written back yet (an
+    // older write to its range was in flight); a newer write replaced the piece, took a
+    // fresh admission number past the FLUSH's barrier, and the FLUSH completed with
+    // neither the piece's bytes nor the newer ones on the device.
+    for fresh_seq in [false, true] {
+        let mut b = WriteBuffer::new(cfg());
+        let mut rel = Vec::new();
+        let h = b.hold(0);
+        b.admit(0..8, 0, Fill::Zeros, 5, h, &mut rel, fresh_seq);
+        let barrier = b.barrier();
+        let h = b.hold(0);
+        b.admit(0..12, 0, Fill::Zeros, 9, h, &mut rel, fresh_seq);
+        let waits = !b.flush_ready(Some(0), barrier);
+        assert_eq!(waits, !fresh_seq, "fresh_seq {fresh_seq}");
+        if !fresh_seq {
+            // The newer piece is written back for it, and counts as dirty since the
+            // older one was admitted.
+            assert_eq!(b.writeback_candidates(Some(0), barrier), vec![0]);
+            assert_eq!(b.oldest_admitted_ns(), Some(5));
+        }
+    }
 }
