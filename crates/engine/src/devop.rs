@@ -64,8 +64,11 @@ pub(crate) enum Owner {
         slot: usize,
     },
     /// A write-back from the pool's write buffer (`wbuf`), or the FLUSH that empties it
-    /// at shutdown.
-    WriteBack,
+    /// at shutdown. `background`: a high-water, age or make-room write-back, queued in
+    /// the background lane so a FLUSH's own write-backs do not wait behind it.
+    WriteBack {
+        background: bool,
+    },
     /// A read of live data from a segment being cleaned.
     CleanRead {
         pool: u16,
@@ -153,6 +156,10 @@ pub(crate) struct Op {
     pub lane: Lane,
     /// On a throttled pool: when it was dispatched and when its completion may pass.
     pub throttle: Option<(u64, u64)>,
+    /// On a buffered pool: the buffer's admission number when it was queued. A write
+    /// dispatched later replaces only buffered data admitted before this (data admitted
+    /// while it waited in the scheduler is newer than its bytes).
+    pub wbuf_seq: u64,
 }
 
 impl Op {
@@ -181,6 +188,7 @@ impl Op {
             queued,
             lane: Lane::Foreground,
             throttle: None,
+            wbuf_seq: 0,
         }
     }
 }

@@ -318,7 +318,8 @@ impl Engine {
             self.emit(now, key, out);
         } else {
             let background = class == IoClass::Migration
-                || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize));
+                || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize))
+                || matches!(self.ops[key].owner, Owner::WriteBack { background: true });
             let lane = if background {
                 Lane::Background
             } else {
@@ -542,7 +543,7 @@ impl Engine {
                 self.clean_read_done(now, pool as usize, idx as usize, result, data, out)
             }
             Owner::VolTab => self.volume_table_written(now, result, out),
-            Owner::WriteBack => {}
+            Owner::WriteBack { .. } => {}
         }
         self.pump(now, pool, out);
         if !self.frees.is_empty() {

@@ -8,14 +8,17 @@
 //! - `emit`: a read takes buffered bytes over the device's (or is served from RAM alone);
 //!   any other write parks while a write to its range is in flight, and replaces the
 //!   buffered bytes under it.
-//! - write-backs are ordinary foreground writes with the volume's tag, issued by FLUSH,
-//!   past the high-water mark (3/4 of the buffer, down to 1/2) and by age.
+//! - write-backs are writes with the volume's tag. Those a FLUSH issues are foreground
+//!   work; those issued past the high-water mark (3/4 of the buffer, down to 1/2), by age
+//!   or to make room go to the pool's background lane, at most
+//!   [`BACKGROUND_WRITEBACK_OPS`] at a time, so a FLUSH of one volume does not queue
+//!   behind a burst of another volume's write-backs.
 
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Fill, Flight, PendingFlush, WriteBuffer};
+use super::{BACKGROUND_WRITEBACK_OPS, Fill, Flight, PendingFlush, WriteBuffer};
 use crate::devop::{OpSpec, Owner};
 use crate::engine::Engine;
 use crate::types::{DevKind, DeviceCompletion, Errno, IoClass, OpId, Outputs, PoolId};
@@ -71,19 +74,25 @@ impl Engine {
 
     /// `queue_op`'s part: true when the buffer took the operation (created as `key`).
     pub(crate) fn wbuf_queue(&mut self, now: u64, key: usize, out: &mut Outputs) -> bool {
-        let op = &self.ops[key];
-        let pool = op.pool as usize;
+        let pool = self.ops[key].pool as usize;
         if !self.pools[pool].wbuf.enabled() {
             return false;
         }
+        self.ops[key].wbuf_seq = self.pools[pool].wbuf.barrier();
+        let op = &self.ops[key];
         if op.kind == DevKind::Flush {
             let f = PendingFlush {
                 key,
                 vol: op.volume.map(|v| v.0),
                 barrier: self.pools[pool].wbuf.barrier(),
                 failed: false,
+                arrived_ns: now,
             };
-            self.wbuf(pool).pending_flushes.push(f);
+            let queued = self.pools[pool].sched.len() as u64;
+            let b = self.wbuf(pool);
+            b.stats.flushes += 1;
+            b.stats.queued_ahead_of_flushes += queued;
+            b.pending_flushes.push(f);
             self.wbuf_kick_flushes(now, pool, out);
             return true;
         }
@@ -100,10 +109,9 @@ impl Engine {
             self.wbuf(pool).stats.direct_writes += 1;
             // Make room: this volume's oldest data goes first.
             let size = self.pools[pool].wbuf.cfg.map_or(0, |c| c.size_bytes);
-            let starts = self.pools[pool]
-                .wbuf
-                .writeback_candidates(Some(vol), u64::MAX);
-            self.wbuf_issue_upto(now, pool, starts, size / 8, out);
+            let starts =
+                (self.pools[pool].wbuf).oldest_of_volume(vol, BACKGROUND_WRITEBACK_OPS as usize);
+            self.wbuf_issue_upto(now, pool, starts, size / 8, true, out);
             return false;
         }
         let fill = match (op.kind, &op.payload) {
@@ -120,7 +128,7 @@ impl Engine {
         b.admit(s..e, vol, fill, now, hold, &mut released, fresh_seq);
         self.leave_epochs(&released);
         self.local.0.push_back(Local::Absorbed(key));
-        self.wbuf_high_water(now, pool, out);
+        self.wbuf_background(now, pool, out);
         self.wbuf_arm_age(now, pool);
         true
     }
@@ -166,7 +174,7 @@ impl Engine {
                 EmitAction::Device
             }
             DevKind::Write | DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => {
-                if matches!(op.owner, Owner::WriteBack) || op.class == IoClass::Metadata {
+                if matches!(op.owner, Owner::WriteBack { .. }) || op.class == IoClass::Metadata {
                     return EmitAction::Device;
                 }
                 if self.pools[pool].wbuf.flight_overlaps(s, e) {
@@ -183,7 +191,8 @@ impl Engine {
                     _ => None,
                 };
                 let mut released = Vec::new();
-                let covers = (self.wbuf(pool).cut(s, e, &mut released).iter())
+                let before = op.wbuf_seq;
+                let covers = (self.wbuf(pool).cut(s, e, before, &mut released).iter())
                     .map(|r| (r.vol, r.seq))
                     .collect();
                 self.leave_epochs(&released);
@@ -193,6 +202,7 @@ impl Engine {
                     fill,
                     covers,
                     hold: None,
+                    written: 0,
                 };
                 self.wbuf(pool).start_flight(key, f);
                 EmitAction::Device
@@ -212,7 +222,8 @@ impl Engine {
         out: &mut Outputs,
     ) {
         let pool = op.pool as usize;
-        let writeback = matches!(op.owner, Owner::WriteBack);
+        let writeback = matches!(op.owner, Owner::WriteBack { .. });
+        let background = matches!(op.owner, Owner::WriteBack { background: true });
         if !self.pools[pool].wbuf.enabled() {
             return;
         }
@@ -242,9 +253,19 @@ impl Engine {
             }
         } else if writeback {
             b.stats.written_back_bytes += f.end - f.start;
+            if background {
+                b.stats.background_bytes += f.end - f.start;
+            }
+        }
+        if background {
+            b.background_ops -= 1;
         }
         self.wbuf_unpark(now, pool, out);
         self.wbuf_kick_flushes(now, pool, out);
+        if background {
+            // Keep draining: the next background write-back takes the free place.
+            self.wbuf_background(now, pool, out);
+        }
         if failed {
             self.wbuf_arm_age(now, pool);
         }
@@ -266,7 +287,7 @@ impl Engine {
         let pending = self.pools[pool].wbuf.pending_flushes.clone();
         for f in &pending {
             let starts = self.pools[pool].wbuf.writeback_candidates(f.vol, f.barrier);
-            self.wbuf_issue_upto(now, pool, starts, u64::MAX, out);
+            self.wbuf_issue_upto(now, pool, starts, u64::MAX, false, out);
         }
         let early = self.bug_is(crate::inject::InjectedBug::WbufFlushEarly);
         let b = self.wbuf(pool);
@@ -275,6 +296,11 @@ impl Engine {
             .iter()
             .partition(|f| f.failed || early || b.flush_ready(f.vol, f.barrier));
         b.pending_flushes = waiting;
+        for f in &ready {
+            let waited = now - f.arrived_ns;
+            b.stats.flush_wait_total_ns += waited;
+            b.stats.flush_wait_max_ns = b.stats.flush_wait_max_ns.max(waited);
+        }
         for f in ready {
             if f.failed {
                 self.emit_counted(f.key);
@@ -290,18 +316,22 @@ impl Engine {
         }
     }
 
-    /// Write back the dirty pieces at `starts`, up to `max_bytes`.
+    /// Write back the dirty pieces at `starts`, up to `max_bytes` (and, in the
+    /// background lane, up to the bound on background write-backs).
     fn wbuf_issue_upto(
         &mut self,
         now: u64,
         pool: usize,
         starts: Vec<u64>,
         max_bytes: u64,
+        background: bool,
         out: &mut Outputs,
     ) {
         let mut n = 0;
         for s in starts {
-            if n >= max_bytes {
+            let full =
+                background && self.pools[pool].wbuf.background_ops >= BACKGROUND_WRITEBACK_OPS;
+            if n >= max_bytes || full {
                 break;
             }
             if !self.pools[pool].wbuf.can_write_back(s) {
@@ -314,8 +344,11 @@ impl Engine {
                 Fill::Zeros => (DevKind::WriteZeroes, None),
                 Fill::Untracked => (DevKind::Write, None),
             };
+            if background {
+                self.wbuf(pool).background_ops += 1;
+            }
             let spec = OpSpec::new(
-                Owner::WriteBack,
+                Owner::WriteBack { background },
                 PoolId(pool as u16),
                 kind,
                 IoClass::Foreground,
@@ -332,15 +365,33 @@ impl Engine {
         }
     }
 
-    /// Past 3/4 full: write back the oldest data down to 1/2.
-    fn wbuf_high_water(&mut self, now: u64, pool: usize, out: &mut Outputs) {
-        let b = &self.pools[pool].wbuf;
+    /// Background write-back, within its bound: past 3/4 full, the oldest data until
+    /// the buffer is down to 1/2; otherwise data past its age.
+    fn wbuf_background(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        let b = &mut self.pools[pool].wbuf;
         let Some(cfg) = b.cfg else { return };
         if b.total_bytes() * 4 > cfg.size_bytes * 3 {
-            let excess = b.total_bytes() - cfg.size_bytes / 2;
-            let starts = b.oldest(None, excess);
-            self.wbuf_issue_upto(now, pool, starts, excess, out);
+            b.draining = true;
+        } else if b.total_bytes() * 2 <= cfg.size_bytes {
+            b.draining = false;
         }
+        let room = BACKGROUND_WRITEBACK_OPS.saturating_sub(b.background_ops) as usize;
+        if room == 0 {
+            return;
+        }
+        let (starts, max_bytes) = if b.draining {
+            let excess = b.total_bytes() - cfg.size_bytes / 2;
+            (b.oldest(None, excess, room), excess)
+        } else if b
+            .oldest_admitted_ns()
+            .is_some_and(|t| t.saturating_add(cfg.max_age_ns) <= now)
+        {
+            let cutoff = now.saturating_sub(cfg.max_age_ns);
+            (b.oldest(Some(cutoff), 0, room), u64::MAX)
+        } else {
+            return;
+        };
+        self.wbuf_issue_upto(now, pool, starts, max_bytes, true, out);
     }
 
     /// Arm the age timer (one of the deadlines `Engine::next_deadline` reports).
@@ -360,14 +411,11 @@ impl Engine {
     /// `tick`'s part: write back data past its age.
     pub(crate) fn wbuf_tick(&mut self, now: u64, out: &mut Outputs) {
         for pool in 0..self.pools.len() {
-            let b = &self.pools[pool].wbuf;
-            let Some(cfg) = b.cfg else { continue };
-            if b.age_timer_at.is_none_or(|t| t > now) {
+            if self.pools[pool].wbuf.age_timer_at.is_none_or(|t| t > now) {
                 continue;
             }
-            let starts = b.oldest(Some(now.saturating_sub(cfg.max_age_ns)), 0);
             self.wbuf(pool).age_timer_at = None;
-            self.wbuf_issue_upto(now, pool, starts, u64::MAX, out);
+            self.wbuf_background(now, pool, out);
             self.wbuf_arm_age(now, pool);
         }
     }
@@ -379,7 +427,7 @@ impl Engine {
         for pool in 0..self.pools.len() {
             if !self.pools[pool].wbuf.is_empty() {
                 let spec = OpSpec::new(
-                    Owner::WriteBack,
+                    Owner::WriteBack { background: false },
                     PoolId(pool as u16),
                     DevKind::Flush,
                     IoClass::Metadata,

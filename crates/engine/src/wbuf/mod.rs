@@ -63,8 +63,11 @@ pub(crate) struct Piece {
     pub end: u64,
     pub vol: u32,
     pub fill: Fill,
-    /// Admission order: a FLUSH covers the pieces admitted before it.
+    /// Admission order for FLUSHes: a FLUSH covers the pieces admitted before it. A
+    /// piece that replaced older buffered bytes of its volume carries theirs.
     pub seq: u64,
+    /// When its bytes were admitted (newer or older than a write in the scheduler).
+    pub written: u64,
     pub admitted_ns: u64,
     pub hold: u64,
 }
@@ -82,6 +85,8 @@ pub(crate) struct Flight {
     pub covers: SmallVec<[(u32, u64); 1]>,
     /// Write-backs only: the piece's hold (its bytes count against the buffer).
     pub hold: Option<u64>,
+    /// Write-backs only: the piece's `written`.
+    pub written: u64,
 }
 
 /// The admission of a dirty piece a newer write replaced.
@@ -105,6 +110,7 @@ pub(crate) struct PendingFlush {
     pub barrier: u64,
     /// A write-back it covered failed: complete it with an error.
     pub failed: bool,
+    pub arrived_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -136,8 +142,19 @@ pub(crate) struct WriteBuffer {
     pub patches: BTreeMap<usize, (u64, Overlay)>,
     /// When the age timer fires next.
     pub age_timer_at: Option<u64>,
+    /// Background write-backs (high-water, age, make-room) queued or in flight: at most
+    /// [`BACKGROUND_WRITEBACK_OPS`].
+    pub background_ops: u32,
+    /// Past the high-water mark and not yet down to the low one.
+    pub draining: bool,
     pub stats: WriteBufferStats,
 }
+
+/// Background write-backs a pool keeps queued or in flight at most. A FLUSH's own
+/// write-backs are foreground work and go ahead of queued background ones, so they wait
+/// for at most this many, not for a whole high-water or age burst of other volumes' data
+/// (seed 001's isolation, one level up); enough to keep an SSD busy draining the buffer.
+pub const BACKGROUND_WRITEBACK_OPS: u32 = 8;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WriteBufferStats {
@@ -148,6 +165,16 @@ pub struct WriteBufferStats {
     pub written_back_bytes: u64,
     /// Bytes dropped because a newer write replaced them before write-back.
     pub superseded_bytes: u64,
+    /// Bytes written back in the background lane (high-water, age, make-room); the rest
+    /// of `written_back_bytes` was written back for FLUSHes.
+    pub background_bytes: u64,
+    /// FLUSHes on this pool, the device operations queued in its scheduler when each
+    /// arrived (summed), and how long they waited for their write-backs before the
+    /// device flush (summed and the longest).
+    pub flushes: u64,
+    pub queued_ahead_of_flushes: u64,
+    pub flush_wait_total_ns: u64,
+    pub flush_wait_max_ns: u64,
     pub reads_served: u64,
     pub reads_patched: u64,
     pub peak_bytes: u64,
@@ -263,11 +290,21 @@ impl WriteBuffer {
         v
     }
 
-    /// Remove `[s, e)` from the dirty pieces (a newer write replaces it). Returns the
-    /// admission of each affected piece, and pushes released epochs.
-    pub fn cut(&mut self, s: u64, e: u64, released: &mut Vec<u64>) -> SmallVec<[Replaced; 1]> {
+    /// Remove `[s, e)` from the dirty pieces admitted before `before` (a newer write
+    /// replaces them; newer pieces stay over it). Returns the admission of each affected
+    /// piece, and pushes released epochs.
+    pub fn cut(
+        &mut self,
+        s: u64,
+        e: u64,
+        before: u64,
+        released: &mut Vec<u64>,
+    ) -> SmallVec<[Replaced; 1]> {
         let mut covers = SmallVec::new();
         for ps in self.dirty_overlapping(s, e) {
+            if self.dirty[&ps].written >= before {
+                continue;
+            }
             let p = self.remove_piece(ps);
             if ps < s {
                 let left = Piece {
@@ -310,7 +347,7 @@ impl WriteBuffer {
         fresh_seq: bool,
     ) {
         let (s, e) = (range.start, range.end);
-        let mut replaced = self.cut(s, e, released);
+        let mut replaced = self.cut(s, e, u64::MAX, released);
         if fresh_seq {
             replaced.clear();
         }
@@ -330,6 +367,7 @@ impl WriteBuffer {
             vol,
             fill,
             seq,
+            written: self.next_seq - 1,
             admitted_ns,
             hold,
         };
@@ -408,6 +446,7 @@ impl WriteBuffer {
             fill: Some(p.fill.clone()),
             covers: smallvec::smallvec![(p.vol, p.seq)],
             hold: Some(p.hold),
+            written: p.written,
         };
         // The piece's reference to its hold passes to the flight.
         (p, f)
@@ -436,6 +475,7 @@ impl WriteBuffer {
                 vol,
                 fill: fill.slice(a - f.start, b - f.start),
                 seq,
+                written: f.written,
                 admitted_ns: now,
                 hold,
             };
@@ -460,13 +500,17 @@ impl WriteBuffer {
 
     /// The oldest dirty pieces admitted at or before `cutoff_ns` (age write-back), or all
     /// pieces oldest first up to `bytes` (high-water write-back), without the ones under
-    /// a write in flight.
-    pub fn oldest(&self, cutoff_ns: Option<u64>, bytes: u64) -> Vec<u64> {
+    /// a write in flight; at most `max_pieces` (the background write-backs have a bound,
+    /// and a buffer of small pieces is long).
+    pub fn oldest(&self, cutoff_ns: Option<u64>, bytes: u64, max_pieces: usize) -> Vec<u64> {
         let mut v = Vec::new();
         let mut n = 0;
         for &(_, s) in &self.by_seq {
             let p = &self.dirty[&s];
-            if cutoff_ns.is_some_and(|c| p.admitted_ns > c) || (cutoff_ns.is_none() && n >= bytes) {
+            if cutoff_ns.is_some_and(|c| p.admitted_ns > c)
+                || (cutoff_ns.is_none() && n >= bytes)
+                || v.len() >= max_pieces
+            {
                 break;
             }
             if !self.flight_overlaps(s, p.end) {
@@ -475,6 +519,17 @@ impl WriteBuffer {
             }
         }
         v
+    }
+
+    /// Up to `max_pieces` of volume `vol`'s dirty pieces that can be written back now,
+    /// oldest first (to make room for its writes).
+    pub fn oldest_of_volume(&self, vol: u32, max_pieces: usize) -> Vec<u64> {
+        self.by_vol
+            .range((vol, 0, 0)..(vol, u64::MAX, 0))
+            .map(|&(_, _, s)| s)
+            .filter(|&s| !self.flight_overlaps(s, self.dirty[&s].end))
+            .take(max_pieces)
+            .collect()
     }
 
     /// When the oldest dirty piece was admitted.
