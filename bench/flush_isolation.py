@@ -16,7 +16,11 @@ Part 2, a single volume, 4 KiB random writes at QD1 without syncs: tiervisor wit
 Prints medians of --reps runs. The pools and the raw file live under --workdir (it must not
 be tmpfs: O_DIRECT).
 
+With the buffer, the pool's write-buffer counters (`ctl stat`) are printed too: FLUSHes,
+operations queued ahead of each, and how long they waited for their write-backs.
+
 Usage: bench/flush_isolation.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-flush-bench] [--json out.json]
+                                [--settings page-cache,direct,direct+buffer] [--two-vms-only]
 """
 
 import argparse
@@ -69,6 +73,24 @@ kind = "ssd"
     return p, port
 
 
+def wbuf_counters(d):
+    """The pool's write-buffer counters from `ctl stat` (cumulative since the server
+    started), or None for a pool without a buffer."""
+    out = subprocess.run([tiervisor_bin(), "ctl", "stat", "--json", "--data-dir", d],
+                         capture_output=True, text=True, check=True).stdout
+    wb = json.loads(out)["engine"]["pools"][0].get("write_buffer")
+    if not wb:
+        return None
+    n = max(wb["flushes"], 1)
+    return {
+        "flushes": wb["flushes"],
+        "queued_ahead_per_flush": wb["queued_ahead_of_flushes"] / n,
+        "flush_writeback_wait_mean_us": wb["flush_wait_total_ns"] / n / 1000.0,
+        "flush_writeback_wait_max_us": wb["flush_wait_max_ns"] / 1000.0,
+        "background_share": wb["background_bytes"] / max(wb["written_back_bytes"], 1),
+    }
+
+
 def stop(p):
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
@@ -116,20 +138,36 @@ def main():
     ap.add_argument("--runtime", type=int, default=5)
     ap.add_argument("--workdir", default="/tmp/tv-flush-bench")
     ap.add_argument("--json")
+    ap.add_argument("--settings", default=",".join(n for n, _ in SETTINGS))
+    ap.add_argument("--two-vms-only", action="store_true")
     a = ap.parse_args()
+    chosen = [(n, k) for n, k in SETTINGS if n in a.settings.split(",")]
     for tool in ["fio", "qemu-nbd"]:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is missing (apt-get install fio qemu-utils)")
     os.makedirs(a.workdir, exist_ok=True)
-    results = {"two_vms": {}, "qd1": {}}
-    for name, keys in SETTINGS:
-        p, port = serve(os.path.join(a.workdir, "tv2"), keys, ["vm1", "vm2"])
+    results = {"two_vms": {}, "qd1": {}, "write_buffer": {}}
+    for name, keys in chosen:
+        d = os.path.join(a.workdir, "tv2")
+        p, port = serve(d, keys, ["vm1", "vm2"])
         try:
             results["two_vms"][name] = median([two_vms(port, a.runtime) for _ in range(a.reps)])
+            wb = wbuf_counters(d)
+            if wb:
+                results["write_buffer"][name] = wb
         finally:
             stop(p)
         print(f"two VMs {name:14} {results['two_vms'][name]}", file=sys.stderr)
-    for name, keys in SETTINGS:
+    if a.two_vms_only:
+        for name, r in results["two_vms"].items():
+            print(f"{name:14} {r}")
+        for name, wb in results["write_buffer"].items():
+            print(f"{name:14} {wb}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(results, f, indent=2)
+        return
+    for name, keys in chosen:
         p, port = serve(os.path.join(a.workdir, "tv1"), keys, ["vm1"])
         try:
             results["qd1"][name] = median([qd1(f"nbd://127.0.0.1:{port}/vm1", a.runtime) for _ in range(a.reps)])
@@ -150,15 +188,19 @@ def main():
         q.wait(timeout=60)
     os.remove(raw)
 
-    base = results["two_vms"]["page-cache"]
+    base = results["two_vms"].get("page-cache") or next(iter(results["two_vms"].values()))
     print(f"\n{'pool':14} {'VM1 MB/s':>9} {'VM2 MB/s':>9} {'VM2 flush p50 us':>17} {'p99 us':>9}   VM1 vs page-cache, VM2 p50 vs page-cache")
-    for name, _ in SETTINGS:
+    for name, _ in chosen:
         r = results["two_vms"][name]
         print(f"{name:14} {r['vm1_mb_s']:9.1f} {r['vm2_mb_s']:9.1f} {r['vm2_flush_p50_us']:17.0f} {r['vm2_flush_p99_us']:9.0f}"
               f"   {r['vm1_mb_s'] / base['vm1_mb_s']:.2f}  {r['vm2_flush_p50_us'] / max(base['vm2_flush_p50_us'], 1e-9):.2f}")
+    for name, wb in results["write_buffer"].items():
+        print(f"\n{name}: {wb['flushes']} FLUSHes on the pool, {wb['queued_ahead_per_flush']:.1f} operations queued ahead of each,"
+              f" write-back wait mean {wb['flush_writeback_wait_mean_us']:.0f} us, max {wb['flush_writeback_wait_max_us']:.0f} us;"
+              f" {100 * wb['background_share']:.0f} % of written-back bytes in the background")
     peer = results["qd1"]["qemu-nbd"]["iops"]
     print(f"\n{'QD1 randwrite':14} {'IOPS':>9} {'p99 us':>9}   vs qemu-nbd --cache=none --aio=native")
-    for name in [s for s, _ in SETTINGS] + ["qemu-nbd"]:
+    for name in [s for s, _ in chosen] + ["qemu-nbd"]:
         r = results["qd1"][name]
         print(f"{name:14} {r['iops']:9.0f} {r['p99_us']:9.0f}   {r['iops'] / peer:.2f}")
     if a.json:

@@ -79,6 +79,11 @@ impl InjectedBug {
             InjectedBug::PunchBeforeFreeDurable,
         ]
     }
+    /// The host write-back buffer's: DST runs buffers only with `TIERVISOR_DST_WBUF=1`
+    /// for now (docs/TESTING.md); both are caught there.
+    pub fn host_flush() -> [InjectedBug; 2] {
+        [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
+    }
     /// One per live-migration scheme: DST catches all but `aio-unordered-dups` within its
     /// CI seed set (`crates/sim/tests/dst.rs`), `tests/migration.rs` catches dbt, lr and
     /// slr's at the engine level (docs/TESTING.md).
@@ -90,11 +95,6 @@ impl InjectedBug {
             InjectedBug::SlrWritesSource,
             InjectedBug::AioUnorderedDups,
         ]
-    }
-    /// The host write-back buffer's: DST runs buffers only with `TIERVISOR_DST_WBUF=1`
-    /// for now (not yet verified over the whole CI seed set).
-    pub fn host_flush() -> [InjectedBug; 2] {
-        [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     pub fn name(self) -> &'static str {
         match self {

@@ -289,7 +289,15 @@ fn a_write_queued_before_newer_buffered_data_does_not_replace_it() {
     b.admit(0..8, 0, Fill::Zeros, 0, h, &mut rel, false);
     let queued_at = b.barrier();
     let h = b.hold(0);
-    b.admit(16..24, 0, Fill::Data(Bytes::from(vec![7u8; 8])), 0, h, &mut rel, false);
+    b.admit(
+        16..24,
+        0,
+        Fill::Data(Bytes::from(vec![7u8; 8])),
+        0,
+        h,
+        &mut rel,
+        false,
+    );
     // The direct write of [0, 24) is dispatched now: it replaces only the older piece.
     let cut = b.cut(0, 24, queued_at, &mut rel);
     assert_eq!(cut.len(), 1);
