@@ -153,3 +153,15 @@ fn a_flush_does_not_wait_for_another_volumes_background_write_back() {
         "{ahead} of A's write-backs completed before B's FLUSH"
     );
 }
+
+#[test]
+fn a_flush_whose_write_back_runs_out_of_space_fails_with_enospc() {
+    // DST seed 1021 (space faults, TIERVISOR_DST_WBUF=1): a FLUSH whose write-back failed
+    // with ENOSPC completed with EIO, so the VM saw a broken disk instead of a full one.
+    let mut r = Rig::new(buffered(config(1 << 20), 0));
+    let id = r.submit("thick", ReqKind::Write, 0, Some(&pattern(4, 4096)), 4096);
+    assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())), "absorbed");
+    r.fail_writes = Some(Errno::NoSpc);
+    let c = r.req("thick", ReqKind::Flush, 0, 0, None);
+    assert_eq!(c.result, Err(Errno::NoSpc));
+}

@@ -85,7 +85,7 @@ impl Engine {
                 key,
                 vol: op.volume.map(|v| v.0),
                 barrier: self.pools[pool].wbuf.barrier(),
-                failed: false,
+                failed: None,
                 arrived_ns: now,
             };
             let queued = self.pools[pool].sched.len() as u64;
@@ -248,7 +248,7 @@ impl Engine {
         if failed {
             for pf in &mut b.pending_flushes {
                 if f.covers.iter().any(|&(v, q)| WriteBuffer::covers(pf, v, q)) {
-                    pf.failed = true;
+                    pf.failed = Errno::worse(pf.failed, result.err());
                 }
             }
         } else if writeback {
@@ -294,7 +294,7 @@ impl Engine {
         let (ready, waiting): (Vec<PendingFlush>, Vec<PendingFlush>) = b
             .pending_flushes
             .iter()
-            .partition(|f| f.failed || early || b.flush_ready(f.vol, f.barrier));
+            .partition(|f| f.failed.is_some() || early || b.flush_ready(f.vol, f.barrier));
         b.pending_flushes = waiting;
         for f in &ready {
             let waited = now - f.arrived_ns;
@@ -302,11 +302,11 @@ impl Engine {
             b.stats.flush_wait_max_ns = b.stats.flush_wait_max_ns.max(waited);
         }
         for f in ready {
-            if f.failed {
+            if let Some(errno) = f.failed {
                 self.emit_counted(f.key);
                 let served = Local::Served {
                     key: f.key,
-                    result: Err(Errno::Io),
+                    result: Err(errno),
                     data: None,
                 };
                 self.local.0.push_back(served);

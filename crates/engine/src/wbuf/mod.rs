@@ -108,8 +108,9 @@ pub(crate) struct PendingFlush {
     pub vol: Option<u32>,
     /// It covers pieces admitted before this.
     pub barrier: u64,
-    /// A write-back it covered failed: complete it with an error.
-    pub failed: bool,
+    /// A write-back it covered failed: complete it with that error (ENOSPC stays
+    /// ENOSPC, so a VM pauses instead of seeing a broken disk).
+    pub failed: Option<crate::types::Errno>,
     pub arrived_ns: u64,
 }
 

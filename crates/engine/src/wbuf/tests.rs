@@ -134,7 +134,7 @@ fn reads_writebacks_and_flushes_match_a_reference() {
                                 key: 0,
                                 vol: Some(v),
                                 barrier,
-                                failed: false,
+                                failed: None,
                                 arrived_ns: 0,
                             };
                             !f.covers

@@ -166,7 +166,7 @@ fn draw_qos(srng: &mut Xoshiro256PlusPlus) -> VolumeQos {
 /// high-water mark and fair shares matter; short ages, so age write-back runs), and a
 /// third of the seeds, independently, have tag-aware devices whose tagged FLUSH makes only
 /// that volume's cached writes stable. Only with `TIERVISOR_DST_WBUF=1` for now: with
-/// the space faults drawn by default, seeds 123 and 1021 fail (docs/TESTING.md).
+/// the space faults drawn by default, seeds 123 and 1042 (level 1) fail (docs/TESTING.md).
 fn draw_host_flush(seed: u64) -> ([Option<WriteBufferConfig>; 2], bool) {
     if !host_flush_on() {
         return ([None, None], false);
