@@ -61,6 +61,9 @@ def wait_port(port, timeout=30):
 
 
 def tiervisor_bin():
+    """target/release/tiervisor (built if absent), or $TIERVISOR_BIN."""
+    if os.environ.get("TIERVISOR_BIN"):
+        return os.environ["TIERVISOR_BIN"]
     b = os.path.join(ROOT, "target", "release", "tiervisor")
     if not os.path.exists(b):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "tiervisor"], cwd=ROOT, check=True)
