@@ -70,9 +70,10 @@ def tiervisor_bin():
     return b
 
 
-def serve_one_volume(d, pool_size, pool_keys=""):
-    """Start `tiervisor serve` in a fresh `d`: one SSD pool file of `pool_size` (plus
-    `pool_keys` lines), one 1 GiB thick volume vm1. Returns (process, port)."""
+def serve_config(d, pools_and_volumes, log=False):
+    """Start `tiervisor serve --format-new` in a fresh `d` with a config of its own listener
+    and admin socket plus `pools_and_volumes` (TOML). Returns (process, port); with `log`,
+    the server's stderr goes to d/serve.log."""
     port = free_port()
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -82,7 +83,25 @@ def serve_one_volume(d, pool_size, pool_keys=""):
 listen = "127.0.0.1:{port}"
 unix_socket = ""
 admin_socket = "admin.sock"
-[[pool]]
+{pools_and_volumes}""")
+    err = open(os.path.join(d, "serve.log"), "w") if log else subprocess.DEVNULL
+    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"],
+                         stdout=subprocess.DEVNULL, stderr=err)
+    wait_port(port)
+    # The NBD port is bound before the pools are mounted; the admin socket only once the
+    # server is ready (ctl commands need it).
+    t = time.time() + 60
+    while not os.path.exists(os.path.join(d, "admin.sock")):
+        if time.time() > t or p.poll() is not None:
+            raise SystemExit(f"server in {d} did not become ready")
+        time.sleep(0.05)
+    return p, port
+
+
+def serve_one_volume(d, pool_size, pool_keys=""):
+    """Start `tiervisor serve` in a fresh `d`: one SSD pool file of `pool_size` (plus
+    `pool_keys` lines), one 1 GiB thick volume vm1. Returns (process, port)."""
+    return serve_config(d, f"""[[pool]]
 name = "data"
 path = "data.pool"
 size = "{pool_size}"
@@ -94,9 +113,6 @@ size = "1g"
 pool = "data"
 provisioning = "thick"
 """)
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
-    return p, port
 
 
 def start_tiervisor(work, raw):

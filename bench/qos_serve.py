@@ -26,22 +26,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbd_peers import free_port, tiervisor_bin, wait_port  # noqa: E402
+from nbd_peers import serve_config, tiervisor_bin  # noqa: E402
 
 WINDOW_MS = 500
 
 
 def serve(d):
-    port = free_port()
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    cfg = os.path.join(d, "bench.toml")
-    with open(cfg, "w") as f:
-        f.write(f"""data_dir = "{d}"
-listen = "127.0.0.1:{port}"
-unix_socket = ""
-admin_socket = "admin.sock"
-[[pool]]
+    return serve_config(d, """[[pool]]
 name = "data"
 path = "data.pool"
 size = "4g"
@@ -64,12 +55,7 @@ name = "hog"
 size = "1g"
 pool = "data"
 provisioning = "thick"
-""")
-    log = open(os.path.join(d, "serve.log"), "w")
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"],
-                         stdout=subprocess.DEVNULL, stderr=log)
-    wait_port(port)
-    return p, port
+""", log=True)
 
 
 def windows(path):

@@ -37,7 +37,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbd_peers import free_port, tiervisor_bin, wait_port  # noqa: E402
+from nbd_peers import serve_config, tiervisor_bin  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = {
@@ -72,16 +72,7 @@ def scaled_scenario(table, scale, workdir):
 
 
 def serve(d, scheduler, k, volume_bytes):
-    port = free_port()
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    cfg = os.path.join(d, "bench.toml")
-    with open(cfg, "w") as f:
-        f.write(f"""data_dir = "{d}"
-listen = "127.0.0.1:{port}"
-unix_socket = ""
-admin_socket = "admin.sock"
-[[pool]]
+    return serve_config(d, f"""[[pool]]
 name = "cheetah"
 path = "cheetah.pool"
 size = "{(volume_bytes >> 20) + 1024}m"
@@ -94,12 +85,7 @@ name = "www"
 size = "{volume_bytes >> 20}m"
 pool = "cheetah"
 provisioning = "thick"
-""")
-    log = open(os.path.join(d, "serve.log"), "w")
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"],
-                         stdout=subprocess.DEVNULL, stderr=log)
-    wait_port(port)
-    return p, port
+""", log=True)
 
 
 def row(table, scheduler, args):

@@ -823,6 +823,10 @@ impl Server {
     pub fn run(&mut self) -> Result<(), String> {
         let mut events = Events::with_capacity(1024);
         let mut passes_without_poll = 0u32;
+        // A signal that came while the pools were mounting was seen (edge-triggered) by
+        // the start loop, which does not handle it: read the pipes once, or it is lost.
+        self.on_stop_signal()?;
+        self.on_hangup();
         loop {
             // While connections have data to re-read, most passes skip epoll: sockets are
             // read directly and io_uring completions sit in shared memory. Every fourth

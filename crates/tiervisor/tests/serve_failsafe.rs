@@ -285,3 +285,77 @@ fn a_client_that_never_reads_its_replies_cannot_grow_the_server() {
     drop(w);
     assert_eq!(s.term(), Some(0));
 }
+
+/// A pool throttled hard (k = 50) so that formatting takes long enough to signal into.
+const SLOW_FORMAT: &str = r#"
+chunk = "1m"
+journal = "4m"
+metadata_pool = "ssd"
+
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "64m"
+kind = "ssd"
+throttle = { model = "cheetah-15k4", k = 50 }
+
+[[volume]]
+name = "vm1"
+size = "16m"
+pool = "ssd"
+provisioning = "thick"
+"#;
+
+#[test]
+fn a_sigterm_while_the_pools_are_being_formatted_still_stops_the_server() {
+    use std::io::BufRead;
+    let d = TempDir::new("fs-sigterm-start");
+    let conf = d.path().join("slow.toml");
+    std::fs::write(&conf, SLOW_FORMAT).unwrap();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(d.path())
+        .args(["--listen", "127.0.0.1:0", "--format-new", "--config"])
+        .arg(&conf)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = String::new();
+    // Signal once the pool file exists: the format's throttled writes are under way.
+    for line in rx.iter() {
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("created pool") {
+            break;
+        }
+    }
+    run(Command::new("kill").args(["-TERM", &child.id().to_string()]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            log.extend(rx.try_iter().map(|l| l + "\n"));
+            panic!("SIGTERM during start-up was lost: the server kept running\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    log.extend(rx.try_iter().map(|l| l + "\n"));
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+}
