@@ -288,7 +288,7 @@ impl Run {
     }
 
     /// Send every held request that is due.
-    fn issue(&mut self, tx: &mut nbd_client::Requests) -> Result<(), String> {
+    fn issue(&mut self, w: &mut dyn Workload, tx: &mut nbd_client::Requests) -> Result<(), String> {
         let now = self.now_ns();
         let mut sent = false;
         while let Some(entry) = self.held.first_entry() {
@@ -300,9 +300,11 @@ impl Run {
                 WlKind::Read => Cmd::Read,
                 WlKind::Write => Cmd::Write,
                 WlKind::Flush if self.can_flush => Cmd::Flush,
-                // A server without FLUSH: nothing to ask, counted as done.
+                // A server without FLUSH: nothing to ask, counted as done (and told to the
+                // workload, whose process may be waiting for it).
                 WlKind::Flush => {
                     self.ios += 1;
+                    w.completed(index, now);
                     continue;
                 }
             };
@@ -367,7 +369,7 @@ impl Run {
     ) -> Result<(), String> {
         loop {
             self.fill(w)?;
-            self.issue(tx)?;
+            self.issue(w, tx)?;
             if self.exhausted && self.held.is_empty() && self.in_flight.is_empty() {
                 return Ok(());
             }
