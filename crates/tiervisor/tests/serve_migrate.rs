@@ -283,6 +283,16 @@ fn dbt_moves_a_volume_under_writes_and_it_stays_moved() {
 }
 
 #[test]
+fn mirror_moves_a_volume_under_writes_and_it_stays_moved() {
+    migrates_under_writes("mirror");
+}
+
+#[test]
+fn aio_moves_a_volume_under_writes_and_it_stays_moved() {
+    migrates_under_writes("aio");
+}
+
+#[test]
 fn slr_moves_a_volume_under_writes_and_it_stays_moved() {
     migrates_under_writes("slr");
 }
