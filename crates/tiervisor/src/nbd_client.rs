@@ -151,30 +151,19 @@ pub fn connect(uri: &NbdUri, export: &str) -> Result<(Requests, Replies, ExportI
     ))
 }
 
-fn read_u16(s: &mut dyn Stream) -> Result<u16, String> {
-    let mut b = [0u8; 2];
+/// The next `N` handshake bytes.
+fn take<const N: usize>(s: &mut dyn Stream) -> Result<[u8; N], String> {
+    let mut b = [0u8; N];
     s.read_exact(&mut b).map_err(io_err("handshake"))?;
-    Ok(u16::from_be_bytes(b))
-}
-
-fn read_u32(s: &mut dyn Stream) -> Result<u32, String> {
-    let mut b = [0u8; 4];
-    s.read_exact(&mut b).map_err(io_err("handshake"))?;
-    Ok(u32::from_be_bytes(b))
-}
-
-fn read_u64(s: &mut dyn Stream) -> Result<u64, String> {
-    let mut b = [0u8; 8];
-    s.read_exact(&mut b).map_err(io_err("handshake"))?;
-    Ok(u64::from_be_bytes(b))
+    Ok(b)
 }
 
 fn handshake(s: &mut Box<dyn Stream>, export: &str) -> Result<ExportInfo, String> {
     let s: &mut dyn Stream = s.as_mut();
-    if read_u64(s)? != NBDMAGIC || read_u64(s)? != IHAVEOPT {
+    if u64::from_be_bytes(take(s)?) != NBDMAGIC || u64::from_be_bytes(take(s)?) != IHAVEOPT {
         return Err("not an NBD server speaking the newstyle handshake".into());
     }
-    let server_flags = read_u16(s)?;
+    let server_flags = u16::from_be_bytes(take(s)?);
     if server_flags & FLAG_FIXED_NEWSTYLE == 0 {
         return Err("the server does not speak fixed newstyle".into());
     }
@@ -194,12 +183,12 @@ fn handshake(s: &mut Box<dyn Stream>, export: &str) -> Result<ExportInfo, String
     s.write_all(&m).map_err(io_err("handshake"))?;
     let mut info = None;
     loop {
-        if read_u64(s)? != OPT_REPLY_MAGIC {
+        if u64::from_be_bytes(take(s)?) != OPT_REPLY_MAGIC {
             return Err("bad option reply magic".into());
         }
-        let _opt = read_u32(s)?;
-        let kind = read_u32(s)?;
-        let len = read_u32(s)? as usize;
+        let _opt = u32::from_be_bytes(take(s)?);
+        let kind = u32::from_be_bytes(take(s)?);
+        let len = u32::from_be_bytes(take(s)?) as usize;
         if len > 64 << 10 {
             return Err(format!("option reply of {len} bytes"));
         }
@@ -240,6 +229,17 @@ pub enum Cmd {
     Flush,
 }
 
+/// An NBD request header (no command flags).
+fn request_header(kind: u16, handle: u64, offset: u64, len: u32) -> [u8; 28] {
+    let mut h = [0u8; 28];
+    h[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    h[6..8].copy_from_slice(&kind.to_be_bytes());
+    h[8..16].copy_from_slice(&handle.to_be_bytes());
+    h[16..24].copy_from_slice(&offset.to_be_bytes());
+    h[24..28].copy_from_slice(&len.to_be_bytes());
+    h
+}
+
 impl Requests {
     /// Queue one request; `data` is a write's payload. Call `send` to push them out.
     pub fn push(
@@ -255,12 +255,7 @@ impl Requests {
             Cmd::Write => CMD_WRITE,
             Cmd::Flush => CMD_FLUSH,
         };
-        let mut h = [0u8; 28];
-        h[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        h[6..8].copy_from_slice(&kind.to_be_bytes());
-        h[8..16].copy_from_slice(&handle.to_be_bytes());
-        h[16..24].copy_from_slice(&offset.to_be_bytes());
-        h[24..28].copy_from_slice(&len.to_be_bytes());
+        let h = request_header(kind, handle, offset, len);
         self.w.write_all(&h).map_err(io_err("send"))?;
         if cmd == Cmd::Write {
             self.w
@@ -276,9 +271,7 @@ impl Requests {
 
     /// NBD_CMD_DISC: the server finishes what is in flight and closes.
     pub fn disconnect(mut self) {
-        let mut h = [0u8; 28];
-        h[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        h[6..8].copy_from_slice(&CMD_DISC.to_be_bytes());
+        let h = request_header(CMD_DISC, 0, 0, 0);
         let _ = self.w.write_all(&h).and_then(|_| self.w.flush());
     }
 }

@@ -286,32 +286,19 @@ fn a_client_that_never_reads_its_replies_cannot_grow_the_server() {
     assert_eq!(s.term(), Some(0));
 }
 
-/// A pool throttled hard (k = 50) so that formatting takes long enough to signal into.
-const SLOW_FORMAT: &str = r#"
-chunk = "1m"
-journal = "4m"
-metadata_pool = "ssd"
-
-[[pool]]
-name = "ssd"
-path = "ssd.pool"
-size = "64m"
-kind = "ssd"
-throttle = { model = "cheetah-15k4", k = 50 }
-
-[[volume]]
-name = "vm1"
-size = "16m"
-pool = "ssd"
-provisioning = "thick"
-"#;
-
 #[test]
 fn a_sigterm_while_the_pools_are_being_formatted_still_stops_the_server() {
     use std::io::BufRead;
     let d = TempDir::new("fs-sigterm-start");
     let conf = d.path().join("slow.toml");
-    std::fs::write(&conf, SLOW_FORMAT).unwrap();
+    // A pool throttled hard (k = 50), so that formatting takes long enough to signal into.
+    let slow = one_pool_config(
+        "64m",
+        "throttle = { model = \"cheetah-15k4\", k = 50 }",
+        "vm1",
+        "",
+    );
+    std::fs::write(&conf, slow).unwrap();
     let mut child = Command::new(bin())
         .arg("serve")
         .arg("--data-dir")

@@ -10,26 +10,6 @@ use std::time::{Duration, Instant};
 use support::raw_nbd::*;
 use support::*;
 
-const CONFIG: &str = r#"
-chunk = "1m"
-journal = "4m"
-metadata_pool = "ssd"
-
-[[pool]]
-name = "ssd"
-path = "ssd.pool"
-size = "128m"
-kind = "ssd"
-scheduler = "mclock"
-
-[[volume]]
-name = "lim"
-size = "16m"
-pool = "ssd"
-provisioning = "thick"
-limit_iops = 200
-"#;
-
 const NBD_CMD_WRITE: u16 = 1;
 
 /// Completed 4 KiB writes per second over `secs`, `depth` in flight, cycling over 64 KiB.
@@ -68,7 +48,11 @@ fn write_iops(s: &mut TcpStream, depth: usize, secs: f64) -> f64 {
 fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
     let d = TempDir::new("qos");
     let conf = d.path().join("qos.toml");
-    std::fs::write(&conf, CONFIG).unwrap();
+    std::fs::write(
+        &conf,
+        one_pool_config("128m", "scheduler = \"mclock\"", "lim", "limit_iops = 200"),
+    )
+    .unwrap();
     let srv = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
     let mut s = handshake(&srv.addr, "lim");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -101,32 +85,22 @@ fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
     srv.term();
 }
 
-const THROTTLED: &str = r#"
-chunk = "1m"
-journal = "4m"
-metadata_pool = "ssd"
-
-[[pool]]
-name = "ssd"
-path = "ssd.pool"
-size = "128m"
-kind = "ssd"
-throttle = { model = "cheetah-15k4", k = 2.0 }
-
-[[volume]]
-name = "slow"
-size = "16m"
-pool = "ssd"
-provisioning = "thick"
-"#;
-
 /// The throttle (seed 003) through NBD: a fast file served like the modelled disk slowed
 /// by k, with its k and held time in `ctl stat` and Prometheus.
 #[test]
 fn a_throttled_pool_serves_at_the_model_speed_and_reports_k() {
     let d = TempDir::new("throttle");
     let conf = d.path().join("throttle.toml");
-    std::fs::write(&conf, THROTTLED).unwrap();
+    std::fs::write(
+        &conf,
+        one_pool_config(
+            "128m",
+            "throttle = { model = \"cheetah-15k4\", k = 2.0 }",
+            "slow",
+            "",
+        ),
+    )
+    .unwrap();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()

@@ -290,3 +290,11 @@ pub fn fill(dir: &Path) {
     let small = vec![0x55u8; 4096];
     while f.write_all(&small).is_ok() {}
 }
+
+/// A server config with one SSD pool file `ssd` (plus `pool_keys` lines) of `size`, and one
+/// thick 16 MiB volume (plus `volume_keys` lines) on it.
+pub fn one_pool_config(size: &str, pool_keys: &str, volume: &str, volume_keys: &str) -> String {
+    format!(
+        "chunk = \"1m\"\njournal = \"4m\"\nmetadata_pool = \"ssd\"\n\n[[pool]]\nname = \"ssd\"\npath = \"ssd.pool\"\nsize = \"{size}\"\nkind = \"ssd\"\n{pool_keys}\n\n[[volume]]\nname = \"{volume}\"\nsize = \"16m\"\npool = \"ssd\"\nprovisioning = \"thick\"\n{volume_keys}\n"
+    )
+}
