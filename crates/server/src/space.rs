@@ -165,8 +165,9 @@ pub fn check_thick(cfg: &ServerConfig) -> Result<(), String> {
 
 /// Make sure every thick volume's home region is allocated in its (file) pool. A region
 /// may have holes though the engine zeroed it when the volume was made: a pool file
-/// copied or restored sparsely (`cp --sparse=always`, many backup tools), or made on a
-/// filesystem without `FALLOC_FL_ZERO_RANGE` (tmpfs, btrfs), where zeroing punched it.
+/// copied or restored sparsely (`cp --sparse=always`, many backup tools), or zeroed
+/// before write-zeroes allocated again after punching on a filesystem without
+/// `FALLOC_FL_ZERO_RANGE` (tmpfs, btrfs).
 /// `fallocate` (mode 0) allocates only the holes and leaves data alone. `regions` are
 /// (volume, pool index, offset, length) from the mounted engine. Returns what to log;
 /// refuses, naming the volume and file, when the filesystem has no room for the holes.

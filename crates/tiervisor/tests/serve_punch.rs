@@ -1,6 +1,7 @@
 //! Trims and write-zeroes give the pool file's space back (issue 15): whole chunks freed
 //! by a trim are punched once their unmap is durable, parts of chunks at once; a
-//! write-zeroes with NBD_CMD_FLAG_NO_HOLE keeps its space. On both I/O backends.
+//! write-zeroes with NBD_CMD_FLAG_NO_HOLE keeps its space, also on a filesystem without
+//! `ZERO_RANGE` (tmpfs). On both I/O backends.
 
 mod support;
 
@@ -197,6 +198,65 @@ fn write_zeroes_read_back_zeroes_and_punch_unless_no_hole() {
             read(&mut c, MIB, 4096),
             vec![0u8; 4096],
             "{io}: data before"
+        );
+        drop(c);
+        assert_eq!(s.term(), Some(0), "{io}");
+    }
+}
+
+/// Whether `dir`'s filesystem refuses `fallocate(ZERO_RANGE)` but can punch (tmpfs).
+fn zero_range_refused_but_punch_works(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let probe = dir.join("probe");
+    let Ok(f) = std::fs::File::create(&probe) else {
+        return false;
+    };
+    let fd = f.as_raw_fd();
+    // SAFETY: plain syscalls on an open descriptor.
+    let (zero, punch) = unsafe {
+        (
+            libc::fallocate(fd, 0, 0, 1 << 20) == 0
+                && libc::fallocate(fd, libc::FALLOC_FL_ZERO_RANGE, 0, 4096) != 0,
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                4096,
+            ) == 0,
+        )
+    };
+    let _ = std::fs::remove_file(&probe);
+    zero && punch
+}
+
+/// On a filesystem without ZERO_RANGE (tmpfs, btrfs) a NO_HOLE write-zeroes fell back to
+/// punching and gave the space back; it must punch and allocate again.
+#[test]
+fn write_zeroes_with_no_hole_keep_their_space_where_the_filesystem_cannot_zero_ranges() {
+    let shm = Path::new("/dev/shm");
+    if !zero_range_refused_but_punch_works(shm) {
+        skip("/dev/shm is missing, or its filesystem can zero ranges or cannot punch");
+        return;
+    }
+    for io in ["uring", "threads"] {
+        let d = TempDir::new_in(shm, &format!("punch-nohole-{io}"));
+        let s = start(&d, io);
+        let hdd = d.path().join("hdd.pool");
+        let mut c = handshake(&s.addr, "vm1");
+        write(&mut c, 0, &pattern(2 * MIB, 0x42));
+        flush(&mut c);
+        let full = allocated(&hdd);
+        write_zeroes(&mut c, 256 * KIB, 512 * KIB, NBD_CMD_FLAG_NO_HOLE);
+        flush(&mut c);
+        assert!(
+            read(&mut c, 256 * KIB, 512 * KIB).iter().all(|&b| b == 0),
+            "{io}"
+        );
+        assert_ne!(read(&mut c, 0, 4096), vec![0u8; 4096], "{io}: data before");
+        let after = allocated(&hdd);
+        assert!(
+            after >= full,
+            "{io}: NO_HOLE gave space back: {after} of {full} bytes"
         );
         drop(c);
         assert_eq!(s.term(), Some(0), "{io}");

@@ -7,6 +7,7 @@
 pub mod direct;
 mod threads;
 mod uring;
+mod zeroing;
 
 use std::os::fd::RawFd;
 

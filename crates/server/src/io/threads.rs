@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
 use super::direct::{AlignedBuf, PoolFds};
+use super::zeroing::{Then, ZeroStep};
 use super::{
     Backend, DISCARD_FALLBACK, PUNCH_FALLBACK, drain_eventfd, errno_of, log_punch_refused,
     new_eventfd, poke_eventfd, punch_unsupported,
@@ -138,50 +139,23 @@ fn perform_on(fd: RawFd, op: &DeviceOp) -> Result<Option<Bytes>, Errno> {
         }
         // SAFETY: plain syscall on an open descriptor.
         DevKind::Flush => check(unsafe { libc::fdatasync(fd) } as isize).map(|_| None),
-        DevKind::WriteZeroes => {
-            // SAFETY: plain syscalls on an open descriptor.
-            let z = unsafe { libc::fallocate(fd, libc::FALLOC_FL_ZERO_RANGE, off, len as i64) };
-            if z == 0 {
-                return Ok(None);
+        DevKind::WriteZeroes | DevKind::Punch => {
+            let mut step = ZeroStep::first(op.kind);
+            while let Some(mode) = step.mode() {
+                // SAFETY: plain syscall on an open descriptor.
+                let r = unsafe { libc::fallocate(fd, mode, off, len as i64) };
+                let code = if r == 0 { 0 } else { last_errno() };
+                match step.then(op.kind, code) {
+                    Then::Done => return Ok(None),
+                    Then::Fail(code) => return Err(errno_of(code)),
+                    Then::Next(next) => {
+                        if next == ZeroStep::WriteZeros && op.kind == DevKind::Punch {
+                            log_punch_refused(op.pool.0, code, PUNCH_FALLBACK);
+                        }
+                        step = next;
+                    }
+                }
             }
-            // SAFETY: as above.
-            let p = unsafe {
-                libc::fallocate(
-                    fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    off,
-                    len as i64,
-                )
-            };
-            if p == 0 {
-                return Ok(None);
-            }
-            let zeros = DeviceOp {
-                kind: DevKind::Write,
-                payload: Some(Bytes::from(vec![0u8; len])),
-                fua: false,
-                ..op.clone()
-            };
-            perform_on(fd, &zeros)
-        }
-        DevKind::Punch => {
-            // SAFETY: plain syscall on an open descriptor.
-            let p = unsafe {
-                libc::fallocate(
-                    fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    off,
-                    len as i64,
-                )
-            };
-            if p == 0 {
-                return Ok(None);
-            }
-            let code = last_errno();
-            if !punch_unsupported(code) {
-                return Err(errno_of(code));
-            }
-            log_punch_refused(op.pool.0, code, PUNCH_FALLBACK);
             let zeros = DeviceOp {
                 kind: DevKind::Write,
                 payload: Some(Bytes::from(vec![0u8; len])),

@@ -16,6 +16,7 @@ use slab::Slab;
 use tiervisor_engine::{DevKind, DeviceCompletion, DeviceOp, Errno};
 
 use super::direct::{AlignedBuf, PoolFds};
+use super::zeroing::{Then, ZeroStep};
 use super::{
     Backend, DISCARD_FALLBACK, PUNCH_FALLBACK, drain_eventfd, errno_of, log_punch_refused,
     new_eventfd, punch_unsupported,
@@ -23,7 +24,6 @@ use super::{
 
 const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
 const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
-const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 
 struct InFlight {
     op: DeviceOp,
@@ -33,9 +33,8 @@ struct InFlight {
     /// O_DIRECT reads and writes: the aligned buffer read into or written from.
     aligned: Option<AlignedBuf>,
     done: usize,
-    /// For WriteZeroes: 0 = zero range, 1 = punch hole, 2 = write zeros; a Punch starts
-    /// at 1.
-    zero_step: u8,
+    /// For WriteZeroes and Punch: the step under way.
+    zero_step: ZeroStep,
 }
 
 /// Largest write done inline when the ring is idle.
@@ -139,22 +138,15 @@ impl UringBackend {
             DevKind::Flush => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
-            DevKind::WriteZeroes | DevKind::Punch if f.zero_step == 2 => {
-                opcode::Write::new(fd, f.buf.as_ptr().wrapping_add(f.done), rest)
-                    .offset(off)
-                    .build()
-            }
-            DevKind::WriteZeroes | DevKind::Punch => {
-                let mode = if f.zero_step == 0 {
-                    FALLOC_FL_ZERO_RANGE
-                } else {
-                    FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-                };
-                opcode::Fallocate::new(fd, f.op.len_bytes)
+            DevKind::WriteZeroes | DevKind::Punch => match f.zero_step.mode() {
+                Some(mode) => opcode::Fallocate::new(fd, f.op.len_bytes)
                     .offset(f.op.offset_bytes)
                     .mode(mode)
-                    .build()
-            }
+                    .build(),
+                None => opcode::Write::new(fd, f.buf.as_ptr().wrapping_add(f.done), rest)
+                    .offset(off)
+                    .build(),
+            },
             DevKind::Discard => opcode::Fallocate::new(fd, f.op.len_bytes)
                 .offset(f.op.offset_bytes)
                 .mode(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)
@@ -232,7 +224,7 @@ impl UringBackend {
                 self.complete(key, Ok(()))
             }
             DevKind::WriteZeroes | DevKind::Punch => {
-                if f.zero_step == 2 {
+                if f.zero_step == ZeroStep::WriteZeros {
                     if res < 0 {
                         return self.complete(key, Err(errno_of(-res)));
                     }
@@ -243,22 +235,22 @@ impl UringBackend {
                         self.complete(key, Ok(()))
                     };
                 }
-                if res >= 0 {
-                    return self.complete(key, Ok(()));
-                }
-                if punch_unsupported(-res) {
-                    // Fall back: punch a hole, then write zeros.
-                    if f.op.kind == DevKind::Punch {
-                        log_punch_refused(f.op.pool.0, -res, PUNCH_FALLBACK);
+                let code = if res < 0 { -res } else { 0 };
+                match f.zero_step.then(f.op.kind, code) {
+                    Then::Done => self.complete(key, Ok(())),
+                    Then::Fail(code) => self.complete(key, Err(errno_of(code))),
+                    Then::Next(next) => {
+                        if next == ZeroStep::WriteZeros {
+                            if f.op.kind == DevKind::Punch {
+                                log_punch_refused(f.op.pool.0, code, PUNCH_FALLBACK);
+                            }
+                            f.buf = vec![0u8; len];
+                            f.done = 0;
+                        }
+                        f.zero_step = next;
+                        self.push(key)
                     }
-                    f.zero_step += 1;
-                    if f.zero_step == 2 {
-                        f.buf = vec![0u8; len];
-                        f.done = 0;
-                    }
-                    return self.push(key);
                 }
-                self.complete(key, Err(errno_of(-res)))
             }
             DevKind::Flush => {
                 self.complete(key, if res < 0 { Err(errno_of(-res)) } else { Ok(()) })
@@ -369,7 +361,7 @@ impl Backend for UringBackend {
         } else {
             Vec::new()
         };
-        let zero_step = u8::from(op.kind == DevKind::Punch);
+        let zero_step = ZeroStep::first(op.kind);
         let key = self.ops.insert(InFlight {
             op,
             buf,
