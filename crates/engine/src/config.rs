@@ -40,6 +40,15 @@ pub enum Provisioning {
     Thin,
 }
 
+impl Provisioning {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provisioning::Thick => "thick",
+            Provisioning::Thin => "thin",
+        }
+    }
+}
+
 /// Where a volume's chunks go (seed 000's placement policies).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "policy")]

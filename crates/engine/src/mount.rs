@@ -31,10 +31,15 @@ const TAG_SB: u32 = 1 << 24;
 const TAG_VT: u32 = 2 << 24;
 const TAG_JR: u32 = 3 << 24;
 const TAG_CK: u32 = 4 << 24;
+/// Zeroing (and so allocating) a new thick volume's home region; the index is the volume's.
+const TAG_THICK: u32 = 5 << 24;
 const TAG_INDEX: u32 = (1 << 24) - 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
+    /// Mount: new thick volumes' home regions are zeroed (so allocated) before the volume
+    /// table records them, so a region that cannot be allocated leaves nothing behind.
+    Allocating,
     Writing,
     /// Metadata written; flushing every pool so it is durable before we say ready.
     Flushing,
@@ -83,6 +88,8 @@ pub(crate) struct Startup {
     regions: Vec<Option<Bytes>>,
     headers: Vec<JournalHeader>,
     chains: Vec<ChainRead>,
+    /// Mount: the volumes the configuration adds (indexes into `vols`).
+    created: Vec<usize>,
 }
 
 /// The CRC a fresh journal chain starts from: unique per system and volume, so blocks
@@ -114,6 +121,7 @@ impl Engine {
             regions: Vec::new(),
             headers: Vec::new(),
             chains: Vec::new(),
+            created: Vec::new(),
         });
         match mode {
             StartMode::Format => self.format(now, out),
@@ -308,8 +316,15 @@ impl Engine {
     /// home region is zeroed: never-written sectors must read as zeros, not as whatever
     /// the device held (timing-only simulation carries no data and skips it).
     fn write_fresh_headers(&mut self, now: u64, v: usize, out: &mut Outputs) {
+        self.zero_thick_region(now, v, out);
+        self.write_journal_headers(now, v, out);
+    }
+
+    /// Zero a thick volume's home region; whether there was one to zero.
+    fn zero_thick_region(&mut self, now: u64, v: usize, out: &mut Outputs) -> bool {
         let r = &self.vols[v].rec;
-        if r.provisioning == Provisioning::Thick && self.cfg.track_data {
+        let zeroed = r.provisioning == Provisioning::Thick && self.cfg.track_data;
+        if zeroed {
             let cb = self.cfg.chunk_bytes;
             let (pool, off, len) = (
                 r.home_pool,
@@ -323,10 +338,15 @@ impl Engine {
                 off,
                 len,
                 None,
-                TAG_WRITE,
+                TAG_THICK | v as u32,
                 out,
             );
         }
+        zeroed
+    }
+
+    /// A new volume's journal header pair.
+    fn write_journal_headers(&mut self, now: u64, v: usize, out: &mut Outputs) {
         let j = &self.vols[v].journal;
         let (pool, off) = (j.pool, j.region_offset);
         let img = j.header.encode();
@@ -338,6 +358,28 @@ impl Engine {
             vec![0u8; BLOCK_BYTES as usize],
             out,
         );
+    }
+
+    /// Why start failed when a new thick volume's home region could not be zeroed. At
+    /// mount that happens before the volume table records it, so nothing of it is kept;
+    /// at format, the format is incomplete and is done again.
+    fn thick_zeroing_failed(&self, v: usize, e: Errno) -> String {
+        let Some(vol) = self.vols.get(v) else {
+            return "a metadata write failed".to_string();
+        };
+        let pool = &self.pools[vol.rec.home_pool.0 as usize].cfg.name;
+        let bytes = vol.chunks * self.cfg.chunk_bytes;
+        let cause = match e {
+            Errno::NoSpc => "no space left on the device or the filesystem under it",
+            _ => "the device failed",
+        };
+        format!(
+            "thick volume {} could not be created: allocating its {bytes} bytes on pool \
+             {pool} failed ({cause}). Nothing of it was recorded and the other volumes are \
+             untouched: free space, make it thin (provisioning = \"thin\"), or remove it \
+             from the configuration",
+            vol.rec.name
+        )
     }
 
     /// Reserve a new volume's journal (and home region if thick) and add it.
@@ -505,12 +547,21 @@ impl Engine {
         };
         s.outstanding -= 1;
         let idx = (tag & TAG_INDEX) as usize;
-        if result.is_err() && s.error.is_none() {
-            s.error = Some(match tag & !TAG_INDEX {
+        if let Err(e) = result
+            && s.error.is_none()
+        {
+            let why = match tag & !TAG_INDEX {
                 TAG_WRITE => "a metadata write failed".to_string(),
+                TAG_THICK => self.thick_zeroing_failed(idx, e),
                 _ => "a metadata read failed".to_string(),
-            });
+            };
+            if let Some(s) = self.startup.as_mut() {
+                s.error = Some(why);
+            }
         }
+        let Some(s) = self.startup.as_mut() else {
+            return;
+        };
         if result.is_ok() {
             match tag & !TAG_INDEX {
                 TAG_SB => s.superblocks[idx] = data,
@@ -589,6 +640,7 @@ impl Engine {
                 self.arm_tier_timer(now);
                 Ok(())
             }
+            Phase::Allocating => self.write_mount_metadata(now, out),
             Phase::Superblocks => self.after_superblocks(now, out),
             Phase::VolumeTable => self.after_volume_table(now, out),
             Phase::Journals => self.after_journals(now, out),
@@ -944,6 +996,18 @@ impl Engine {
                             vc.name, rec.size_bytes, vc.size_bytes
                         ));
                     }
+                    if rec.provisioning != vc.provisioning {
+                        out.events.push(EngineEvent::Warning {
+                            message: format!(
+                                "volume {}: configured {} but created {}; provisioning is \
+                                 fixed when a volume is created, so it stays {}",
+                                vc.name,
+                                vc.provisioning.name(),
+                                rec.provisioning.name(),
+                                rec.provisioning.name()
+                            ),
+                        });
+                    }
                     rec.placement = vc.placement.clone();
                     rec.fast_pool = vc.fast_pool;
                 }
@@ -966,7 +1030,7 @@ impl Engine {
         }
         self.startup = Some(Startup {
             retry: Default::default(),
-            phase: Phase::Writing,
+            phase: Phase::Allocating,
             outstanding: 0,
             error: None,
             formatting: false,
@@ -976,7 +1040,25 @@ impl Engine {
             regions: Vec::new(),
             headers: Vec::new(),
             chains: Vec::new(),
+            created: created.clone(),
         });
+        let mut zeroing = false;
+        for &v in &created {
+            zeroing |= self.zero_thick_region(now, v, out);
+        }
+        if zeroing {
+            self.check_phase_done(now, out);
+            return Ok(());
+        }
+        self.write_mount_metadata(now, out)
+    }
+
+    /// Mount: record the volumes the configuration adds and start a new mount generation
+    /// in every journal.
+    fn write_mount_metadata(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        s.phase = Phase::Writing;
+        let created = std::mem::take(&mut s.created);
         let table = VolumeTable {
             generation: self.voltab.generation + 1,
             volumes: self.vols.iter().map(|v| v.rec.clone()).collect(),
@@ -989,7 +1071,7 @@ impl Engine {
         }
         for v in 0..self.vols.len() {
             if created.contains(&v) {
-                self.write_fresh_headers(now, v, out);
+                self.write_journal_headers(now, v, out);
                 continue;
             }
             // New mount generation: blocks written from now on never chain onto stale ones.

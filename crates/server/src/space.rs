@@ -198,7 +198,8 @@ pub fn ensure_thick_allocated(
             return Err(format!(
                 "pool {}: thick volume {vol}'s region ({range}) has holes (the file was \
                  copied sparsely, or punched), and allocating them failed: {e}; free space \
-                 on that filesystem, or make the volume thin (provisioning = \"thin\")",
+                 on that filesystem and start again (a volume's provisioning is fixed when it \
+                 is created, so the configuration cannot make it thin)",
                 pool.name
             ));
         }

@@ -278,3 +278,58 @@ fn a_thick_volume_whose_holes_cannot_be_allocated_is_refused() {
     assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
     assert_eq!(s.term(), Some(0));
 }
+
+/// A thick volume added to existing pools whose filesystem cannot hold it is refused
+/// before the volume table records it: the next start without it serves the other
+/// volumes with their data, and nothing of it is left (before, it was recorded with a
+/// region full of holes, and every later start refused until space was freed).
+#[test]
+fn a_new_thick_volume_that_cannot_be_allocated_is_refused_and_leaves_nothing_behind() {
+    let d = TempDir::new("thick-new");
+    let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+        return;
+    };
+    let conf = d.path().join("c.toml");
+    let one = THICK.replace("{size}", "8m");
+    std::fs::write(&conf, &one).unwrap();
+    let c = conf.to_str().unwrap();
+    let s = ServerProc::start(&fs.0, &["--config", c]);
+    let mut v1 = handshake(&s.addr, "vm1");
+    let a = vec![0x3Cu8; 65536];
+    assert_eq!(write(&mut v1, MIB, &a), 0);
+    assert_eq!(flush(&mut v1), 0);
+    drop(v1);
+    assert_eq!(s.term(), Some(0));
+    let two = format!(
+        "{one}\n[[volume]]\nname = \"vm2\"\nsize = \"64m\"\npool = \"hdd\"\nprovisioning = \"thick\"\n"
+    );
+    std::fs::write(&conf, two).unwrap();
+    let (ok, out) = try_run(
+        std::process::Command::new("timeout")
+            .arg("30")
+            .arg(bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&fs.0)
+            .args(["--listen", "127.0.0.1:0", "--config", c]),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("thick volume vm2 could not be created") && out.contains("no space left"),
+        "{out}"
+    );
+    // (Configured thin now: provisioning is fixed at creation, and the log says so.)
+    std::fs::write(&conf, one.replace("\"thick\"", "\"thin\"")).unwrap();
+    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    assert!(!s.log().contains("vm2"), "{}", s.log());
+    assert!(
+        s.log()
+            .contains("volume vm1: configured thin but created thick"),
+        "{}",
+        s.log()
+    );
+    let mut v1 = handshake(&s.addr, "vm1");
+    assert_eq!(read(&mut v1, MIB, a.len()), a);
+    drop(v1);
+    assert_eq!(s.term(), Some(0));
+}
