@@ -214,7 +214,19 @@ impl Scheduler for MClock {
 
     fn set_volume_qos(&mut self, volume: u32, qos: VolumeQos) {
         let c = self.clients.entry(volume).or_default();
+        let (old_r, new_r) = (c.qos.reservation_iops, qos.reservation_iops);
         c.qos = qos;
+        if (old_r == 0) != (new_r == 0) {
+            // Tags taken at a rate of 0 sit at +inf and every later tag follows them, so
+            // a reservation set live was never due; re-tag what is queued from its
+            // arrival at the new rate (+inf again when the reservation is removed).
+            let mut prev = 0.0;
+            for (op, t) in c.queue.iter_mut() {
+                t.reservation_ns = tag_calc(op.arrival_ns as f64, prev, new_r, true);
+                prev = t.reservation_ns;
+            }
+            c.prev.reservation_ns = if new_r == 0 { f64::INFINITY } else { prev };
+        }
         // A new limit counts the dispatches already made under the old one.
         while c.window.len() > c.window_len() {
             c.window.pop_front();
@@ -297,6 +309,46 @@ mod tests {
         // The rest of the device goes by weight: volume 1 gets what 0 and 2 leave.
         let v1 = per_second(&served, 1, 3);
         assert!(v1.iter().all(|n| *n >= 500), "{v1:?}");
+    }
+
+    /// `ctl qos` set a reservation on a volume that had none: its queued and later
+    /// requests kept the tags of a rate of 0 (never due), so the reservation never held.
+    #[test]
+    fn a_reservation_set_live_holds_from_then_on() {
+        let mut m = MClock::default();
+        m.set_volume_qos(0, qos(0, 0, 1));
+        m.set_volume_qos(1, qos(0, 0, 1000));
+        for (t, o) in backlog(0, 5000, 0).into_iter().chain(backlog(1, 5000, 0)) {
+            m.add(t, o);
+        }
+        // A device of 1,000 IOPS, for 3 s; the reservation comes after 1 s.
+        let mut served = Vec::new();
+        for ms in 0..3_000 {
+            let now = ms * MS;
+            if ms == 1_000 {
+                m.set_volume_qos(0, qos(300, 0, 1));
+            }
+            if let Dispatch::Op(o) = m.dispatch(now) {
+                served.push((now, o));
+                m.completed(now + MS, &o);
+            }
+        }
+        let v0 = per_second(&served, 0, 3);
+        assert!(v0[0] < 10, "by weight alone: {v0:?}");
+        assert!(v0[1] >= 295 && v0[2] >= 295, "reservation 300 IOPS: {v0:?}");
+        // And taken away again: back to its weight's share.
+        m.set_volume_qos(0, qos(0, 0, 1));
+        let mut after = 0;
+        for ms in 3_000..4_000 {
+            if let Dispatch::Op(o) = m.dispatch(ms * MS) {
+                after += usize::from(o.volume == 0);
+                m.completed((ms + 1) * MS, &o);
+            }
+        }
+        assert!(
+            after < 10,
+            "{after} dispatches after the reservation was removed"
+        );
     }
 
     #[test]
