@@ -123,6 +123,46 @@ pub struct VolumeConfig {
     pub qos: VolumeQos,
 }
 
+impl VolumeConfig {
+    /// The checks of one volume against a system of `pools` pools (names must also be
+    /// unique among the volumes, which the caller checks).
+    pub fn check(&self, pools: usize) -> Result<(), String> {
+        let v = self;
+        if v.name.is_empty() || v.name.len() > MAX_NAME_BYTES {
+            return Err(format!(
+                "volume name {:?} is empty or longer than {MAX_NAME_BYTES} bytes",
+                v.name
+            ));
+        }
+        if v.size_bytes == 0 || !v.size_bytes.is_multiple_of(512) {
+            return Err(format!(
+                "volume {}: size must be a positive multiple of 512 bytes",
+                v.name
+            ));
+        }
+        if v.home_pool.0 as usize >= pools {
+            return Err(format!("volume {}: home pool does not exist", v.name));
+        }
+        match (&v.placement, v.fast_pool) {
+            (Placement::Pinned, _) => Ok(()),
+            (_, None) => Err(format!(
+                "volume {}: {} placement needs a fast pool",
+                v.name,
+                v.placement.name()
+            )),
+            (_, Some(f)) if f.0 as usize >= pools || f == v.home_pool => Err(format!(
+                "volume {}: the fast pool must exist and differ from the home pool",
+                v.name
+            )),
+            (Placement::Split { fast_percent }, _) if *fast_percent > 100 => Err(format!(
+                "volume {}: split fast_percent must be 0..=100",
+                v.name
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// How the segment cleaner picks its victim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -349,44 +389,10 @@ impl EngineConfig {
         }
         names.clear();
         for v in &self.volumes {
-            if v.name.is_empty() || v.name.len() > MAX_NAME_BYTES || !names.insert(v.name.clone()) {
-                return err(format!(
-                    "volume name {:?} is empty, too long or repeated",
-                    v.name
-                ));
+            if !names.insert(v.name.clone()) {
+                return err(format!("volume name {:?} is repeated", v.name));
             }
-            if v.size_bytes == 0 || v.size_bytes % 512 != 0 {
-                return err(format!(
-                    "volume {}: size must be a positive multiple of 512 bytes",
-                    v.name
-                ));
-            }
-            if v.home_pool.0 as usize >= self.pools.len() {
-                return err(format!("volume {}: home pool does not exist", v.name));
-            }
-            match (&v.placement, v.fast_pool) {
-                (Placement::Pinned, _) => {}
-                (_, None) => {
-                    return err(format!(
-                        "volume {}: {} placement needs a fast pool",
-                        v.name,
-                        v.placement.name()
-                    ));
-                }
-                (_, Some(f)) if f.0 as usize >= self.pools.len() || f == v.home_pool => {
-                    return err(format!(
-                        "volume {}: the fast pool must exist and differ from the home pool",
-                        v.name
-                    ));
-                }
-                (Placement::Split { fast_percent }, _) if *fast_percent > 100 => {
-                    return err(format!(
-                        "volume {}: split fast_percent must be 0..=100",
-                        v.name
-                    ));
-                }
-                _ => {}
-            }
+            v.check(self.pools.len()).map_err(ConfigError)?;
         }
         Ok(())
     }

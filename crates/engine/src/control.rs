@@ -5,6 +5,7 @@
 //! The enum is open: a job adds its commands here and routes them in
 //! [`Engine::control`] to its own mechanism (live storage migration: `jobs/migrate`).
 
+use crate::config::VolumeConfig;
 use crate::engine::Engine;
 use crate::jobs::migrate::MigrationParams;
 use crate::sched::VolumeQos;
@@ -34,6 +35,10 @@ pub enum Control {
         volume: VolumeId,
         rate_bytes_per_s: u64,
     },
+    /// Create a volume (`create.rs`): its journal header (and a thick volume's zeroed
+    /// home region) are written, then the volume table naming it;
+    /// `EngineEvent::VolumeCreated` says when it is durable and usable.
+    CreateVolume { config: VolumeConfig },
 }
 
 /// Why a command was refused (nothing changed).
@@ -134,6 +139,7 @@ impl Engine {
                 volume,
                 rate_bytes_per_s,
             } => self.try_set_migration_rate(now, volume, rate_bytes_per_s, out),
+            Control::CreateVolume { config } => self.try_create_volume(now, config, out),
         }
     }
 }

@@ -76,6 +76,8 @@ pub(crate) enum Owner {
     },
     /// A rewrite of the volume table (a new home pool after a migration's pivot).
     VolTab,
+    /// A header or zeroing write of a volume being created at run time (`create.rs`).
+    Create,
 }
 
 /// `Owner::Read::dest` when the device data is the whole reply.

@@ -123,6 +123,8 @@ pub struct Engine {
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
+    /// A volume being created at run time (`create.rs`).
+    pub(crate) creations: crate::create::Creations,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
     pub(crate) bug: Option<InjectedBug>,
     /// Operations the write buffer answered, completed at the end of the entry point.
@@ -188,6 +190,7 @@ impl Engine {
             lost_at_stop: Vec::new(),
             copies: Slab::new(),
             migrations: Default::default(),
+            creations: Default::default(),
             bug: None,
             local: Default::default(),
         })
@@ -543,6 +546,7 @@ impl Engine {
                 self.clean_read_done(now, pool as usize, idx as usize, result, data, out)
             }
             Owner::VolTab => self.volume_table_written(now, result, out),
+            Owner::Create => self.create_write_done(now, result, out),
             Owner::WriteBack { .. } => {}
         }
         self.pump(now, pool, out);

@@ -63,6 +63,11 @@ impl Engine {
             }
             Ok(())
         };
+        for (pool, first, n, who) in self.creations.reserved() {
+            for c in first..first + n {
+                claim(pool, c, who.clone())?;
+            }
+        }
         let mut moves = 0u32;
         let mut demoting = vec![0u32; self.pools.len()];
         for v in &self.vols {

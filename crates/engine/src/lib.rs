@@ -13,6 +13,7 @@ mod codec;
 mod commit;
 pub mod config;
 mod control;
+mod create;
 mod devop;
 mod engine;
 pub mod extents;

@@ -384,6 +384,16 @@ impl Engine {
 
     /// Reserve a new volume's journal (and home region if thick) and add it.
     fn create_volume(&mut self, vc: &VolumeConfig, id: u32) -> Result<VolumeRecord, String> {
+        let vol = self.reserve_volume(vc, id)?;
+        let rec = vol.rec.clone();
+        self.vols.push(vol);
+        self.apply_configured_qos(self.vols.len() - 1);
+        Ok(rec)
+    }
+
+    /// A new volume with on-disk id `id`, its journal (and home region if thick) taken
+    /// from the allocators, as the next entry of `vols` (not added).
+    pub(crate) fn reserve_volume(&mut self, vc: &VolumeConfig, id: u32) -> Result<Volume, String> {
         let cb = self.cfg.chunk_bytes;
         let chunks = vc.size_bytes.div_ceil(cb);
         let meta = self.cfg.meta_pool;
@@ -399,15 +409,22 @@ impl Engine {
             })?;
         let home = vc.home_pool;
         let home_base_chunk = match vc.provisioning {
-            Provisioning::Thick => self.pools[home.0 as usize]
+            Provisioning::Thick => match self.pools[home.0 as usize]
                 .alloc
                 .allocate_run(chunks, 0, false)
-                .ok_or_else(|| {
-                    format!(
+            {
+                Some(first) => first,
+                None => {
+                    // Give the journal back: a volume created at run time must not leak it.
+                    for c in jfirst..jfirst + journal_chunks {
+                        self.pools[meta.0 as usize].alloc.release(c);
+                    }
+                    return Err(format!(
                         "volume {}: thick provisioning needs {} contiguous free chunks on pool {}",
                         vc.name, chunks, self.cfg.pools[home.0 as usize].name
-                    )
-                })?,
+                    ));
+                }
+            },
             // Spread thin volumes over the pool so each keeps some locality.
             Provisioning::Thin => {
                 let before: u64 = self
@@ -447,14 +464,12 @@ impl Engine {
         } else {
             ChunkLoc::Unmapped
         };
-        self.vols.push(self.volume_from(
-            rec.clone(),
+        Ok(self.volume_from(
+            rec,
             ChunkMap::new(chunks, initial),
             ExtentMap::new(),
             header,
-        ));
-        self.apply_configured_qos(self.vols.len() - 1);
-        Ok(rec)
+        ))
     }
 
     fn volume_from(

@@ -65,6 +65,7 @@ impl Engine {
         };
         if result.is_ok() {
             self.voltab = table;
+            self.volume_table_durable(out);
         } else {
             tw.again = true;
         }

@@ -1,0 +1,254 @@
+//! Creating a volume while the engine runs (`Control::CreateVolume`, `tiervisor ctl volume
+//! create`).
+//!
+//! Crash safety comes from the order: the volume's journal region (and a thick volume's
+//! home region) is taken from the allocators in memory only; its journal header, the
+//! empty second header slot and a thick home region's zeros are written; only once those
+//! are durable does the volume join `vols` and the volume table get rewritten (FUA, the
+//! slot the newest copy is not in). A crash before that table write is durable leaves no
+//! trace: the mount rebuilds the allocators from the table, so the reserved chunks are
+//! free again. The volume is announced (`EngineEvent::VolumeCreated`) only once the table
+//! naming it is durable, so no request can reach a volume a crash could forget.
+//!
+//! One creation at a time; a failed write gives the chunks back and says why.
+
+use bytes::Bytes;
+
+use crate::config::{Provisioning, VolumeConfig};
+use crate::control::ControlError;
+use crate::devop::{OpSpec, Owner};
+use crate::engine::{Engine, EngineState};
+use crate::layout::{BLOCK_BYTES, chunk_offset};
+use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs};
+use crate::volume::Volume;
+
+/// A volume being created.
+pub(crate) struct Creation {
+    vc: VolumeConfig,
+    /// Built, with its chunks reserved, and not yet in `vols`.
+    vol: Option<Box<Volume>>,
+    /// Its header and zeroing writes still in flight.
+    outstanding: u32,
+    failed: Option<Errno>,
+    /// A thick home region's zeros are made durable (a FLUSH of its pool) before the
+    /// table names the volume: fallocate is not FUA, and a region whose zeroing a crash
+    /// lost would show the chunks' earlier contents.
+    flush_pool: Option<crate::types::PoolId>,
+}
+
+/// The creation under way, if any.
+#[derive(Default)]
+pub(crate) struct Creations {
+    current: Option<Creation>,
+    /// Added to `vols` and waiting for the volume table that names it to be durable.
+    recording: Option<String>,
+}
+
+impl Creations {
+    /// The name of the volume being created, if any.
+    pub(crate) fn in_progress(&self) -> Option<&str> {
+        self.current
+            .as_ref()
+            .map(|c| c.vc.name.as_str())
+            .or(self.recording.as_deref())
+    }
+
+    /// Chunks reserved for the volume being written: (pool, first chunk, chunks, what).
+    pub(crate) fn reserved(&self) -> Vec<(usize, u64, u64, String)> {
+        let Some(v) = self.current.as_ref().and_then(|c| c.vol.as_deref()) else {
+            return Vec::new();
+        };
+        let r = &v.rec;
+        let mut out = vec![(
+            r.journal_pool.0 as usize,
+            r.journal_first_chunk,
+            r.journal_chunks as u64,
+            format!("journal of {} being created", r.name),
+        )];
+        if r.provisioning == Provisioning::Thick {
+            out.push((
+                r.home_pool.0 as usize,
+                r.home_base_chunk,
+                v.chunks,
+                format!("home region of {} being created", r.name),
+            ));
+        }
+        out
+    }
+}
+
+impl Engine {
+    /// Start creating a volume; `EngineEvent::VolumeCreated` says when it can be used.
+    pub(crate) fn try_create_volume(
+        &mut self,
+        now: u64,
+        vc: VolumeConfig,
+        out: &mut Outputs,
+    ) -> Result<(), ControlError> {
+        if self.state != EngineState::Ready {
+            return Err(ControlError::NotReady);
+        }
+        if let Some(other) = self.creations.in_progress() {
+            return Err(ControlError::Busy(format!(
+                "volume {other} is being created; try again when it is done"
+            )));
+        }
+        if self.vols.iter().any(|v| v.rec.name == vc.name) {
+            return Err(ControlError::Invalid(format!(
+                "a volume named {} exists",
+                vc.name
+            )));
+        }
+        if self.vols.len() >= crate::config::MAX_VOLUMES {
+            return Err(ControlError::Invalid(format!(
+                "at most {} volumes are supported",
+                crate::config::MAX_VOLUMES
+            )));
+        }
+        vc.check(self.pools.len()).map_err(ControlError::Invalid)?;
+        let id = self
+            .vols
+            .iter()
+            .map(|v| v.rec.id + 1)
+            .chain(self.voltab.volumes.iter().map(|r| r.id + 1))
+            .max()
+            .unwrap_or(0);
+        // `volume_from` looks up the configured log override and QoS by name.
+        self.cfg.volumes.push(vc.clone());
+        let vol = match self.reserve_volume(&vc, id) {
+            Ok(v) => v,
+            Err(e) => {
+                self.cfg.volumes.pop();
+                return Err(ControlError::Busy(e));
+            }
+        };
+        let mut writes: Vec<(crate::types::PoolId, DevKind, u64, u64, Option<Bytes>)> = vec![
+            (
+                vol.journal.pool,
+                DevKind::Write,
+                vol.journal.region_offset,
+                BLOCK_BYTES,
+                Some(Bytes::from(vol.journal.header.encode())),
+            ),
+            (
+                vol.journal.pool,
+                DevKind::Write,
+                vol.journal.region_offset + BLOCK_BYTES,
+                BLOCK_BYTES,
+                Some(Bytes::from(vec![0u8; BLOCK_BYTES as usize])),
+            ),
+        ];
+        // Never-written sectors of a thick volume must read as zeros (timing-only
+        // simulation carries no data and skips it), as at mount.
+        let mut flush_pool = None;
+        if vol.rec.provisioning == Provisioning::Thick && self.cfg.track_data {
+            flush_pool = Some(vol.rec.home_pool);
+            let cb = self.cfg.chunk_bytes;
+            writes.push((
+                vol.rec.home_pool,
+                DevKind::WriteZeroes,
+                chunk_offset(vol.rec.home_base_chunk, cb),
+                vol.chunks * cb,
+                None,
+            ));
+        }
+        self.creations.current = Some(Creation {
+            vc,
+            vol: Some(Box::new(vol)),
+            outstanding: writes.len() as u32,
+            failed: None,
+            flush_pool,
+        });
+        for (pool, kind, off, len, payload) in writes {
+            let spec = OpSpec::new(Owner::Create, pool, kind, IoClass::Metadata)
+                .at(off, len)
+                .fua(kind == DevKind::Write)
+                .payload(payload);
+            self.queue_op(now, spec, out);
+        }
+        Ok(())
+    }
+
+    /// One of the creation's writes finished.
+    pub(crate) fn create_write_done(
+        &mut self,
+        now: u64,
+        result: Result<(), Errno>,
+        out: &mut Outputs,
+    ) {
+        let Some(c) = self.creations.current.as_mut() else {
+            return;
+        };
+        c.outstanding -= 1;
+        if let Err(e) = result {
+            c.failed.get_or_insert(e);
+        }
+        if c.outstanding > 0 {
+            return;
+        }
+        if c.failed.is_none()
+            && let Some(pool) = c.flush_pool.take()
+        {
+            c.outstanding = 1;
+            let spec = OpSpec::new(Owner::Create, pool, DevKind::Flush, IoClass::Metadata);
+            self.queue_op(now, spec, out);
+            return;
+        }
+        let Some(c) = self.creations.current.take() else {
+            return;
+        };
+        let Some(vol) = c.vol else {
+            return;
+        };
+        let failed = c
+            .failed
+            .or((self.state != EngineState::Ready).then_some(Errno::Shutdown));
+        if let Some(e) = failed {
+            self.give_back(&vol);
+            self.cfg.volumes.retain(|v| v.name != c.vc.name);
+            let why = match e {
+                Errno::NoSpc => "no space left on the device or the filesystem under it",
+                Errno::Shutdown => "the engine is stopping",
+                _ => "a device write failed",
+            };
+            out.events.push(EngineEvent::Warning {
+                message: format!(
+                    "volume {} could not be created ({why}); nothing of it was kept",
+                    c.vc.name
+                ),
+            });
+            return;
+        }
+        self.vols.push(*vol);
+        self.apply_configured_qos(self.vols.len() - 1);
+        self.creations.recording = Some(c.vc.name);
+        self.write_volume_table(now, out);
+    }
+
+    /// The reserved chunks of a creation that failed go back to the allocators.
+    fn give_back(&mut self, vol: &Volume) {
+        let r = &vol.rec;
+        let journal = &mut self.pools[r.journal_pool.0 as usize].alloc;
+        for c in 0..r.journal_chunks as u64 {
+            journal.release(r.journal_first_chunk + c);
+        }
+        if r.provisioning == Provisioning::Thick {
+            let home = &mut self.pools[r.home_pool.0 as usize].alloc;
+            for c in 0..vol.chunks {
+                home.release(r.home_base_chunk + c);
+            }
+        }
+    }
+
+    /// A volume table became durable: a volume it now names is created.
+    pub(crate) fn volume_table_durable(&mut self, out: &mut Outputs) {
+        let recorded = self
+            .creations
+            .recording
+            .as_ref()
+            .is_some_and(|n| self.voltab.volumes.iter().any(|r| &r.name == n));
+        if recorded && let Some(volume) = self.creations.recording.take() {
+            out.events.push(EngineEvent::VolumeCreated { volume });
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Creating a volume while the engine runs (`Control::CreateVolume`): usable once
+//! announced, durable across a crash, and a crash at any point of the creation leaves
+//! either no trace of it or the whole volume, never a half.
+
+mod common;
+
+use common::*;
+use tiervisor_engine::*;
+
+fn new_volume(name: &str, size_bytes: u64, pool: u16, provisioning: Provisioning) -> VolumeConfig {
+    VolumeConfig {
+        name: name.into(),
+        size_bytes,
+        home_pool: PoolId(pool),
+        fast_pool: None,
+        provisioning,
+        placement: Placement::Pinned,
+        log: None,
+        qos: Default::default(),
+    }
+}
+
+fn create(r: &mut Rig, vc: VolumeConfig) -> Result<(), ControlError> {
+    let mut out = Outputs::default();
+    let res = r
+        .engine
+        .control(r.now, Control::CreateVolume { config: vc }, &mut out);
+    r.drain(out);
+    res
+}
+
+fn created(r: &Rig, name: &str) -> bool {
+    r.events
+        .iter()
+        .any(|e| matches!(e, EngineEvent::VolumeCreated { volume } if volume == name))
+}
+
+fn free_chunks(r: &Rig) -> Vec<u64> {
+    r.engine
+        .report()
+        .pools
+        .iter()
+        .map(|p| p.free_chunks)
+        .collect()
+}
+
+#[test]
+fn a_volume_created_at_run_time_is_usable_and_survives_a_crash() {
+    for provisioning in [Provisioning::Thin, Provisioning::Thick] {
+        let mut r = Rig::new(config(1 << 20));
+        r.write("thin", 0, &pattern(1, 65536));
+        r.flush("thin");
+        assert_eq!(
+            create(&mut r, new_volume("new", 8 * MIB, 0, provisioning)),
+            Ok(())
+        );
+        assert!(created(&r, "new"), "{provisioning:?}: {:?}", r.events);
+        r.engine.check_invariants().unwrap();
+        // The pool held 0xEE everywhere: a thick volume's never-written sectors read as
+        // zeros all the same.
+        assert_eq!(
+            r.read("new", 0, 8 * MIB),
+            vec![0u8; 8 << 20],
+            "{provisioning:?}"
+        );
+        r.write("new", MIB, &pattern(2, 65536));
+        r.flush("new");
+        r.crash_and_mount();
+        r.engine.check_invariants().unwrap();
+        assert_eq!(
+            r.read("new", MIB, 65536),
+            pattern(2, 65536),
+            "{provisioning:?}"
+        );
+        assert_eq!(r.read("thin", 0, 65536), pattern(1, 65536));
+    }
+}
+
+#[test]
+fn a_crash_at_any_point_of_a_creation_leaves_all_of_it_or_nothing() {
+    for provisioning in [Provisioning::Thin, Provisioning::Thick] {
+        // How many device operations the whole creation takes.
+        let mut r = Rig::new(config(1 << 20));
+        r.hold = true;
+        create(&mut r, new_volume("new", 8 * MIB, 0, provisioning)).unwrap();
+        let mut total = 0;
+        while r.release_one().is_some() {
+            total += 1;
+        }
+        assert!(created(&r, "new"));
+        for k in 0..total {
+            let mut r = Rig::new(config(1 << 20));
+            r.write("thin", 0, &pattern(3, 4096));
+            r.flush("thin");
+            let before = free_chunks(&r);
+            r.hold = true;
+            create(&mut r, new_volume("new", 8 * MIB, 0, provisioning)).unwrap();
+            for _ in 0..k {
+                r.release_one();
+            }
+            assert!(
+                !created(&r, "new"),
+                "{provisioning:?}: announced after {k} of {total}"
+            );
+            r.crash_and_mount();
+            r.engine.check_invariants().unwrap();
+            assert_eq!(r.read("thin", 0, 4096), pattern(3, 4096));
+            match r.engine.volume_id("new") {
+                // Nothing of it: its chunks are free again.
+                None => assert_eq!(free_chunks(&r), before, "{provisioning:?} after {k}"),
+                // All of it: usable, and a thick one reads as zeros.
+                Some(_) => {
+                    assert_eq!(r.read("new", 0, 8 * MIB), vec![0u8; 8 << 20]);
+                    r.write("new", 0, &pattern(4, 4096));
+                    r.flush("new");
+                    assert_eq!(r.read("new", 0, 4096), pattern(4, 4096));
+                }
+            }
+        }
+    }
+}
+
+/// Devices complete out of order: whichever one write of the creation a crash loses
+/// while every other one (and whatever they lead to) lands, the volume is not half there.
+#[test]
+fn a_creation_that_loses_any_one_write_is_not_recorded() {
+    for provisioning in [Provisioning::Thin, Provisioning::Thick] {
+        let mut r = Rig::new(config(1 << 20));
+        r.hold = true;
+        create(&mut r, new_volume("new", 8 * MIB, 0, provisioning)).unwrap();
+        let issued = r.held.len();
+        for lost in 0..issued {
+            let mut r = Rig::new(config(1 << 20));
+            let before = free_chunks(&r);
+            r.hold = true;
+            create(&mut r, new_volume("new", 8 * MIB, 0, provisioning)).unwrap();
+            // Everything but the lost one, and what follows from them.
+            assert!(r.held.remove(lost).is_some());
+            while r.release_one().is_some() {}
+            assert!(
+                !created(&r, "new"),
+                "{provisioning:?}: announced without write {lost}"
+            );
+            r.crash_and_mount();
+            r.engine.check_invariants().unwrap();
+            assert!(
+                r.engine.volume_id("new").is_none(),
+                "{provisioning:?}, lost {lost}"
+            );
+            assert_eq!(free_chunks(&r), before, "{provisioning:?}, lost {lost}");
+        }
+    }
+}
+
+#[test]
+fn refused_creations_change_nothing() {
+    let mut r = Rig::new(config(1 << 20));
+    let before = free_chunks(&r);
+    let refused = [
+        new_volume("thin", 8 * MIB, 0, Provisioning::Thin), // exists
+        new_volume("x", 8 * MIB, 7, Provisioning::Thin),    // no such pool
+        new_volume("y", 1000, 0, Provisioning::Thin),       // not a multiple of 512
+        new_volume("", 8 * MIB, 0, Provisioning::Thin),     // no name
+        new_volume("big", 512 * MIB, 0, Provisioning::Thick), // does not fit
+    ];
+    for vc in refused {
+        let name = vc.name.clone();
+        let e = create(&mut r, vc).unwrap_err();
+        assert!(!e.to_string().is_empty(), "{name}");
+        assert_eq!(free_chunks(&r), before, "{name}: {e}");
+        assert!(r.engine.volume_id("x").is_none() && r.engine.volume_id("big").is_none());
+    }
+    // One at a time.
+    r.hold = true;
+    create(&mut r, new_volume("a", 8 * MIB, 0, Provisioning::Thin)).unwrap();
+    let e = create(&mut r, new_volume("b", 8 * MIB, 0, Provisioning::Thin)).unwrap_err();
+    assert!(matches!(e, ControlError::Busy(_)), "{e}");
+    while r.release_one().is_some() {}
+    r.hold = false;
+    assert!(created(&r, "a"));
+    assert_eq!(
+        create(&mut r, new_volume("b", 8 * MIB, 0, Provisioning::Thin)),
+        Ok(())
+    );
+    assert!(created(&r, "b"));
+    r.engine.check_invariants().unwrap();
+}
+
+#[test]
+fn a_creation_whose_writes_fail_keeps_nothing_and_says_why() {
+    let mut r = Rig::new(config(1 << 20));
+    let before = free_chunks(&r);
+    r.fail_writes = Some(Errno::NoSpc);
+    assert_eq!(
+        create(&mut r, new_volume("new", 8 * MIB, 0, Provisioning::Thick)),
+        Ok(())
+    );
+    r.fail_writes = None;
+    assert!(!created(&r, "new"));
+    assert!(r.engine.volume_id("new").is_none());
+    assert_eq!(free_chunks(&r), before);
+    let said = r.events.iter().any(|e| {
+        matches!(e, EngineEvent::Warning { message }
+            if message.contains("volume new could not be created") && message.contains("no space"))
+    });
+    assert!(said, "{:?}", r.events);
+    r.engine.check_invariants().unwrap();
+    // And the name can be used again.
+    assert_eq!(
+        create(&mut r, new_volume("new", 8 * MIB, 0, Provisioning::Thick)),
+        Ok(())
+    );
+    assert!(created(&r, "new"));
+}
