@@ -243,6 +243,16 @@ impl Engine {
         self.vols.get(v.0 as usize).map(|v| v.rec.size_bytes)
     }
 
+    /// The pool a volume's new chunks go to.
+    pub fn volume_home_pool(&self, v: VolumeId) -> Option<PoolId> {
+        self.vols.get(v.0 as usize).map(|v| v.rec.home_pool)
+    }
+
+    /// The volume being created at run time, if any (`Control::CreateVolume`).
+    pub fn volume_being_created(&self) -> Option<&str> {
+        self.creations.in_progress()
+    }
+
     /// Change a volume's QoS on every pool's scheduler (takes effect at the next
     /// dispatch). Not durable: configuration restores it at the next start.
     pub fn set_volume_qos(&mut self, v: VolumeId, qos: crate::sched::VolumeQos) {

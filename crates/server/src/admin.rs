@@ -1,7 +1,7 @@
 //! The admin socket (`tiervisor ctl`) and the Prometheus metrics endpoint.
 //!
 //! Admin protocol: the client sends one line (`stat` or `shutdown`, or the JSON
-//! `{"cmd": "stat"}`, `{"cmd": "qos", ...}`, `{"cmd": "migrate", ...}`), the server
+//! `{"cmd": "stat"}`, `{"cmd": "qos", ...}`, `{"cmd": "migrate", ...}`, `{"cmd": "volume", ...}`), the server
 //! answers with one JSON document and closes.
 
 use std::io::{Read, Write};
@@ -168,8 +168,13 @@ pub fn admin_reply(
                 .unwrap_or_else(|e| json!({ "error": e })),
             false,
         ),
+        "volume" => (
+            crate::admin_volume::volume(parsed.as_ref(), engine, now, out)
+                .unwrap_or_else(|e| json!({ "error": e })),
+            false,
+        ),
         other => (
-            json!({"error": format!("unknown command {other:?}; expected stat, qos, migrate or shutdown")}),
+            json!({"error": format!("unknown command {other:?}; expected stat, qos, migrate, volume or shutdown")}),
             false,
         ),
     };

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod admin_migrate;
+pub mod admin_volume;
 pub mod budget;
 pub mod config;
 pub mod io;

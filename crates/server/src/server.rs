@@ -376,21 +376,7 @@ impl Server {
             .volumes()
             .into_iter()
             .enumerate()
-            .map(|(i, (name, size))| {
-                let def = s.cfg.volumes.iter().find(|v| v.name == name);
-                let rotational = def.is_some_and(|d| s.cfg.pools[d.pool].medium == Medium::Hdd);
-                Export {
-                    description: def
-                        .map(|d| d.description.clone())
-                        .filter(|d| !d.is_empty())
-                        .unwrap_or_else(|| format!("tiervisor volume {name}")),
-                    name,
-                    volume: tiervisor_engine::VolumeId(i as u32),
-                    size_bytes: size,
-                    rotational,
-                    read_only: def.is_some_and(|d| d.read_only),
-                }
-            })
+            .map(|(i, (name, size))| s.export_for(name, i, size))
             .collect();
         s.per_export = vec![0; s.exports.len()];
         s.listen(bound)?;
@@ -449,6 +435,47 @@ impl Server {
         self.t0.elapsed().as_nanos() as u64
     }
 
+    /// The NBD export of volume `name` (engine index `i`, `size` bytes); a volume the
+    /// configuration does not name (created by `ctl volume create`) gets the defaults.
+    fn export_for(&self, name: String, i: usize, size: u64) -> Export {
+        let def = self.cfg.volumes.iter().find(|v| v.name == name);
+        let vol = tiervisor_engine::VolumeId(i as u32);
+        let pool = def.map(|d| d.pool).or_else(|| {
+            let home = self.engine.volume_home_pool(vol)?;
+            Some(home.0 as usize)
+        });
+        Export {
+            description: def
+                .map(|d| d.description.clone())
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| format!("tiervisor volume {name}")),
+            name,
+            volume: vol,
+            size_bytes: size,
+            rotational: pool.is_some_and(|p| self.cfg.pools[p].medium == Medium::Hdd),
+            read_only: def.is_some_and(|d| d.read_only),
+        }
+    }
+
+    /// A volume created while serving (`ctl volume create`) is exported once the engine
+    /// says it is durable.
+    fn export_created(&mut self, name: &str) {
+        // While mounting, every volume is exported once the mount is done.
+        if self.engine.state() != &EngineState::Ready || self.exports.iter().any(|e| e.name == name)
+        {
+            return;
+        }
+        let Some(vol) = self.engine.volume_id(name) else {
+            return;
+        };
+        let Some(size) = self.engine.volume_size(vol) else {
+            return;
+        };
+        let e = self.export_for(name.to_string(), vol.0 as usize, size);
+        self.exports.push(e);
+        self.per_export.push(0);
+    }
+
     fn take_event_lines(&mut self) -> Vec<String> {
         let events: Vec<EngineEvent> = self.out.events.drain(..).collect();
         events
@@ -458,7 +485,10 @@ impl Server {
                 EngineEvent::Recovered { volume, records_replayed, checkpoint_seq, mapped_chunks } => format!(
                     "recovered volume {volume}: checkpoint at record {checkpoint_seq}, replayed {records_replayed} journal record(s), {mapped_chunks} chunk(s) mapped"
                 ),
-                EngineEvent::VolumeCreated { volume } => format!("created volume {volume}"),
+                EngineEvent::VolumeCreated { volume } => {
+                    self.export_created(&volume);
+                    format!("created volume {volume}")
+                }
                 EngineEvent::Ready => "ready".into(),
                 EngineEvent::Stopped if !self.pool_problems.is_empty() => "stopped, but a pool file was lost while running (see the errors above)".into(),
                 EngineEvent::Stopped if self.engine.lost_at_stop().is_empty() => "stopped: all data flushed and checkpoints written".into(),

@@ -70,7 +70,7 @@ pub enum MigrateCmd {
 }
 
 /// Send one request; the server's refusal becomes an input error (exit status 2).
-fn ask(target: &Target, req: Value) -> Result<Value, Failure> {
+pub(crate) fn ask(target: &Target, req: Value) -> Result<Value, Failure> {
     let r = admin::request(&target.socket(), &req.to_string()).map_err(Failure::run)?;
     let v: Value = serde_json::from_str(&r)
         .map_err(|e| Failure::run(format!("bad answer from the server: {e}")))?;

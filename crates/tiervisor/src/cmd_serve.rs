@@ -219,6 +219,11 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: crate::cmd_ctl_migrate::MigrateCmd,
     },
+    /// Create volumes while the server runs, and list them.
+    Volume {
+        #[command(subcommand)]
+        cmd: crate::cmd_ctl_volume::VolumeCmd,
+    },
     /// Ask the server to shut down cleanly.
     Shutdown {
         #[command(flatten)]
@@ -251,6 +256,7 @@ fn gib(b: u64) -> f64 {
 pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
     match cmd {
         CtlCmd::Migrate { cmd } => crate::cmd_ctl_migrate::run(cmd),
+        CtlCmd::Volume { cmd } => crate::cmd_ctl_volume::run(cmd),
         CtlCmd::Shutdown { target } => {
             let r = admin::request(&target.socket(), "shutdown").map_err(Failure::run)?;
             print!("{r}");

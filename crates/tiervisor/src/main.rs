@@ -1,6 +1,7 @@
 //! The `tiervisor` command.
 
 mod cmd_ctl_migrate;
+mod cmd_ctl_volume;
 mod cmd_dst;
 mod cmd_flush;
 mod cmd_load;

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::io::Read as _;
 use std::net::TcpStream;
 
 use support::raw_nbd::*;
@@ -40,28 +39,16 @@ placement = "pinned"
 
 const ENOSPC: u32 = 28;
 
-/// NBD error of a write of `data` at `off`.
 fn write(s: &mut TcpStream, off: u64, data: &[u8]) -> u32 {
-    send_req(s, MAGIC, 1, 11, off, data.len() as u32, data);
-    let (err, h) = read_reply(s);
-    assert_eq!(h, 11);
-    err
+    write_at(s, off, data)
 }
 
-/// NBD error of a FLUSH.
 fn flush(s: &mut TcpStream) -> u32 {
-    send_req(s, MAGIC, 3, 12, 0, 0, &[]);
-    let (err, h) = read_reply(s);
-    assert_eq!(h, 12);
-    err
+    flush_all(s)
 }
 
 fn read(s: &mut TcpStream, off: u64, len: usize) -> Vec<u8> {
-    send_req(s, MAGIC, 0, 13, off, len as u32, &[]);
-    assert_eq!(read_reply(s), (0, 13), "read at {off}");
-    let mut got = vec![0u8; len];
-    s.read_exact(&mut got).unwrap();
-    got
+    read_at(s, off, len)
 }
 
 const MIB: u64 = 1 << 20;

@@ -81,3 +81,28 @@ pub fn read_reply(s: &mut TcpStream) -> (u32, u64) {
 }
 
 pub const MAGIC: u32 = 0x2560_9513;
+
+/// NBD error of a write of `data` at `off` (one request at a time).
+pub fn write_at(s: &mut TcpStream, off: u64, data: &[u8]) -> u32 {
+    send_req(s, MAGIC, 1, 11, off, data.len() as u32, data);
+    let (err, h) = read_reply(s);
+    assert_eq!(h, 11);
+    err
+}
+
+/// NBD error of a FLUSH.
+pub fn flush_all(s: &mut TcpStream) -> u32 {
+    send_req(s, MAGIC, 3, 12, 0, 0, &[]);
+    let (err, h) = read_reply(s);
+    assert_eq!(h, 12);
+    err
+}
+
+/// `len` bytes read at `off` (the read must succeed).
+pub fn read_at(s: &mut TcpStream, off: u64, len: usize) -> Vec<u8> {
+    send_req(s, MAGIC, 0, 13, off, len as u32, &[]);
+    assert_eq!(read_reply(s), (0, 13), "read at {off}");
+    let mut got = vec![0u8; len];
+    s.read_exact(&mut got).unwrap();
+    got
+}

@@ -1,0 +1,108 @@
+//! `tiervisor ctl volume`: create and list volumes of a running server.
+//!
+//! Requests are JSON, `{"cmd": "volume", "action": "create" | "list", ...}`. A create goes
+//! through `Engine::control`; the volume is exported once the engine says it is durable
+//! (`EngineEvent::VolumeCreated`), and `list` shows it as `creating` until then. A volume
+//! made this way is recorded in the pools, not in the configuration file: it is mounted
+//! and served at every start like the others.
+
+use serde_json::{Value, json};
+use tiervisor_engine::{Control, Engine, Outputs, Placement, Provisioning, VolumeConfig};
+
+/// Answer one `volume` request.
+pub fn volume(
+    req: Option<&Value>,
+    engine: &mut Engine,
+    now: u64,
+    out: &mut Outputs,
+) -> Result<Value, String> {
+    let req = req.ok_or("volume: expected a JSON request {\"cmd\": \"volume\", ...}")?;
+    match req["action"].as_str().unwrap_or("list") {
+        "list" => Ok(list(engine)),
+        "create" => {
+            let config = create_config(req, engine)?;
+            let name = config.name.clone();
+            engine
+                .control(now, Control::CreateVolume { config }, out)
+                .map_err(|e| format!("volume create: {name}: {e}"))?;
+            Ok(json!({ "ok": true, "volume": name, "state": "creating" }))
+        }
+        other => Err(format!(
+            "volume: unknown action {other:?}; expected create or list"
+        )),
+    }
+}
+
+fn list(engine: &Engine) -> Value {
+    let report = engine.report();
+    let pool_name = |p: usize| {
+        report
+            .pools
+            .get(p)
+            .map_or("?".to_string(), |p| p.name.clone())
+    };
+    let mut vols: Vec<Value> = report
+        .volumes
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let id = tiervisor_engine::VolumeId(i as u32);
+            json!({
+                "name": v.name,
+                "size_bytes": v.size_bytes,
+                "pool": engine.volume_home_pool(id).map(|p| pool_name(p.0 as usize)),
+                "provisioning": v.provisioning,
+                "placement": v.placement,
+                "state": if engine.volume_being_created() == Some(v.name.as_str()) { "creating" } else { "ready" },
+            })
+        })
+        .collect();
+    if let Some(name) = engine.volume_being_created()
+        && !report.volumes.iter().any(|v| v.name == name)
+    {
+        vols.push(json!({ "name": name, "state": "creating" }));
+    }
+    json!({ "volumes": vols })
+}
+
+/// `name`, `size_bytes`, `pool` (default: the first pool), `provisioning` (`thin`, the
+/// default, or `thick`). Placement is `pinned`: tiered placements need their fast pool
+/// and budgets, which the configuration file gives.
+fn create_config(req: &Value, engine: &Engine) -> Result<VolumeConfig, String> {
+    let name = req["name"]
+        .as_str()
+        .ok_or("volume create: expected \"name\": the new volume's name")?;
+    let size_bytes = req["size_bytes"]
+        .as_u64()
+        .ok_or("volume create: expected \"size_bytes\": a positive multiple of 512")?;
+    let pools = engine.report().pools;
+    let home = match req["pool"].as_str() {
+        None => 0,
+        Some(p) => pools.iter().position(|q| q.name == p).ok_or_else(|| {
+            let names: Vec<&str> = pools.iter().map(|q| q.name.as_str()).collect();
+            format!(
+                "volume create: no pool {p:?}; the pools are {}",
+                names.join(", ")
+            )
+        })?,
+    };
+    let provisioning = match req["provisioning"].as_str().unwrap_or("thin") {
+        "thin" => Provisioning::Thin,
+        "thick" => Provisioning::Thick,
+        other => {
+            return Err(format!(
+                "volume create: provisioning {other:?}; expected thin or thick"
+            ));
+        }
+    };
+    Ok(VolumeConfig {
+        name: name.to_string(),
+        size_bytes,
+        home_pool: tiervisor_engine::PoolId(home as u16),
+        fast_pool: None,
+        provisioning,
+        placement: Placement::Pinned,
+        log: None,
+        qos: Default::default(),
+    })
+}

@@ -1,0 +1,132 @@
+//! `tiervisor ctl volume`: create and list volumes of a running server.
+
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::cmd_ctl_migrate::ask;
+use crate::cmd_serve::Target;
+
+#[derive(Subcommand)]
+pub enum VolumeCmd {
+    /// Create a volume while the server runs; it is exported once it is durable (with
+    /// --wait, this command returns then). It is recorded in the pools, not in the
+    /// configuration file, and is served at every start like the others.
+    Create {
+        /// The new volume's (export's) name.
+        name: String,
+        /// Its size (e.g. 10g), a multiple of 512 bytes.
+        #[arg(long)]
+        size: String,
+        /// The pool its chunks go to (default: the first pool).
+        #[arg(long)]
+        pool: Option<String>,
+        /// Reserve all its space now (a contiguous, zeroed region) instead of on first write.
+        #[arg(long)]
+        thick: bool,
+        /// Wait until it is exported (at most 60 s).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every volume: name, size, pool, provisioning, placement, and whether it is ready.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
+    match cmd {
+        VolumeCmd::Create {
+            name,
+            size,
+            pool,
+            thick,
+            wait,
+            target,
+        } => {
+            let size_bytes = tiervisor_conf::parse_size(&size)
+                .map_err(|e| Failure::input(format!("--size {size}: {e}")))?;
+            let req = json!({
+                "cmd": "volume",
+                "action": "create",
+                "name": name,
+                "size_bytes": size_bytes,
+                "pool": pool,
+                "provisioning": if thick { "thick" } else { "thin" },
+            });
+            ask(&target, req)?;
+            if !wait {
+                println!("{name}: being created (ctl volume list shows when it is ready)");
+                return Ok(());
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let v = list(&target)?;
+                match state_of(&v, &name) {
+                    Some("ready") => {
+                        println!("{name}: created and exported");
+                        return Ok(());
+                    }
+                    Some(_) if Instant::now() < deadline => {}
+                    Some(_) => {
+                        return Err(Failure::run(format!(
+                            "{name}: still being created after 60 s"
+                        )));
+                    }
+                    // Gone: the creation failed; the server's log says why.
+                    None => {
+                        return Err(Failure::run(format!(
+                            "{name}: the creation failed (the server's log says why)"
+                        )));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        VolumeCmd::List { json, target } => {
+            let v = list(&target)?;
+            if json {
+                println!("{}", v["volumes"]);
+                return Ok(());
+            }
+            println!(
+                "{:<24} {:>14} {:<10} {:<6} {:<8} state",
+                "volume", "bytes", "pool", "prov", "place"
+            );
+            for x in v["volumes"].as_array().into_iter().flatten() {
+                let s = |k: &str| x[k].as_str().unwrap_or("-").to_string();
+                println!(
+                    "{:<24} {:>14} {:<10} {:<6} {:<8} {}",
+                    s("name"),
+                    x["size_bytes"]
+                        .as_u64()
+                        .map_or("-".into(), |b| b.to_string()),
+                    s("pool"),
+                    s("provisioning"),
+                    s("placement"),
+                    s("state")
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn list(target: &Target) -> Result<Value, Failure> {
+    ask(target, json!({"cmd": "volume", "action": "list"}))
+}
+
+fn state_of<'a>(v: &'a Value, name: &str) -> Option<&'a str> {
+    v["volumes"]
+        .as_array()?
+        .iter()
+        .find(|x| x["name"] == name)?["state"]
+        .as_str()
+}

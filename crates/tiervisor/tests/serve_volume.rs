@@ -1,0 +1,185 @@
+//! `tiervisor ctl volume create` and `list` on a running server: a volume made while
+//! another is written to is exported once durable, keeps its data across restarts, and a
+//! kill -9 at any moment of its creation leaves it whole or absent, the others intact.
+
+mod support;
+
+use std::process::Command;
+
+use support::raw_nbd::*;
+use support::*;
+
+const CONFIG: &str = r#"
+chunk = "1m"
+journal = "1m"
+[[pool]]
+name = "ssd"
+path = "ssd.pool"
+size = "64m"
+kind = "ssd"
+[[pool]]
+name = "hdd"
+path = "hdd.pool"
+size = "128m"
+kind = "hdd"
+[[volume]]
+name = "vm1"
+size = "16m"
+pool = "hdd"
+placement = "pinned"
+"#;
+
+const MIB: u64 = 1 << 20;
+
+fn ctl(d: &TempDir, args: &[&str]) -> (bool, String) {
+    try_run(
+        Command::new(bin())
+            .arg("ctl")
+            .args(args)
+            .arg("--data-dir")
+            .arg(d.path()),
+    )
+}
+
+fn list(d: &TempDir) -> serde_json::Value {
+    let (ok, out) = ctl(d, &["volume", "list", "--json"]);
+    assert!(ok, "{out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+fn start(d: &TempDir, first: bool) -> ServerProc {
+    let conf = d.path().join("c.toml");
+    if first {
+        std::fs::write(&conf, CONFIG).unwrap();
+        ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()])
+    } else {
+        ServerProc::start_plain(d.path(), &["--config", conf.to_str().unwrap()])
+    }
+}
+
+fn write_flush(addr: &str, volume: &str, off: u64, data: &[u8]) {
+    let mut c = handshake(addr, volume);
+    assert_eq!(write_at(&mut c, off, data), 0, "{volume}");
+    assert_eq!(flush_all(&mut c), 0, "{volume}");
+}
+
+#[test]
+fn a_volume_created_while_serving_is_exported_and_survives_a_restart() {
+    let d = TempDir::new("vol-create");
+    let s = start(&d, true);
+    let a = pattern(256 << 10, 0x11);
+    write_flush(&s.addr, "vm1", MIB, &a);
+    let (ok, out) = ctl(
+        &d,
+        &[
+            "volume", "create", "new", "--size", "32m", "--pool", "ssd", "--wait",
+        ],
+    );
+    assert!(ok && out.contains("created and exported"), "{out}");
+    let (ok, out) = ctl(
+        &d,
+        &[
+            "volume", "create", "fat", "--size", "8m", "--thick", "--wait",
+        ],
+    );
+    assert!(ok, "{out}");
+    let v = list(&d);
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    assert_eq!(names, ["vm1", "new", "fat"], "{v}");
+    assert!(
+        v.as_array().unwrap().iter().all(|x| x["state"] == "ready"),
+        "{v}"
+    );
+    assert_eq!(v[1]["pool"], "ssd");
+    assert_eq!(v[2]["provisioning"], "thick");
+    let b = pattern(128 << 10, 0x22);
+    write_flush(&s.addr, "new", 20 * MIB, &b);
+    let mut fat = handshake(&s.addr, "fat");
+    assert_eq!(read_at(&mut fat, 0, 8 * MIB as usize), vec![0u8; 8 << 20]);
+    drop(fat);
+    // Refusals say why and exit non-zero.
+    for (args, why) in [
+        (&["volume", "create", "new", "--size", "8m"][..], "exists"),
+        (
+            &["volume", "create", "x", "--size", "1000"][..],
+            "multiple of 512",
+        ),
+        (
+            &["volume", "create", "x", "--size", "8m", "--pool", "tape"][..],
+            "no pool \"tape\"",
+        ),
+        (
+            &["volume", "create", "x", "--size", "1g", "--thick"][..],
+            "contiguous free chunks",
+        ),
+    ] {
+        let (ok, out) = ctl(&d, args);
+        assert!(!ok && out.contains(why), "{args:?}: {out}");
+    }
+    assert_eq!(s.term(), Some(0));
+    // Recorded in the pools, not the configuration: served again after a restart.
+    let s = start(&d, false);
+    let mut c = handshake(&s.addr, "new");
+    assert_eq!(read_at(&mut c, 20 * MIB, b.len()), b);
+    let mut c = handshake(&s.addr, "vm1");
+    assert_eq!(read_at(&mut c, MIB, a.len()), a);
+    drop(c);
+    assert_eq!(s.term(), Some(0));
+}
+
+#[test]
+fn a_kill_during_a_creation_leaves_the_volume_whole_or_absent() {
+    let d = TempDir::new("vol-kill");
+    let mut s = start(&d, true);
+    let a = pattern(64 << 10, 0x33);
+    write_flush(&s.addr, "vm1", 0, &a);
+    let mut seen_whole = 0;
+    for (i, delay_ms) in [0u64, 1, 2, 5, 10].into_iter().enumerate() {
+        let name = format!("v{i}");
+        let (ok, out) = ctl(&d, &["volume", "create", &name, "--size", "16m", "--thick"]);
+        assert!(ok, "{out}");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.kill9();
+        s = start(&d, false);
+        let mut c = handshake(&s.addr, "vm1");
+        assert_eq!(
+            read_at(&mut c, 0, a.len()),
+            a,
+            "after killing the creation of {name}"
+        );
+        drop(c);
+        let v = list(&d);
+        match v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name.as_str())
+        {
+            Some(x) => {
+                assert_eq!(x["state"], "ready", "{v}");
+                seen_whole += 1;
+                let b = pattern(4096, i as u8);
+                write_flush(&s.addr, &name, 4 * MIB, &b);
+                let mut c = handshake(&s.addr, &name);
+                assert_eq!(read_at(&mut c, 0, 4096), vec![0u8; 4096], "{name}: zeroed");
+                assert_eq!(read_at(&mut c, 4 * MIB, 4096), b, "{name}");
+            }
+            None => {
+                // Absent, and its name can be used again.
+                let (ok, out) = ctl(&d, &["volume", "create", &name, "--size", "16m", "--wait"]);
+                assert!(ok, "{out}");
+            }
+        }
+    }
+    eprintln!("{seen_whole} of 5 creations were whole after kill -9");
+    assert_eq!(s.term(), Some(0));
+}
