@@ -254,6 +254,12 @@ pub struct EngineConfig {
     pub max_request_bytes: u64,
     /// Tell devices about freed chunks (punch holes in pool files).
     pub discard_freed: bool,
+    /// Whether a flush takes one of its pool's `queue_depth` slots while it runs. True for
+    /// the simulator's drives (a disk's cache flush holds the drive); false in `serve`,
+    /// where a flush is an `fdatasync` of a pool file and the kernel keeps taking reads and
+    /// writes beside it: at an HDD pool's depth of 1 it would otherwise hold every request
+    /// of the pool for the whole write-back (hundreds of ms under random writes).
+    pub flush_takes_queue_slot: bool,
     pub tiering: TieringConfig,
     pub log: LogConfig,
 }
@@ -278,6 +284,7 @@ impl Default for EngineConfig {
             commit_interval_ns: 1_000_000_000,
             max_request_bytes: MAX_REQUEST_BYTES,
             discard_freed: false,
+            flush_takes_queue_slot: true,
             tiering: TieringConfig::default(),
             log: LogConfig::default(),
         }

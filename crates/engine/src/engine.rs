@@ -53,6 +53,8 @@ pub(crate) struct Pool {
     /// The pool's scheduler behind its foreground/background classes.
     pub sched: Classes,
     pub in_flight: u32,
+    /// Flushes among `in_flight` (see `EngineConfig::flush_takes_queue_slot`).
+    pub flushes_in_flight: u32,
     pub stats: PoolStats,
     pub wait_until: Option<u64>,
     /// The longest a foreground or metadata operation waited in the scheduler.
@@ -151,6 +153,7 @@ impl Engine {
                         BACKGROUND_MAX_WAIT_NS,
                     ),
                     in_flight: 0,
+                    flushes_in_flight: 0,
                     stats: PoolStats::default(),
                     wait_until: None,
                     sched_wait_max_ns: 0,
@@ -360,7 +363,7 @@ impl Engine {
             }
             self.pools[pool].wait_until = None;
         }
-        while self.pools[pool].in_flight < self.pools[pool].cfg.queue_depth {
+        while self.slots_taken(pool) < self.pools[pool].cfg.queue_depth {
             match self.pools[pool].sched.dispatch(now) {
                 Dispatch::Op(q) => {
                     if self.ops[q.key].lane == Lane::Foreground {
@@ -375,6 +378,16 @@ impl Engine {
                     break;
                 }
             }
+        }
+    }
+
+    /// Operations holding one of the pool's `queue_depth` slots.
+    fn slots_taken(&self, pool: usize) -> u32 {
+        let p = &self.pools[pool];
+        if self.cfg.flush_takes_queue_slot {
+            p.in_flight
+        } else {
+            p.in_flight - p.flushes_in_flight
         }
     }
 
@@ -401,7 +414,10 @@ impl Engine {
                 c.write_ops += 1;
                 c.write_bytes += op.len_bytes;
             }
-            DevKind::Flush => p.stats.flushes += 1,
+            DevKind::Flush => {
+                p.stats.flushes += 1;
+                p.flushes_in_flight += 1;
+            }
             DevKind::Discard => {}
         }
     }
@@ -471,6 +487,9 @@ impl Engine {
         self.epochs.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
+        if op.kind == DevKind::Flush {
+            self.pools[pool].flushes_in_flight -= 1;
+        }
         // The throttle's contract, checked where the completion leaves it.
         if let Some((_, target)) = op.throttle
             && let Some(t) = &mut self.pools[pool].throttle

@@ -249,6 +249,14 @@ pub enum EngineEvent {
         volume: String,
         errno: Errno,
     },
+    /// A migration job changed phase (`MigrationPhase::name`); `paused` while the volume's
+    /// requests wait for the pivot. Drivers log it (the server with a wall-clock time, so a
+    /// client's stall can be set against the pause).
+    MigrationPhase {
+        volume: String,
+        phase: &'static str,
+        paused: bool,
+    },
 }
 
 /// Everything one engine call asks the driver to do.

@@ -12,6 +12,7 @@ pub mod pools;
 pub mod preflight;
 pub mod ratelimit;
 pub mod server;
+mod slowlog;
 pub mod space;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};

@@ -23,6 +23,7 @@ use crate::io::{self, Backend};
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
 use crate::pools::{PoolFile, open_pool};
 use crate::preflight::{self, StartOptions};
+use crate::slowlog::SlowLog;
 
 const TOK_TCP: Token = Token(0);
 const TOK_UNIX: Token = Token(1);
@@ -84,6 +85,8 @@ struct Route {
     offset: u64,
     /// Payload bytes the request holds (see `nbd::conn::payload_cost`).
     cost: u64,
+    /// When it arrived (ns since the server started), for `slowlog`.
+    received_ns: u64,
 }
 
 /// Counters the server keeps beside the engine's.
@@ -139,6 +142,7 @@ pub struct Server {
     log: Box<dyn FnMut(&str)>,
     /// Device errors and failed commits, logged through `tracing`, rate-limited.
     error_log: crate::ratelimit::RateLimit,
+    slow: SlowLog,
 }
 
 fn random_uuid() -> [u8; 16] {
@@ -160,6 +164,8 @@ fn random_uuid() -> [u8; 16] {
 fn engine_config(cfg: &ServerConfig, sizes: &[u64]) -> EngineConfig {
     let mut e = cfg.engine.clone();
     e.system_uuid = random_uuid();
+    // A flush is an fdatasync here: reads and writes go on beside it.
+    e.flush_takes_queue_slot = false;
     // Block devices report their size only once opened.
     for (p, &size_bytes) in e.pools.iter_mut().zip(sizes) {
         p.capacity_bytes = size_bytes;
@@ -332,6 +338,7 @@ impl Server {
             budget: Budget::new(cfg_inflight.0, cfg_inflight.1),
             log: Box::new(|_| {}),
             error_log: crate::ratelimit::RateLimit::new(20, Duration::from_secs(10)),
+            slow: SlowLog::new(),
         };
         s.engine.start(s.now(), mode, &mut s.out);
         let mut events = Events::with_capacity(64);
@@ -498,6 +505,11 @@ impl Server {
                 ),
                 EngineEvent::Failed { reason } => format!("engine failed: {reason}"),
                 EngineEvent::Warning { message } => format!("warning: {message}"),
+                EngineEvent::MigrationPhase { volume, phase, paused } => {
+                    let state = if paused { "paused" } else { "running" };
+                    tracing::info!("migration of {volume}: {phase} (volume {state})");
+                    return None;
+                }
                 e @ (EngineEvent::DeviceError { .. } | EngineEvent::CommitFailed { .. }) => {
                     self.log_error_event(e);
                     return None;
@@ -551,13 +563,14 @@ impl Server {
     /// Carry out the engine's outputs and feed back completions until nothing moves.
     fn drive(&mut self) {
         loop {
+            let now = self.now();
             for op in self.out.ops.drain(..) {
+                self.slow.submitted(now, &op);
                 self.backend.submit(op);
             }
-            let now = self.now();
             let comps = std::mem::take(&mut self.out.completions);
             for c in comps {
-                self.route_completion(c);
+                self.route_completion(now, c);
             }
             self.backend.commit();
             self.backend.reap(&mut self.comps);
@@ -565,15 +578,17 @@ impl Server {
                 break;
             }
             for c in std::mem::take(&mut self.comps) {
+                self.slow.completed(now, &c);
                 self.engine.device_done(now, c, &mut self.out);
             }
         }
     }
 
-    fn route_completion(&mut self, c: tiervisor_engine::VmCompletion) {
+    fn route_completion(&mut self, now: u64, c: tiervisor_engine::VmCompletion) {
         let Some(r) = self.routes.try_remove(c.id as usize) else {
             return;
         };
+        self.slow.answered(now, r.received_ns, r.cmd, r.offset);
         let Some(slot) = self.conns.get_mut(r.conn) else {
             return;
         };
@@ -728,6 +743,7 @@ impl Server {
                     cmd: w.cmd,
                     offset: w.offset,
                     cost: crate::nbd::conn::payload_cost(w.cmd, w.length),
+                    received_ns: now,
                 }) as u64;
                 let mut r = VmRequest::new(id, w.volume, w.kind, w.offset, w.length);
                 r.fua = w.fua;

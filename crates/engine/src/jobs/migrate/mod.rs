@@ -19,6 +19,7 @@
 mod cost;
 mod home;
 mod pass;
+mod presync;
 mod route;
 
 use std::collections::{BTreeSet, VecDeque};
@@ -162,6 +163,16 @@ impl MigrationPhase {
         }
     }
 
+    /// The volume's requests wait (the pivot's pause).
+    pub fn pauses_the_volume(self) -> bool {
+        matches!(
+            self,
+            MigrationPhase::Draining
+                | MigrationPhase::FinalCopy
+                | MigrationPhase::Committing { .. }
+        )
+    }
+
     /// The job is over: done, cancelled or failed.
     pub fn is_over(self) -> bool {
         matches!(
@@ -270,6 +281,8 @@ pub(crate) struct Job {
     /// DBT: dirty bytes when the last pass began.
     pub last_dirty_bytes: u64,
     pub cancel_wanted: bool,
+    /// The copy's flush before the pause (`presync.rs`).
+    pub presync: presync::PreSync,
     pub error: Option<String>,
     pub stats: MigrationStats,
 }
@@ -393,6 +406,7 @@ impl Engine {
             delayed: VecDeque::new(),
             last_dirty_bytes: u64::MAX,
             cancel_wanted: false,
+            presync: presync::PreSync::NotYet,
             error: None,
             stats: MigrationStats {
                 started_ns: now,

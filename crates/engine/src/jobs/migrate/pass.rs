@@ -29,12 +29,31 @@ impl Engine {
         for v in vols {
             self.release_delayed(now, v, out);
             self.pump_dups(now, v, out);
+            let before = self.migration_phase_of(v);
             // A few transitions can happen in one step; each returns when it must wait.
             for _ in 0..4 {
                 if !self.job_step(now, v, out) {
                     break;
                 }
             }
+            let after = self.migration_phase_of(v);
+            if after != before
+                && let Some(phase) = after
+            {
+                out.events.push(crate::types::EngineEvent::MigrationPhase {
+                    volume: self.vols[v as usize].rec.name.clone(),
+                    phase: phase.name(),
+                    paused: phase.pauses_the_volume(),
+                });
+            }
+        }
+    }
+
+    /// The phase of volume `v`'s running job, or of its last one once it is over.
+    fn migration_phase_of(&self, v: u32) -> Option<MigrationPhase> {
+        match self.migrations.jobs.get(&v) {
+            Some(job) => Some(job.phase),
+            None => self.migrations.finished.get(&v).map(|s| s.phase),
         }
     }
 
@@ -120,12 +139,12 @@ impl Engine {
                 false
             }
             Some(Err(_)) => false, // only busy chunks left: a completion retries
-            None => self.end_pass(now, v, pass),
+            None => self.end_pass(now, v, pass, out),
         }
     }
 
     /// After a pass: DBT goes round again while the dirty set shrinks; then pause.
-    fn end_pass(&mut self, now: u64, v: u32, pass: u32) -> bool {
+    fn end_pass(&mut self, now: u64, v: u32, pass: u32, out: &mut Outputs) -> bool {
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.stats.image_copied_ns.get_or_insert(now);
         if job.scheme == Scheme::Dbt {
@@ -139,6 +158,12 @@ impl Engine {
                 return true;
             }
         }
+        // The destination holds the whole copy unflushed: flush it while the volume still
+        // runs, so the pivot's paused commit flushes only what the drain adds.
+        if !self.presynced(now, v, out) {
+            return false;
+        }
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.phase = MigrationPhase::Draining;
         job.stats.paused_ns = Some(now);
         true
