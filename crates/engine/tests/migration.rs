@@ -504,7 +504,7 @@ fn control_routes_migrations_and_refuses_each_bad_request() {
     ctl(&mut r, rate).unwrap();
     let st = r.engine.migration_status(v).unwrap();
     assert_eq!(st.rate_bytes_per_s, 3 << 20);
-    assert!(st.chunks_copied < st.chunks, "still copying: {st:?}");
+    assert!(st.chunks_done < st.chunks, "still copying: {st:?}");
     ctl(&mut r, Control::CancelMigration { volume: v }).unwrap();
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Cancelled);
@@ -669,7 +669,7 @@ fn a_cancel_flushes_the_copied_back_data_before_dropping_the_entries() {
         start(&mut r, params(s));
         if s == Scheme::Slr {
             // SLR writes to the destination only in the copied region: let chunk 0 copy.
-            while r.engine.migration_status(v).unwrap().chunks_copied == 0 {
+            while r.engine.migration_status(v).unwrap().chunks_done == 0 {
                 assert!(r.release_one().is_some(), "the copy stalled");
             }
             held_write(&mut r, &mut reference, 4096, 61, 4096);
@@ -787,7 +787,7 @@ fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_mov
             while r
                 .engine
                 .migration_status(vid(&r))
-                .is_some_and(|s| s.chunks_copied < 4)
+                .is_some_and(|s| s.chunks_done < 4)
             {
                 if r.release_one().is_none() {
                     break;
@@ -814,4 +814,43 @@ fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_mov
             check(&mut r, &reference, &format!("{what}: finished, crashed"));
         }
     }
+}
+
+/// `chunks_copied` counts chunks whose data was copied, not the unmapped ones the copy
+/// passed; the job's cost (equations 1-4) is there for its gamma once the volume had I/O.
+#[test]
+fn a_job_counts_only_chunks_it_copied_and_reports_its_cost() {
+    let (mut r, mut reference) = setup();
+    let v = vid(&r);
+    r.tick(1_000_000_000);
+    start(
+        &mut r,
+        MigrationParams {
+            gamma: 0.25,
+            rate_bytes_per_s: 4 << 20,
+            ..params(Scheme::Mirror)
+        },
+    );
+    // During the copy (it takes 1.5 s at 4 MiB/s).
+    write_ref(&mut r, &mut reference, 5 * MIB + 4096, 77, 8192);
+    finish(&mut r);
+    assert_eq!(phase(&r), MigrationPhase::Done);
+    let st = r.engine.migration_status(v).unwrap();
+    // The volume has 40 chunks, 6 of them written: the copy passed all, copied 6.
+    assert_eq!((st.chunks, st.chunks_done), (40, 40), "{st:?}");
+    assert_eq!(st.stats.chunks_copied, CHUNKS, "{st:?}");
+    assert_eq!(st.stats.image_bytes, CHUNKS * MIB, "{st:?}");
+    let cost = st.cost().expect("the volume had requests before the job");
+    assert_eq!(cost.gamma, 0.25);
+    // Wear is SSD-bound bytes per VM byte written during the job.
+    assert_eq!(st.stats.vm_write_bytes, 8192, "{st:?}");
+    let wear = st.stats.ssd_write_bytes as f64 / st.stats.vm_write_bytes as f64;
+    assert_eq!(cost.lambda_wear, wear);
+    assert!(
+        cost.lambda_migration_time > 0.0 && cost.lambda_io >= 0.0,
+        "{cost:?}"
+    );
+    let mc = cost.lambda_migration_time * (0.25 * cost.lambda_wear + 0.75 * cost.lambda_io);
+    assert!((cost.mc - mc).abs() < 1e-12, "{cost:?}");
+    check(&mut r, &reference, "after the pivot");
 }

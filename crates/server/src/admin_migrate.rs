@@ -160,7 +160,8 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
     let s = &m.stats;
     let end = s.finished_ns.unwrap_or(now);
     let over = m.phase.is_over();
-    let left_bytes = (m.chunks - m.chunks_copied) * cb;
+    let left_bytes = (m.chunks - m.chunks_done) * cb;
+    let cost = m.cost();
     let eta_s = (!over).then(|| left_bytes as f64 / m.rate_bytes_per_s.max(1) as f64);
     let pass = match m.phase {
         tiervisor_engine::jobs::migrate::MigrationPhase::Copying { pass } => pass,
@@ -176,10 +177,11 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
         "running": !over,
         "pass": pass,
         "chunks": m.chunks,
-        "chunks_copied": m.chunks_copied,
+        "chunks_done": m.chunks_done,
+        "chunks_copied": s.chunks_copied,
         "percent_copied": m.percent_copied(),
         "image_bytes": m.chunks * cb,
-        "image_bytes_copied": m.chunks_copied * cb,
+        "image_bytes_done": m.chunks_done * cb,
         "copied_bytes": s.copied_bytes,
         "dirty_bytes": s.dirty_bytes,
         "redundant_bytes": s.redundant_bytes,
@@ -191,6 +193,11 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
         "image_copy_s": s.image_copied_ns.map(|t| t.saturating_sub(s.started_ns) as f64 / 1e9),
         "eta_s": eta_s,
         "downtime_ms": s.downtime_ns as f64 / 1e6,
+        "gamma": m.gamma,
+        "lambda_io": cost.map(|c| c.lambda_io),
+        "lambda_migration_time": cost.map(|c| c.lambda_migration_time),
+        "lambda_wear": cost.map(|c| c.lambda_wear),
+        "mc": cost.map(|c| c.mc),
         "error": m.error,
     })
 }
@@ -199,15 +206,16 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
 pub fn status_line(m: &Value) -> String {
     let mib = |k: &str| m[k].as_f64().unwrap_or(0.0) / 1048576.0;
     let mut line = format!(
-        "{} -> {} ({}): {} pass {}, {:.1} of {:.1} MiB copied ({:.0} %), {:.1} MiB dirty, {:.1} MiB redundant, {:.1} s elapsed, rate {:.1} MB/s",
+        "{} -> {} ({}): {} pass {}, {:.1} of {:.1} MiB done ({:.0} %, {} chunk(s) copied), {:.1} MiB dirty, {:.1} MiB redundant, {:.1} s elapsed, rate {:.1} MB/s",
         m["volume"].as_str().unwrap_or("?"),
         m["to"].as_str().unwrap_or("?"),
         m["scheme"].as_str().unwrap_or("?"),
         m["phase"].as_str().unwrap_or("?"),
         m["pass"],
-        mib("image_bytes_copied"),
+        mib("image_bytes_done"),
         mib("image_bytes"),
         m["percent_copied"].as_f64().unwrap_or(0.0),
+        m["chunks_copied"],
         mib("dirty_bytes"),
         mib("redundant_bytes"),
         m["elapsed_s"].as_f64().unwrap_or(0.0),
@@ -220,6 +228,16 @@ pub fn status_line(m: &Value) -> String {
         line += &format!(
             ", pivot downtime {:.2} ms",
             m["downtime_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if let Some(mc) = m["mc"].as_f64() {
+        let f = |k: &str| m[k].as_f64().unwrap_or(0.0);
+        line += &format!(
+            ", lambda_IO {:.2}, lambda_time {:.2}, lambda_wear {:.2}, MC {mc:.3} at gamma {:.2}",
+            f("lambda_io"),
+            f("lambda_migration_time"),
+            f("lambda_wear"),
+            f("gamma")
         );
     }
     if let Some(e) = m["error"].as_str() {

@@ -69,6 +69,7 @@ impl MigrationWatch {
         let secs = |ns: u64| ns as f64 / 1e9;
         let start = rel(st.started_ns);
         let end = st.finished_ns.map(rel);
+        let cost = s.cost();
         MigrationReport {
             volume: s.volume.clone(),
             scheme: s.scheme.name().to_string(),
@@ -92,6 +93,11 @@ impl MigrationWatch {
             aio_delays: st.aio_delays,
             iops_before: self.rate(vol, 0, start),
             iops_during: end.and_then(|e| self.rate(vol, start, e)),
+            gamma: s.gamma,
+            lambda_io: cost.map(|c| c.lambda_io),
+            lambda_migration_time: cost.map(|c| c.lambda_migration_time),
+            lambda_wear: cost.map(|c| c.lambda_wear),
+            mc: cost.map(|c| c.mc),
         }
     }
 }

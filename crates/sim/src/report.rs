@@ -262,6 +262,13 @@ pub struct MigrationReport {
     /// started with the workloads) and during it (None when it did not finish).
     pub iops_before: Option<f64>,
     pub iops_during: Option<f64>,
+    /// Seed 004's cost for the job's gamma (`MigrationStatus::cost`: None when the volume
+    /// had no requests before the job or nothing to copy).
+    pub gamma: f64,
+    pub lambda_io: Option<f64>,
+    pub lambda_migration_time: Option<f64>,
+    pub lambda_wear: Option<f64>,
+    pub mc: Option<f64>,
 }
 
 /// One interval of a run.
@@ -399,7 +406,7 @@ impl SimReport {
         }
         let _ = writeln!(
             s,
-            "\n{:<16} {:<7} {:<10} {:>8} {:>9} {:>11} {:>12} {:>12} {:>12} {:>10}",
+            "\n{:<16} {:<7} {:<10} {:>8} {:>9} {:>11} {:>12} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
             "migration",
             "scheme",
             "phase",
@@ -409,13 +416,19 @@ impl SimReport {
             "copied MiB",
             "redund. MiB",
             "SSD wr MiB",
-            "IOPS"
+            "IOPS",
+            "l_IO",
+            "l_time",
+            "l_wear",
+            "MC",
+            "gamma"
         );
+        let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.3}"));
         let mib = |b: u64| b as f64 / 1048576.0;
         for m in &self.migrations {
             let _ = writeln!(
                 s,
-                "{:<16} {:<7} {:<10} {:>8.3} {:>9} {:>11.3} {:>12.1} {:>12.1} {:>12.1} {:>10}",
+                "{:<16} {:<7} {:<10} {:>8.3} {:>9} {:>11.3} {:>12.1} {:>12.1} {:>12.1} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6.2}",
                 format!("{} -> {}", m.volume, m.to),
                 m.scheme,
                 m.phase,
@@ -426,6 +439,11 @@ impl SimReport {
                 mib(m.redundant_bytes),
                 mib(m.ssd_write_bytes),
                 m.iops_during.map_or("-".into(), |r| format!("{r:.0}")),
+                opt(m.lambda_io),
+                opt(m.lambda_migration_time),
+                opt(m.lambda_wear),
+                opt(m.mc),
+                m.gamma,
             );
             if let Some(e) = &m.error {
                 let _ = writeln!(s, "  error: {e}");

@@ -203,6 +203,18 @@ pub struct MigrationStats {
     pub dirty_bytes: u64,
     pub pass: u32,
     pub aio_delays: u64,
+    /// Chunks whose data the copy wrote to the destination (first copies; not the ones
+    /// it passed because they were unmapped, already there, or all written by the VM).
+    pub chunks_copied: u64,
+    /// Bytes of the volume on other pools when the job started: what a copy alone moves.
+    pub image_bytes: u64,
+    /// The volume's requests before the job (from its first request) and during it, for
+    /// lambda_IO.
+    pub vm_requests_before: u64,
+    pub vm_active_before_ns: u64,
+    pub vm_requests_during: u64,
+    /// Time since the start (to the end, once over).
+    pub elapsed_ns: u64,
 }
 
 /// A job's public view.
@@ -216,7 +228,11 @@ pub struct MigrationStatus {
     pub why: String,
     pub phase: MigrationPhase,
     pub chunks: u64,
-    pub chunks_copied: u64,
+    /// Chunks the copy has passed: copied, or nothing to copy (`stats.chunks_copied`
+    /// counts those whose data it copied).
+    pub chunks_done: u64,
+    /// Wear against I/O performance in the cost (`MigrationParams::gamma`).
+    pub gamma: f64,
     pub error: Option<String>,
     /// The copy rate cap now (`set_migration_rate` changes it).
     pub rate_bytes_per_s: u64,
@@ -228,7 +244,34 @@ impl MigrationStatus {
         if self.chunks == 0 {
             return 100.0;
         }
-        100.0 * self.chunks_copied as f64 / self.chunks as f64
+        100.0 * self.chunks_done as f64 / self.chunks as f64
+    }
+
+    /// Seed 004's equations (1)-(4) for this job and its gamma, from what it measured:
+    /// lambda_IO compares the volume's request rate during the job with its average from
+    /// its first request to the job's start (a steady workload's rate without migration);
+    /// lambda_migration_time divides the time so far by the image's copy alone at the
+    /// rate cap; lambda_wear is SSD-bound bytes per VM byte written. None when the volume
+    /// had no requests before the job, or nothing to copy.
+    pub fn cost(&self) -> Option<MigrationCost> {
+        let st = &self.stats;
+        if st.vm_requests_before == 0 || st.vm_active_before_ns == 0 || st.image_bytes == 0 {
+            return None;
+        }
+        let per_s = |n: u64, ns: u64| n as f64 * 1e9 / ns.max(1) as f64;
+        let image_copy_time_ns =
+            (st.image_bytes as f64 * 1e9 / self.rate_bytes_per_s.max(1) as f64) as u64;
+        Some(MigrationCost::measured(
+            &CostInputs {
+                migration_time_ns: st.elapsed_ns,
+                image_copy_time_ns,
+                best_io: per_s(st.vm_requests_before, st.vm_active_before_ns),
+                io_during: per_s(st.vm_requests_during, st.elapsed_ns),
+                workload_write_bytes: st.vm_write_bytes,
+                ssd_write_bytes: st.ssd_write_bytes,
+            },
+            self.gamma,
+        ))
     }
 }
 
@@ -385,6 +428,16 @@ impl Engine {
         if from.is_empty() {
             from.push(vol.rec.home_pool);
         }
+        let image_bytes = (0..self.pools.len())
+            .filter(|&p| p != params.to.0 as usize)
+            .map(|p| vol.chunks_on[p])
+            .sum::<u64>()
+            * self.cfg.chunk_bytes;
+        let vm_requests_before = vol.stats.requests();
+        let vm_active_before_ns = vol
+            .stats
+            .first_arrival_ns
+            .map_or(0, |t| now.saturating_sub(t));
         let mut job = Job {
             vol: vi,
             scheme,
@@ -411,6 +464,9 @@ impl Engine {
             stats: MigrationStats {
                 started_ns: now,
                 pass: 1,
+                image_bytes,
+                vm_requests_before,
+                vm_active_before_ns,
                 ..Default::default()
             },
             params,
@@ -654,16 +710,23 @@ impl Engine {
             why: j.why.clone(),
             phase: j.phase,
             chunks: j.progress.len() as u64,
-            chunks_copied: j
+            chunks_done: j
                 .progress
                 .iter()
                 .filter(|&&p| p == Progress::Copied)
                 .count() as u64,
+            gamma: j.params.gamma,
             error: j.error.clone(),
             rate_bytes_per_s: j.params.rate_bytes_per_s,
             stats: MigrationStats {
                 dirty_bytes: j.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
                     * j.params.granularity_bytes,
+                vm_requests_during: self.vols[j.vol as usize]
+                    .stats
+                    .requests()
+                    .saturating_sub(j.stats.vm_requests_before),
+                elapsed_ns: j.stats.finished_ns.unwrap_or(self.last_now_ns)
+                    - j.stats.started_ns.min(self.last_now_ns),
                 ..j.stats.clone()
             },
         }

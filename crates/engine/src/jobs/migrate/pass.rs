@@ -433,6 +433,7 @@ impl Engine {
         } else {
             if job.progress[c as usize] == Progress::Copying {
                 job.progress[c as usize] = Progress::Copied;
+                job.stats.chunks_copied += 1;
             }
             if job.scheme == Scheme::Lr {
                 self.lr_switch(now, v, c);
