@@ -177,6 +177,8 @@ pub struct VolumeRecord {
     pub journal_pool: PoolId,
     pub journal_first_chunk: u64,
     pub journal_chunks: u32,
+    /// The migration job running on the volume, resumed at mount (`jobs/migrate/resume.rs`).
+    pub migration: Option<crate::jobs::migrate::MigrationParams>,
 }
 
 /// The table of volumes, stored twice on the metadata pool; the newest valid copy wins.
@@ -232,6 +234,7 @@ impl VolumeTable {
                 .u32(v.journal_chunks);
             encode_placement(&mut e, &v.placement);
             e.u16(v.fast_pool.map_or(u16::MAX, |p| p.0));
+            crate::jobs::migrate::encode_job(&mut e, v.migration.as_ref());
             e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES);
         }
         e.seal(VOLTAB_SLOT_BYTES as usize)
@@ -274,7 +277,9 @@ impl VolumeTable {
                 u16::MAX => None,
                 p => Some(PoolId(p)),
             };
+            let migration = crate::jobs::migrate::decode_job(&mut d)?;
             volumes.push(VolumeRecord {
+                migration,
                 fast_pool,
                 id,
                 name,
@@ -456,6 +461,14 @@ mod tests {
                     journal_pool: PoolId(0),
                     journal_first_chunk: 5 + i as u64,
                     journal_chunks: 4,
+                    // A running migration job is recorded with its parameters.
+                    migration: (i == 2).then(|| crate::jobs::migrate::MigrationParams {
+                        scheme: crate::jobs::migrate::SchemeChoice::Fixed(
+                            crate::jobs::migrate::Scheme::Slr,
+                        ),
+                        gamma: 0.3,
+                        ..crate::jobs::migrate::MigrationParams::new(PoolId(1))
+                    }),
                 })
                 .collect(),
         };

@@ -448,6 +448,7 @@ impl Engine {
             journal_pool: meta,
             journal_first_chunk: jfirst,
             journal_chunks: journal_chunks as u32,
+            migration: None,
         };
         let header = JournalHeader {
             volume_id: id,
@@ -653,6 +654,7 @@ impl Engine {
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);
                 self.arm_tier_timer(now);
+                self.resume_migrations(now, out);
                 Ok(())
             }
             Phase::Allocating => self.write_mount_metadata(now, out),

@@ -854,3 +854,51 @@ fn a_job_counts_only_chunks_it_copied_and_reports_its_cost() {
     assert!((cost.mc - mc).abs() < 1e-12, "{cost:?}");
     check(&mut r, &reference, "after the pivot");
 }
+
+/// A job is recorded in the volume table: after a crash mid-copy the mount starts it
+/// again with its scheme and parameters, every flushed write intact, and it finishes.
+#[test]
+fn a_job_interrupted_by_a_crash_resumes_at_mount() {
+    for s in Scheme::ALL {
+        let (mut r, mut reference) = setup();
+        start(
+            &mut r,
+            MigrationParams {
+                rate_bytes_per_s: 4 << 20,
+                gamma: 0.75,
+                ..params(s)
+            },
+        );
+        r.tick(300_000_000);
+        write_ref(&mut r, &mut reference, 4 * MIB + 4096, 60, 8192);
+        write_ref(&mut r, &mut reference, 4096, 61, 4096);
+        r.flush(VOL);
+        let before = r.engine.migration_status(vid(&r)).unwrap();
+        assert!(!before.phase.is_over(), "{s:?}: over before the crash");
+        r.crash_and_mount();
+        let st = r.engine.migration_status(vid(&r));
+        let st = st.unwrap_or_else(|| panic!("{s:?}: no job after the mount"));
+        assert!(!st.phase.is_over(), "{s:?}: {:?}", st.phase);
+        assert_eq!(
+            (st.scheme, st.gamma, st.rate_bytes_per_s),
+            (s, 0.75, 4 << 20),
+            "{s:?}"
+        );
+        assert!(
+            r.events.iter().any(
+                |e| matches!(e, EngineEvent::Warning { message } if message.contains("resumed"))
+            ),
+            "{s:?}: {:?}",
+            r.events
+        );
+        check(&mut r, &reference, &format!("{s:?} after the crash"));
+        finish(&mut r);
+        assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
+        assert!(pools(&r).iter().all(|p| *p == Some(SSD)), "{s:?}");
+        check(&mut r, &reference, &format!("{s:?} resumed and done"));
+        // The finished job is no longer recorded: nothing resumes at the next mount.
+        r.crash_and_mount();
+        assert!(r.engine.migration_status(vid(&r)).is_none(), "{s:?}");
+        check(&mut r, &reference, &format!("{s:?} done, crashed"));
+    }
+}

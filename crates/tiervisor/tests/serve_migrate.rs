@@ -2,9 +2,8 @@
 //! a known pattern through NBD while `ctl migrate` moves the volume from the HDD pool file
 //! to the SSD pool file. Every block then reads back its last written content, the data
 //! lives on the new pool (`ctl stat`), and after a restart the volume is still there with
-//! its data. A kill -9 in the middle of the copy loses no flushed write; the job is not
-//! resumed by the restart (the source, or LR's journaled `Moved` entries, hold the data),
-//! and starting it again finishes it.
+//! its data. A kill -9 in the middle of the copy loses no flushed write, and the restart
+//! resumes the job (recorded in the volume table), which finishes.
 
 mod support;
 
@@ -297,12 +296,11 @@ fn slr_moves_a_volume_under_writes_and_it_stays_moved() {
     migrates_under_writes("slr");
 }
 
-/// kill -9 while LR copies (LR has written new data to the destination before the
-/// pivot): after the restart every flushed write reads back, no job runs, and starting
-/// the migration again finishes it with the data intact.
-#[test]
-fn kill9_during_an_lr_copy_keeps_every_flushed_write() {
-    let d = TempDir::new("mig-kill");
+/// kill -9 in the middle of a copy: after the restart every flushed write reads back and
+/// the job, recorded in the volume table, runs again with its scheme (LR adopts the data it
+/// wrote to the destination before the pivot; mirror's copy starts over) and finishes.
+fn kill9_during_a_copy_resumes_at_restart(scheme: &str) {
+    let d = TempDir::new(&format!("mig-kill-{scheme}"));
     let s = start_server(&d);
     let r = fill(&s.addr);
     let w = Writer::start(&s.addr, r, 0x4b11);
@@ -316,7 +314,7 @@ fn kill9_during_an_lr_copy_keeps_every_flushed_write() {
             "--to",
             "ssd",
             "--scheme",
-            "lr",
+            scheme,
             "--rate-mb-s",
             "2",
         ],
@@ -330,18 +328,29 @@ fn kill9_during_an_lr_copy_keeps_every_flushed_write() {
     s.kill9();
 
     let s = start_server(&d);
-    verify(&s.addr, &r, "after kill -9 mid-copy");
-    let none = ctl(&d, &["migrate", "status"]);
-    assert!(none.contains("no migrations"), "{none}");
-    ctl(
-        &d,
-        &["migrate", "start", "vm1", "--to", "ssd", "--scheme", "lr"],
+    verify(&s.addr, &r, &format!("{scheme}: after kill -9 mid-copy"));
+    let m = status(&d);
+    assert_eq!(
+        (&m["scheme"], m["running"].as_bool()),
+        (&serde_json::json!(scheme), Some(true)),
+        "resumed at the restart: {m}"
     );
+    ctl(&d, &["migrate", "set-rate", "vm1", "200"]);
     let m = wait_over(&d);
     assert_eq!(m["phase"], "done", "{m}");
-    verify(&s.addr, &r, "after the restarted job");
+    verify(&s.addr, &r, &format!("{scheme}: after the resumed job"));
     assert_eq!(chunks(&d).1, 0, "vm1 left the HDD");
     assert_eq!(s.term(), Some(0));
+}
+
+#[test]
+fn kill9_during_an_lr_copy_keeps_every_flushed_write_and_the_job_resumes() {
+    kill9_during_a_copy_resumes_at_restart("lr");
+}
+
+#[test]
+fn kill9_during_a_mirror_copy_keeps_every_flushed_write_and_the_job_resumes() {
+    kill9_during_a_copy_resumes_at_restart("mirror");
 }
 
 /// Refusals reach the operator with the reason and a non-zero exit status.

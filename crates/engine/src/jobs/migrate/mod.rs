@@ -20,11 +20,13 @@ mod cost;
 mod home;
 mod pass;
 mod presync;
+mod resume;
 mod route;
 
 use std::collections::{BTreeSet, VecDeque};
 
 pub use cost::{CostInputs, MigrationCost, predict_cost};
+pub(crate) use resume::{decode_job, encode_job};
 
 use crate::bucket::TokenBucket;
 use crate::control::ControlError;
@@ -477,7 +479,12 @@ impl Engine {
         job.bucket
             .fill(now, (rate / 4).max(2 * self.cfg.chunk_bytes));
         self.migrations.finished.remove(&vi);
+        let recorded = MigrationParams {
+            scheme: SchemeChoice::Fixed(scheme),
+            ..job.params.clone()
+        };
         self.migrations.jobs.insert(vi, job);
+        self.record_job(now, vi, Some(recorded), out);
         self.migration_step(now, out);
         Ok(self.migration_status(v).expect("just started"))
     }

@@ -573,6 +573,7 @@ impl Engine {
         };
         job.phase = phase;
         job.stats.finished_ns = Some(now);
+        self.record_job(now, v, None, out);
         if let Some(at) = job.stats.paused_ns.take() {
             job.stats.downtime_ns += now - at;
         }
