@@ -85,8 +85,8 @@ impl InjectedBug {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     /// One per live-migration scheme: DST catches all but `aio-unordered-dups` within its
-    /// CI seed set (`crates/sim/tests/dst.rs`), `tests/migration.rs` catches dbt, lr and
-    /// slr's at the engine level (docs/TESTING.md).
+    /// CI seed set (`crates/sim/tests/dst.rs`), `tests/migration.rs` catches every one at
+    /// the engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 5] {
         [
             InjectedBug::DbtMissesDirty,

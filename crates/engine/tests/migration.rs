@@ -567,7 +567,9 @@ fn scenario_holds(s: Scheme, bug: Option<InjectedBug>) -> bool {
 #[test]
 fn the_routing_checks_catch_each_schemes_injected_bug() {
     // In-order devices cannot reorder AIO's duplicates or race mirror's acknowledgement:
-    // those two bugs are DST's to catch (crates/sim/tests/dst.rs).
+    // the tests of those two bugs reorder the held operations themselves
+    // (`a_mirrored_write_is_acknowledged_only_after_its_duplicate`,
+    // `aio_duplicates_of_a_chunk_land_in_order`).
     for (s, bug) in [
         (Scheme::Dbt, InjectedBug::DbtMissesDirty),
         (Scheme::Lr, InjectedBug::LrReadsSource),
@@ -901,4 +903,70 @@ fn a_job_interrupted_by_a_crash_resumes_at_mount() {
         assert!(r.engine.migration_status(vid(&r)).is_none(), "{s:?}");
         check(&mut r, &reference, &format!("{s:?} done, crashed"));
     }
+}
+
+/// Under AIO, two writes to the same block of a copied chunk, each acknowledged once its
+/// source write is done; the destination may complete duplicates in any order, so the
+/// device here completes the held ones newest first. True if the volume (read from the
+/// destination after the pivot) holds the second write, as it must: the duplicates of a
+/// chunk go one at a time, in order.
+fn aio_keeps_the_newest_write_on_the_destination(bug: Option<InjectedBug>) -> bool {
+    let mut r = Rig::with_bug(config(1 << 20), bug);
+    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
+    for c in 0..CHUNKS {
+        write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+    }
+    r.flush(VOL);
+    let mut p = params(Scheme::Aio);
+    p.rate_bytes_per_s = 4 << 20; // chunk 0 copied at once, the rest later
+    start(&mut r, p);
+    r.hold = true;
+    let is_dup = |op: &DeviceOp| {
+        op.pool == SSD && op.kind == DevKind::Write && op.class == IoClass::Foreground
+    };
+    for seed in [71u8, 72] {
+        let d = pattern(seed, 4096);
+        let id = r.submit(VOL, ReqKind::Write, 8192, Some(&d), 4096);
+        reference[8192..8192 + 4096].copy_from_slice(&d);
+        // Complete everything but the duplicates until the VM's write is done.
+        while r.take_done(id).is_none() {
+            let i = r
+                .held
+                .iter()
+                .position(|op| !is_dup(op))
+                .expect("the write is stuck");
+            let op = r.held.remove(i).expect("exists");
+            r.held.push_front(op);
+            r.release_one();
+        }
+    }
+    // The destination completes the held duplicates newest first.
+    let mut dups: Vec<DeviceOp> = Vec::new();
+    r.held.retain(|op| {
+        let d = is_dup(op);
+        if d {
+            dups.push(op.clone());
+        }
+        !d
+    });
+    for op in dups {
+        r.held.push_front(op);
+    }
+    r.hold = false;
+    while r.release_one().is_some() {}
+    finish(&mut r);
+    assert_eq!(phase(&r), MigrationPhase::Done);
+    let got = r.read(VOL, 0, reference.len() as u64);
+    got == reference
+}
+
+/// DST does not draw two overlapping writes within one duplicate's flight: the order of
+/// AIO's duplicates per chunk is checked here.
+#[test]
+fn aio_duplicates_of_a_chunk_land_in_order() {
+    assert!(aio_keeps_the_newest_write_on_the_destination(None));
+    assert!(
+        !aio_keeps_the_newest_write_on_the_destination(Some(InjectedBug::AioUnorderedDups)),
+        "aio-unordered-dups not caught"
+    );
 }

@@ -83,7 +83,8 @@ fn lower_fault_levels_pass_too() {
 fn every_injected_bug_is_caught_within_the_ci_seed_set() {
     // `aio-unordered-dups` (an AIO duplicate overtaking a newer one to the destination)
     // needs two overlapping writes to a copied chunk within one duplicate's flight, which
-    // no CI seed draws yet (docs/TESTING.md). `mirror-acks-early` shows only where a read
+    // no CI seed draws yet (the engine test `aio_duplicates_of_a_chunk_land_in_order`
+    // catches it). `mirror-acks-early` shows only where a read
     // or a crash falls inside one duplicate's flight: seed 243 was the CI set's only catch
     // until the throttle's adapt change (efa99f9) moved it; the engine test
     // `a_mirrored_write_is_acknowledged_only_after_its_duplicate` checks the
