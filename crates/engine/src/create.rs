@@ -221,6 +221,11 @@ impl Engine {
         }
         self.vols.push(*vol);
         self.apply_configured_qos(self.vols.len() - 1);
+        if self.bug_is(crate::inject::InjectedBug::CreateSkipsTable) {
+            out.events
+                .push(EngineEvent::VolumeCreated { volume: c.vc.name });
+            return;
+        }
         self.creations.recording = Some(c.vc.name);
         self.write_volume_table(now, out);
     }

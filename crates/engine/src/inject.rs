@@ -61,6 +61,9 @@ pub enum InjectedBug {
     /// The virtual performance throttle passes a completion on when the device reports
     /// it, before its modelled target (the throttle's hand-on check must catch it).
     ThrottleEarlyRelease,
+    /// A volume created at run time is announced without the volume table write that
+    /// records it, so a crash forgets a volume clients were told exists.
+    CreateSkipsTable,
 }
 
 impl InjectedBug {
@@ -116,11 +119,16 @@ impl InjectedBug {
             InjectedBug::WbufReplaceForgets => "wbuf-replace-forgets",
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
             InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
+            InjectedBug::CreateSkipsTable => "create-skips-table",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
     pub fn space() -> [InjectedBug; 1] {
         [InjectedBug::NoSpaceAsEio]
+    }
+    /// Caught by DST's seeds that create volumes while running (CI DST must catch it).
+    pub fn create() -> [InjectedBug; 1] {
+        [InjectedBug::CreateSkipsTable]
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
@@ -128,6 +136,7 @@ impl InjectedBug {
             .chain(Self::migration())
             .chain(Self::host_flush())
             .chain(Self::space())
+            .chain(Self::create())
             .find(|b| b.name() == s)
     }
 }

@@ -62,6 +62,12 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.space_seeds,
         s.space_spells
     );
+    // Half the seeds create volumes while running, thin and thick.
+    assert!(
+        s.volumes_created > CI_SEEDS / 2,
+        "volumes created: {}",
+        s.volumes_created
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
@@ -95,7 +101,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
     let bugs = InjectedBug::all()
         .into_iter()
         .chain(migration)
-        .chain(InjectedBug::space());
+        .chain(InjectedBug::space())
+        .chain(InjectedBug::create());
     for bug in bugs {
         match run_range(0, CI_SEEDS, CI_STEPS, Faults::Latent, Some(bug), jobs()) {
             Ok(_) => panic!("{} was not caught by seeds 0..{CI_SEEDS}", bug.name()),

@@ -2,6 +2,7 @@
 //! data-carrying simulated devices with power loss and device faults, every read and every
 //! recovery checked against reference disks. Same seed, same run.
 
+mod create;
 mod device;
 mod pattern;
 mod reference;
@@ -64,6 +65,7 @@ pub fn run_range(
                             t.buffered_writes += st.buffered_writes;
                             t.tagged_flushes += st.tagged_flushes;
                             t.throttled_ops += st.throttled_ops;
+                            t.volumes_created += st.volumes_created;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

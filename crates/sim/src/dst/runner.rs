@@ -69,6 +69,8 @@ pub struct DstStats {
     pub tagged_flushes: u64,
     /// Data operations given a target by a pool's virtual performance throttle.
     pub throttled_ops: u64,
+    /// Volumes created while running and announced (`Control::CreateVolume`).
+    pub volumes_created: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -141,6 +143,8 @@ struct Sim {
     space: Option<SpaceFaults>,
     /// The result of each volume's last FLUSH.
     last_flush: Vec<Option<Result<(), Errno>>>,
+    /// Volumes created at run time, in the seeds that do (`create.rs`).
+    creates: Option<super::create::CreateDraws>,
 }
 
 type Fail = String;
@@ -439,6 +443,9 @@ impl Sim {
         let space = (space_on && cfg.faults >= Faults::Crash)
             .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
             .flatten();
+        let logged = engine_cfg.pools.iter().any(|p| p.log)
+            || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
+        let creates = super::create::CreateDraws::draw(cfg.seed, logged);
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
@@ -465,7 +472,96 @@ impl Sim {
             mrng,
             space,
             last_flush: vec![None; nv],
+            creates,
         })
+    }
+
+    /// A volume joined the engine (index `refs.len()`): it reads as zeros until written.
+    fn add_volume(&mut self, size_bytes: u64) {
+        let v = self.refs.len();
+        self.refs
+            .push(RefDisk::new(v as u32, size_bytes / SECTOR as u64));
+        self.last_end.push(0);
+        self.hot.push((0, (256u64 << 10).min(size_bytes / 2)));
+        self.last_flush.push(None);
+    }
+
+    /// Now and then, in the seeds that create volumes: ask for a new one. Refusals (no
+    /// room, one under way) are part of the test.
+    fn create_action(&mut self) -> Result<bool, Fail> {
+        let pools = self.engine_cfg.pools.len();
+        let nv = self.refs.len();
+        let Some(vc) = self
+            .creates
+            .as_mut()
+            .filter(|_| !self.recovering)
+            .and_then(|c| c.maybe(nv, pools))
+        else {
+            return Ok(false);
+        };
+        let mut out = Outputs::default();
+        let res = self.engine.control(
+            self.now_ns,
+            tiervisor_engine::Control::CreateVolume { config: vc.clone() },
+            &mut out,
+        );
+        if self.trace {
+            eprintln!("[{}] create volume {vc:?}: {res:?}", self.step);
+        }
+        if res.is_ok()
+            && let Some(c) = self.creates.as_mut()
+        {
+            c.started(&vc);
+        }
+        self.pump(&mut out)?;
+        Ok(true)
+    }
+
+    /// The engine announced a created volume: it is the next index, and usable.
+    fn volume_announced(&mut self, name: &str) -> Result<(), Fail> {
+        let size = self
+            .creates
+            .as_mut()
+            .and_then(|c| c.announced(name))
+            .ok_or_else(|| format!("volume {name} announced, but none was being created"))?;
+        if self.engine.volume_id(name) != Some(VolumeId(self.refs.len() as u32)) {
+            return Err(format!(
+                "volume {name} announced at {:?}, expected index {}",
+                self.engine.volume_id(name),
+                self.refs.len()
+            ));
+        }
+        self.add_volume(size);
+        Ok(())
+    }
+
+    /// After a recovery: every volume announced before the crash is there, and a creation
+    /// the crash interrupted left its volume whole or absent.
+    fn reconcile_created(&mut self) -> Result<(), Fail> {
+        let interrupted = self.creates.as_mut().and_then(|c| c.interrupted());
+        let vols = self.engine.volumes();
+        for (i, (name, _)) in vols.iter().enumerate().take(self.refs.len()) {
+            if self.engine.volume_id(name) != Some(VolumeId(i as u32)) {
+                return Err(format!("volume {name} moved to another index"));
+            }
+        }
+        if vols.len() < self.refs.len() {
+            return Err(format!(
+                "{} volume(s) after recovery, {} before (an announced volume was lost)",
+                vols.len(),
+                self.refs.len()
+            ));
+        }
+        match (vols.get(self.refs.len()), interrupted) {
+            (None, _) => Ok(()),
+            (Some((name, size)), Some((want, want_size)))
+                if *name == want && *size == want_size =>
+            {
+                self.add_volume(*size);
+                Ok(())
+            }
+            (Some((name, _)), _) => Err(format!("volume {name} appeared after recovery")),
+        }
     }
 
     fn tick(&mut self) -> u64 {
@@ -520,6 +616,11 @@ impl Sim {
             }
             if let EngineEvent::Recovered { .. } = e {
                 self.stats.recoveries += 1;
+            }
+            if let EngineEvent::VolumeCreated { volume } = &e
+                && !self.recovering
+            {
+                self.volume_announced(volume)?;
             }
         }
         let comps: Vec<_> = out.completions.drain(..).collect();
@@ -922,6 +1023,7 @@ impl Sim {
         if let EngineState::Failed(r) = self.engine.state() {
             return Err(format!("recovery failed on a state a crash can leave: {r}"));
         }
+        self.reconcile_created()?;
         self.engine
             .check_invariants()
             .map_err(|e| format!("after recovery: {e}"))?;
@@ -1000,7 +1102,7 @@ impl Sim {
             let roll = below(&mut self.rng, 1000);
             if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 {
                 self.crash()?;
-            } else if self.migration_action()? {
+            } else if self.migration_action()? || self.create_action()? {
             } else if self.reqs.len() < self.max_in_flight && (roll < 450 || self.heap.is_empty()) {
                 self.random_request()?;
             } else {
@@ -1024,6 +1126,7 @@ impl Sim {
             self.crash()?;
         }
         self.stats.injected_errors = self.devs.iter().map(|d| d.injected_errors).sum();
+        self.stats.volumes_created = self.creates.as_ref().map_or(0, |c| c.created);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;
