@@ -1,6 +1,7 @@
 //! The tiervisor runtime: serves engine volumes to NBD clients from file or block-device
 //! pools, with the real clock.
 
+pub mod activation;
 pub mod admin;
 pub mod admin_migrate;
 pub mod admin_volume;

@@ -43,9 +43,17 @@ pub fn bind_tcp(cfg: &ServerConfig) -> Result<Bound, String> {
             .map_err(|e| format!("{what} listener: {e}"))?;
         Ok(Some(l))
     };
+    // Sockets systemd passed take the place of the configured addresses.
+    let activated = crate::activation::from_env()?;
     Ok(Bound {
-        nbd: bind(&cfg.listen, "NBD")?,
-        metrics: bind(&cfg.metrics, "metrics")?,
+        nbd: match activated.nbd {
+            Some(l) => Some(l),
+            None => bind(&cfg.listen, "NBD")?,
+        },
+        metrics: match activated.metrics {
+            Some(l) => Some(l),
+            None => bind(&cfg.metrics, "metrics")?,
+        },
     })
 }
 
