@@ -682,6 +682,9 @@ impl Engine {
             if !self.frees.is_empty() {
                 self.release_frees(now, out);
             }
+            if self.migrations.table.retry {
+                self.write_volume_table(now, out);
+            }
             self.log_resume_all(now, out);
             self.arm_commit_timer(now);
         }
@@ -696,7 +699,8 @@ impl Engine {
             .vols
             .iter()
             .any(|v| !v.journal.pending.is_empty() || !v.flush_waiters.is_empty())
-            || !self.frees.is_empty();
+            || !self.frees.is_empty()
+            || self.migrations.table.retry;
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);

@@ -264,3 +264,43 @@ fn a_volume_created_on_a_log_pool_logs_its_small_writes_and_keeps_them() {
         assert_eq!(r.read("lg", off, 4096), data, "at {off}");
     }
 }
+
+/// A volume table write that fails (a full or failing metadata pool) is written again by
+/// the commit timer, not at once: at once, it failed again at the same instant forever
+/// (DST seed 37 grew to 24 GiB). The volume is announced once the retry lands.
+#[test]
+fn a_failed_table_write_is_retried_later_not_at_once() {
+    let mut r = Rig::new(config(1 << 20));
+    r.hold = true;
+    create(&mut r, new_volume("new", 8 * MIB, 0, Provisioning::Thin)).unwrap();
+    // Release the header writes; the table write follows them.
+    let is_table = |op: &DeviceOp| {
+        op.kind == DevKind::Write && layout::VOLTAB_OFFSETS.contains(&op.offset_bytes)
+    };
+    let mut guard = 0;
+    while !r.held.front().is_some_and(is_table) {
+        assert!(r.release_one().is_some(), "no table write came");
+        guard += 1;
+        assert!(guard < 100);
+    }
+    r.fail_writes = Some(Errno::NoSpc);
+    r.release_one();
+    assert!(
+        r.held.iter().all(|op| !is_table(op)),
+        "the failed table write was queued again at once: {:?}",
+        r.held.iter().map(|o| o.offset_bytes).collect::<Vec<_>>()
+    );
+    assert!(!created(&r, "new"));
+    r.fail_writes = None;
+    r.hold = false;
+    while r.release_one().is_some() {}
+    for _ in 0..20 {
+        if created(&r, "new") {
+            break;
+        }
+        r.tick(r.cfg.commit_interval_ns);
+    }
+    assert!(created(&r, "new"), "{:?}", r.events);
+    r.crash_and_mount();
+    assert!(r.engine.volume_id("new").is_some());
+}

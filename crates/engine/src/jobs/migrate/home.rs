@@ -15,6 +15,10 @@ pub(crate) struct TableWrite {
     pub in_flight: Option<VolumeTable>,
     /// The records changed again while a write was in flight: write once more.
     pub again: bool,
+    /// The last write failed: the commit timer writes it again. Not at once: a full or
+    /// failing device fails it again at the same instant, forever (DST seed 37 grew to
+    /// 24 GiB that way).
+    pub retry: bool,
 }
 
 impl Engine {
@@ -26,6 +30,7 @@ impl Engine {
             return;
         }
         tw.again = false;
+        tw.retry = false;
         let volumes: Vec<_> = self.vols.iter().map(|v| v.rec.clone()).collect();
         if volumes == self.voltab.volumes {
             return;
@@ -67,7 +72,9 @@ impl Engine {
             self.voltab = table;
             self.volume_table_durable(out);
         } else {
-            tw.again = true;
+            tw.retry = true;
+            self.arm_commit_timer(now);
+            return;
         }
         if self.migrations.table.again {
             self.write_volume_table(now, out);
