@@ -119,7 +119,8 @@ impl Engine {
             Ok(v) => v,
             Err(e) => {
                 self.cfg.volumes.pop();
-                return Err(ControlError::Busy(e));
+                // No room for its journal or thick region: a size or pool to change.
+                return Err(ControlError::Invalid(e));
             }
         };
         let mut writes: Vec<(crate::types::PoolId, DevKind, u64, u64, Option<Bytes>)> = vec![
