@@ -15,7 +15,9 @@ journal = "1m"
 [[pool]]
 name = "ssd"
 path = "ssd.pool"
-size = "64m"
+# Room for all five thick creations of the kill test (17 chunks each with its journal)
+# whatever number of them survive their kill.
+size = "128m"
 kind = "ssd"
 [[pool]]
 name = "hdd"
