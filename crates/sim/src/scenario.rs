@@ -47,8 +47,8 @@ mod trace_vm;
 pub use mig::MigrationSpec;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
-    AppJob, AppKind, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceWorkload, Workload,
-    WorkloadError,
+    AppJob, AppKind, Distribution, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceWorkload,
+    Workload, WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -607,27 +607,13 @@ impl Scenario {
                         Some(r) => Some((r.get_ref() * 1e9) as u64),
                         None => None,
                     };
-                    let zoned = match &f.random_distribution {
-                        None => None,
-                        Some(d) => {
-                            let parse = |s: &str| -> Option<(u32, u32)> {
-                                let (a, b) = s.strip_prefix("zoned:")?.split_once('/')?;
-                                let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                                (a <= 100 && b <= 100).then_some((a, b))
-                            };
-                            match d.get_ref().as_str() {
-                                "random" => None,
-                                s => Some(parse(s).ok_or_else(|| {
-                                    cx.error(
-                                        d.span(),
-                                        format!("random_distribution {s:?}: expected \"random\" or \"zoned:A/B\" (A % of I/Os to the first B % of the region)"),
-                                    )
-                                })?),
-                            }
-                        }
+                    let distribution = match &f.random_distribution {
+                        None => Distribution::Uniform,
+                        Some(d) => Distribution::parse(d.get_ref())
+                            .map_err(|e| cx.error(d.span(), format!("[vm.fio] {e}")))?,
                     };
                     WorkloadSpec::Fio(FioJob {
-                        zoned,
+                        distribution,
                         rw,
                         bs,
                         iodepth: at_least_one(&cx, f.iodepth.as_ref(), "iodepth")?,
@@ -798,6 +784,24 @@ ios = 100
             e.message.contains("iodepth = 0: expected at least 1"),
             "{e}"
         );
+        // A skewed distribution: a bad parameter names the file, line and key.
+        let zipf = |v: &str| {
+            GOOD.replace(
+                "ios = 100",
+                &format!("ios = 100\nrandom_distribution = \"{v}\""),
+            )
+        };
+        let s = parse(&zipf("zipf:1.2")).unwrap();
+        assert!(matches!(&s.vms[0].workload, WorkloadSpec::Fio(j)
+            if j.distribution == Distribution::Zipf { theta: 1.2 }));
+        for bad in ["zipf:0", "pareto:1.0", "zipf"] {
+            let e = parse(&zipf(bad)).unwrap_err();
+            assert_eq!((e.file.as_str(), e.line), ("s.toml", Some(17)), "{e}");
+            assert!(
+                e.to_string().contains("[vm.fio] random_distribution") && e.message.contains(bad),
+                "{e}"
+            );
+        }
         let e = parse(&GOOD.replace("bs = \"4k\"", "bs = 4.5")).unwrap_err();
         assert!(e.message.contains("a size such as 4096"), "{e}");
         let dir = std::env::temp_dir().join(format!("tv-scenario-{}", std::process::id()));

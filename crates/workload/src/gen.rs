@@ -4,6 +4,7 @@ use rand::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
 
+use crate::skew::{Distribution, ZipfSampler, pareto_rank};
 use crate::{WlKind, WlRequest, Workload};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -62,22 +63,22 @@ pub struct FioJob {
     /// Issue one flush after the last I/O (fio's `end_fsync`), so a run's time includes
     /// making its writes durable.
     pub end_fsync: bool,
-    /// fio's `random_distribution=zoned:A/B`: A % of random I/Os go to the first B % of
-    /// the region, the rest to the remainder (hot and cold data).
-    pub zoned: Option<(u32, u32)>,
+    /// fio's `random_distribution` (see `skew.rs`): uniform, zoned (hot and cold
+    /// regions), zipf or pareto. A skewed one turns the random map off, as in fio.
+    pub distribution: Distribution,
 }
 
 /// A pseudo-random permutation of `0..n` (n >= 1): an invertible mix of `bits`-bit
 /// integers, walked until it lands below `n` (cycle walking keeps it a permutation).
 #[derive(Clone, Debug)]
-struct Permutation {
+pub(crate) struct Permutation {
     n: u64,
     bits: u32,
     key: u64,
 }
 
 impl Permutation {
-    fn new(n: u64, key: u64) -> Permutation {
+    pub(crate) fn new(n: u64, key: u64) -> Permutation {
         let bits = (64 - (n.max(2) - 1).leading_zeros()).max(2);
         Permutation { n, bits, key }
     }
@@ -98,7 +99,7 @@ impl Permutation {
         x
     }
 
-    fn get(&self, i: u64) -> u64 {
+    pub(crate) fn get(&self, i: u64) -> u64 {
         let mut x = self.mix(i);
         while x >= self.n {
             x = self.mix(x);
@@ -122,6 +123,10 @@ pub struct FioWorkload {
     writes_since_flush: u32,
     slots: u64,
     perm: Option<Permutation>,
+    /// Zipf and pareto: where rank `r` lives (fio hashes ranks for the same reason: so
+    /// the hot blocks are spread over the region, not all at its start).
+    scatter: Option<Permutation>,
+    zipf: Option<ZipfSampler>,
     end_fsync_sent: bool,
 }
 
@@ -135,10 +140,22 @@ impl FioWorkload {
             (None, None) => Some(slots),
         };
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(job.seed);
-        let perm =
-            (job.random_map && job.rw.random()).then(|| Permutation::new(slots, rng.next_u64()));
+        let skewed = job.distribution.skewed();
+        let perm = (job.random_map && job.rw.random() && !skewed)
+            .then(|| Permutation::new(slots, rng.next_u64()));
+        let scatter = matches!(
+            job.distribution,
+            Distribution::Zipf { .. } | Distribution::Pareto { .. }
+        )
+        .then(|| Permutation::new(slots, rng.next_u64()));
+        let zipf = match job.distribution {
+            Distribution::Zipf { theta } => Some(ZipfSampler::new(slots, theta)),
+            _ => None,
+        };
         FioWorkload {
             perm,
+            scatter,
+            zipf,
             end_fsync_sent: false,
             rng,
             issued: 0,
@@ -147,6 +164,33 @@ impl FioWorkload {
             writes_since_flush: 0,
             slots,
             job,
+        }
+    }
+}
+
+impl FioWorkload {
+    /// The block of the next random I/O, by the job's distribution.
+    fn random_slot(&mut self) -> u64 {
+        let n = self.slots;
+        let rank = match self.job.distribution {
+            Distribution::Uniform => return below(&mut self.rng, n),
+            Distribution::Zoned { io_pct, region_pct } => {
+                let hot = (n * region_pct as u64 / 100).clamp(1, n);
+                return if below(&mut self.rng, 100) < io_pct as u64 || hot == n {
+                    below(&mut self.rng, hot)
+                } else {
+                    hot + below(&mut self.rng, n - hot)
+                };
+            }
+            Distribution::Zipf { .. } => match &self.zipf {
+                Some(z) => z.sample(&mut self.rng) - 1,
+                None => unreachable!("a zipf job has a sampler"),
+            },
+            Distribution::Pareto { h } => pareto_rank(&mut self.rng, n, h),
+        };
+        match &self.scatter {
+            Some(p) => p.get(rank),
+            None => rank,
         }
     }
 }
@@ -179,20 +223,14 @@ impl Workload for FioWorkload {
         let bs = j.bs.max(512);
         let slot = if let Some(p) = &self.perm {
             p.get(self.issued % self.slots)
-        } else if let (true, Some((io_pct, region_pct))) = (j.rw.random(), j.zoned) {
-            let hot = (self.slots * region_pct as u64 / 100).clamp(1, self.slots);
-            if below(&mut self.rng, 100) < io_pct as u64 || hot == self.slots {
-                below(&mut self.rng, hot)
-            } else {
-                hot + below(&mut self.rng, self.slots - hot)
-            }
         } else if j.rw.random() {
-            below(&mut self.rng, self.slots)
+            self.random_slot()
         } else {
             let s = self.cursor % self.slots;
             self.cursor += 1;
             s
         };
+        let j = &self.job;
         let read = match j.rw {
             FioRw::Read | FioRw::RandRead => true,
             FioRw::Write | FioRw::RandWrite => false,
@@ -233,7 +271,7 @@ mod tests {
             seed: 42,
             random_map: false,
             end_fsync: false,
-            zoned: None,
+            distribution: Distribution::Uniform,
         }
     }
 
@@ -242,7 +280,10 @@ mod tests {
         let mut w = FioWorkload::new(FioJob {
             size_bytes: 1000 * 4096,
             ios: Some(20_000),
-            zoned: Some((80, 20)),
+            distribution: Distribution::Zoned {
+                io_pct: 80,
+                region_pct: 20,
+            },
             ..job(FioRw::RandWrite)
         });
         let hot = std::iter::from_fn(|| w.next(0))
@@ -251,6 +292,72 @@ mod tests {
         assert!(
             (15_500..16_500).contains(&hot),
             "{hot} of 20000 in the hot 20 %"
+        );
+    }
+
+    /// The share of `draws` accesses that the hottest tenth of `blocks` blocks received.
+    fn hottest_tenth_share(distribution: Distribution, blocks: u64, draws: u64, seed: u64) -> f64 {
+        let mut w = FioWorkload::new(FioJob {
+            size_bytes: blocks * 4096,
+            ios: Some(draws),
+            random_map: true,
+            seed,
+            distribution,
+            ..job(FioRw::RandRead)
+        });
+        let mut counts = vec![0u64; blocks as usize];
+        while let Some(r) = w.next(0) {
+            counts[((r.offset_bytes - (1 << 20)) / 4096) as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        counts[..blocks as usize / 10].iter().sum::<u64>() as f64 / draws as f64
+    }
+
+    #[test]
+    fn zipf_and_pareto_give_the_hottest_tenth_its_predicted_share() {
+        let blocks = 10_000u64;
+        for theta in [0.8, 1.0, 1.2] {
+            let h = |n: u64| (1..=n).map(|k| (k as f64).powf(-theta)).sum::<f64>();
+            let want = h(blocks / 10) / h(blocks);
+            let got = hottest_tenth_share(Distribution::Zipf { theta }, blocks, 400_000, 5);
+            assert!(
+                (got - want).abs() < 0.02,
+                "zipf:{theta}: {got:.3}, law {want:.3}"
+            );
+        }
+        for hp in [0.2, 0.4] {
+            // P(⌊(n − 1) u^p⌋ < n / 10) = (n / 10 / (n − 1))^(1 / p).
+            let p = f64::ln(hp) / f64::ln(1.0 - hp);
+            let want = ((blocks / 10) as f64 / (blocks - 1) as f64).powf(1.0 / p);
+            let got = hottest_tenth_share(Distribution::Pareto { h: hp }, blocks, 400_000, 5);
+            assert!(
+                (got - want).abs() < 0.02,
+                "pareto:{hp}: {got:.3}, law {want:.3}"
+            );
+        }
+        // Deterministic by seed, different across seeds, spread over the region.
+        let z = Distribution::Zipf { theta: 1.2 };
+        assert_eq!(
+            hottest_tenth_share(z, 1000, 5000, 1),
+            hottest_tenth_share(z, 1000, 5000, 1)
+        );
+        let run = |seed| {
+            let mut w = FioWorkload::new(FioJob {
+                size_bytes: 1000 * 4096,
+                seed,
+                distribution: z,
+                ..job(FioRw::RandRead)
+            });
+            std::iter::from_fn(|| w.next(0)).collect::<Vec<_>>()
+        };
+        assert_ne!(run(1), run(2));
+        let first_tenth = run(1)
+            .iter()
+            .filter(|r| r.offset_bytes < (1 << 20) + 100 * 4096)
+            .count();
+        assert!(
+            first_tenth < 400,
+            "{first_tenth} of 1000 in the first tenth: not scattered"
         );
     }
 

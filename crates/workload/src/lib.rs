@@ -7,12 +7,14 @@
 pub mod apps;
 pub mod error;
 pub mod r#gen;
+pub mod skew;
 pub mod surge;
 pub mod trace;
 
 pub use apps::{AppJob, AppKind, AppWorkload};
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
+pub use skew::Distribution;
 pub use surge::{SurgeConfig, SurgeWorkload};
 pub use trace::{ReplayMode, Trace, TraceFormat, TraceInfo, TraceOp, TraceRecord, TraceWorkload};
 
