@@ -42,13 +42,15 @@ use tiervisor_engine::{Medium, SchedSpec};
 
 #[path = "scenario_migration.rs"]
 mod mig;
+#[path = "scenario_spc.rs"]
+mod spc_vm;
 #[path = "scenario_trace.rs"]
 mod trace_vm;
 pub use mig::MigrationSpec;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
-    AppJob, AppKind, Distribution, FioJob, FioRw, ReplayMode, SurgeConfig, Trace, TraceWorkload,
-    Workload, WorkloadError,
+    AppJob, AppKind, Distribution, FioJob, FioRw, ReplayMode, SpcJob, SurgeConfig, Trace,
+    TraceWorkload, Workload, WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -148,6 +150,7 @@ struct RawVm {
     fio: Option<RawFio>,
     surge: Option<RawSurge>,
     app: Option<RawApp>,
+    spc: Option<spc_vm::RawSpc>,
 }
 
 /// `[vm.surge]`: seed 003's web-server workload; the distributions are the paper's.
@@ -328,6 +331,8 @@ pub enum WorkloadSpec {
     Surge(SurgeConfig),
     /// An application-shaped generator (varmail, fileserver, TPC-C).
     App(AppJob),
+    /// An imitation of one of seed 000's SPC traces.
+    Spc(SpcJob),
 }
 
 #[derive(Clone, Debug)]
@@ -390,6 +395,11 @@ impl Scenario {
                 WorkloadSpec::App(j) => {
                     touched
                         .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
+                }
+                WorkloadSpec::Spc(j) => {
+                    touched.extend(
+                        j.offset_bytes / cb..(j.offset_bytes + j.footprint_bytes).div_ceil(cb),
+                    );
                 }
             }
         }
@@ -526,12 +536,25 @@ impl Scenario {
                 + vm.fio.is_some() as u8
                 + vm.surge.is_some() as u8
                 + vm.app.is_some() as u8
+                + vm.spc.is_some() as u8
                 != 1
             {
                 return cx.err(
                     svm.span(),
-                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge] or a [vm.app] table",
+                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge], a [vm.app] or a [vm.spc] table",
                 );
+            }
+            if let Some(sp) = &vm.spc {
+                let job = spc_vm::spc_job(&cx, sp, volumes[volume].size_bytes)?;
+                vms.push(VmSpec {
+                    name: vm
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    volume,
+                    workload: WorkloadSpec::Spc(job),
+                });
+                continue;
             }
             if let Some(a) = &vm.app {
                 let job = app_job(&cx, a, volumes[volume].size_bytes)?;
@@ -821,6 +844,48 @@ ios = 100
         let e = parse("seed = [").unwrap_err();
         assert_eq!(e.file, "s.toml");
         assert!(e.to_string().starts_with("s.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn spc_tables_parse_and_bad_values_name_the_line() {
+        let spc = GOOD.replace(
+            "[vm.fio]\nrw = \"randread\"\nbs = \"4k\"\nios = 100\n",
+            "[vm.spc]\nkind = \"financial\"\nfootprint = \"64m\"\n",
+        );
+        let s = parse(&spc).unwrap();
+        assert!(matches!(&s.vms[0].workload, WorkloadSpec::Spc(j)
+            if j.footprint_bytes == 64 << 20 && (j.reuse - 4.61).abs() < 0.01 && j.streams == 4));
+        assert_eq!(s.touched_chunks(0).len(), 64);
+        for (bad, line, what) in [
+            (
+                "kind = \"financial\"",
+                "kind = \"tpcc\"",
+                "websearch, financial",
+            ),
+            (
+                "footprint = \"64m\"",
+                "footprint = \"2g\"",
+                "inside the volume",
+            ),
+            (
+                "footprint = \"64m\"",
+                "footprint = \"64m\"\nreuse = 0.5",
+                "reuse = 0.5",
+            ),
+            (
+                "footprint = \"64m\"",
+                "footprint = \"64m\"\nstreams = 0",
+                "streams = 0",
+            ),
+        ] {
+            let e = parse(&spc.replace(bad, line)).unwrap_err();
+            assert_eq!(e.file, "s.toml");
+            assert!(e.line.is_some_and(|l| l >= 14), "{e}");
+            assert!(
+                e.message.contains("[vm.spc]") && e.message.contains(what),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! `tiervisor load` (which replays it against a real NBD export), so that one definition
 //! can be predicted in simulation and checked for real.
 
-use tiervisor_workload::{AppWorkload, FioWorkload, SurgeWorkload, TraceWorkload, Workload};
+use tiervisor_workload::{
+    AppWorkload, FioWorkload, SpcWorkload, SurgeWorkload, TraceWorkload, Workload,
+};
 
 use crate::scenario::WorkloadSpec;
 
@@ -40,6 +42,13 @@ impl WorkloadSpec {
                 let mut job = job.clone();
                 job.seed = vm_seed;
                 (Box::new(AppWorkload::new(job)), None)
+            }
+            WorkloadSpec::Spc(job) => {
+                let mut job = job.clone();
+                job.seed = vm_seed;
+                let w = SpcWorkload::new(job);
+                let n = w.requests();
+                (Box::new(w), n)
             }
             WorkloadSpec::Fio(job) => {
                 let mut job = job.clone();

@@ -8,6 +8,7 @@ pub mod apps;
 pub mod error;
 pub mod r#gen;
 pub mod skew;
+pub mod spc;
 pub mod surge;
 pub mod trace;
 
@@ -15,6 +16,7 @@ pub use apps::{AppJob, AppKind, AppWorkload};
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
 pub use skew::Distribution;
+pub use spc::{SpcJob, SpcKind, SpcWorkload};
 pub use surge::{SurgeConfig, SurgeWorkload};
 pub use trace::{ReplayMode, Trace, TraceFormat, TraceInfo, TraceOp, TraceRecord, TraceWorkload};
 
