@@ -81,6 +81,11 @@ pub fn placement(src: &Source, k: PlacementKeys) -> Result<Placement, ConfError>
             },
             priority: k.priority.unwrap_or(0),
         }),
+        Some(("oracle", span)) => src.err(
+            span,
+            "placement \"oracle\" is for simulation scenarios only (it places data knowing the \
+             whole workload in advance); expected \"pinned\", \"split\" or \"hot\"",
+        ),
         Some((o, span)) => src.err(
             span,
             format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
@@ -147,5 +152,17 @@ mod tests {
             priority: None,
         };
         assert_eq!(placement(&src, keys).unwrap_err().line, Some(3));
+
+        // The oracle needs the workload in advance: scenarios only, refused here.
+        let (src, v) = parse("pool = \"hdd\"\nplacement = \"oracle\"\n");
+        let keys = PlacementKeys {
+            placement: v.placement.as_ref(),
+            fast_percent: None,
+            fast_budget: None,
+            priority: None,
+        };
+        let e = placement(&src, keys).unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("simulation scenarios only"), "{e}");
     }
 }

@@ -355,6 +355,42 @@ impl Engine {
         self.wake_waiters(now, v, c, out);
     }
 
+    /// Map chunk `c` of volume `v` on the volume's fast pool as if written there before
+    /// the run, without I/O (simulation only, like [`Engine::provision`]): the oracle's
+    /// static placement, which knows the workload in advance. `Ok(false)` when the fast
+    /// pool has no free chunk; a chunk already mapped is left where it is.
+    pub fn provision_fast(&mut self, v: VolumeId, c: u64) -> Result<bool, String> {
+        if self.cfg.track_data {
+            return Err("provisioning without I/O is only for timing simulation".into());
+        }
+        let vol = self.vols.get(v.0 as usize).ok_or("no such volume")?;
+        let fast = vol.rec.fast_pool.ok_or("the volume has no fast pool")?;
+        let unmapped = if vol.rec.provisioning == Provisioning::Thick {
+            ChunkLoc::Home
+        } else {
+            ChunkLoc::Unmapped
+        };
+        if c >= vol.chunks || vol.map.get(c) != unmapped {
+            return Ok(true);
+        }
+        match self.pools[fast.0 as usize].alloc.allocate(c, false) {
+            Some(pc) => {
+                self.vols[v.0 as usize].set_loc(c, ChunkLoc::At(fast, pc));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The pool chunk `c` of volume `v` lives on (None: unmapped or no such chunk).
+    pub fn chunk_pool(&self, v: VolumeId, c: u64) -> Option<PoolId> {
+        let vol = self.vols.get(v.0 as usize)?;
+        if c >= vol.chunks {
+            return None;
+        }
+        vol.resolve(vol.map.get(c), c).map(|(p, _)| p)
+    }
+
     /// Map chunks of a volume as if written before the run, without I/O, by the volume's
     /// placement (simulation only: nothing is journaled and no data exists).
     pub fn provision(

@@ -131,6 +131,9 @@ struct DevRun {
 }
 
 pub struct Simulation {
+    /// The engine is started and the volumes prefilled (`prepare`).
+    prepared: bool,
+    oracle_placed: Vec<(usize, u64)>,
     scenario: Scenario,
     seed: u64,
     engine: Engine,
@@ -255,6 +258,8 @@ impl Simulation {
             !scenario.migrations.is_empty(),
         );
         Ok(Simulation {
+            prepared: false,
+            oracle_placed: Vec::new(),
             watch,
             scenario,
             seed,
@@ -579,8 +584,13 @@ impl Simulation {
         self
     }
 
-    pub fn run(mut self) -> Result<SimReport, String> {
-        let wall = Instant::now();
+    /// Start the engine and prefill the volumes (the oracle's placement first); `run`
+    /// does it if not done. Tests call it to look at the placement before the run.
+    pub fn prepare(&mut self) -> Result<(), String> {
+        if self.prepared {
+            return Ok(());
+        }
+        self.prepared = true;
         self.engine.start(0, StartMode::Format, &mut self.out);
         self.pump();
         self.run_until_idle();
@@ -593,7 +603,22 @@ impl Simulation {
                 self.engine.state()
             ));
         }
-        self.prefill()?;
+        self.prefill()
+    }
+
+    /// The engine, for tests that inspect placement.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The chunks the oracle placed on fast pools, `(volume, chunk)`, most accessed first.
+    pub fn oracle_placed(&self) -> &[(usize, u64)] {
+        &self.oracle_placed
+    }
+
+    pub fn run(mut self) -> Result<SimReport, String> {
+        let wall = Instant::now();
+        self.prepare()?;
         self.t0 = self.now;
         self.next_sample_ns = self.t0 + self.scenario.sample_interval_ns;
         for i in 0..self.scenario.migrations.len() {
@@ -621,6 +646,7 @@ impl Simulation {
     /// Map the chunks the workloads will touch on `prefill` volumes, as if the disks had
     /// been written before the run (placed by each volume's policy, no I/O).
     fn prefill(&mut self) -> Result<(), String> {
+        self.oracle_placed = crate::oracle::place(&mut self.engine, &self.scenario, self.seed)?;
         for (vi, spec) in self.scenario.volumes.iter().enumerate() {
             if !spec.prefill {
                 continue;

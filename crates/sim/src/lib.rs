@@ -5,6 +5,7 @@
 pub mod driver;
 pub mod dst;
 mod migration_watch;
+pub mod oracle;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;

@@ -248,6 +248,10 @@ fn app_job(cx: &Source, a: &RawApp, vol_size: u64) -> Result<AppJob, ScenarioErr
     })
 }
 
+fn is_oracle(p: &Spanned<String>) -> bool {
+    p.get_ref() == "oracle"
+}
+
 /// Apply a pool's `flush` key to its SSD preset.
 fn set_flush_mode(cx: &Source, pr: &mut Preset, f: &Spanned<String>) -> Result<(), ScenarioError> {
     let Some(mode) = FlushMode::parse(f.get_ref()) else {
@@ -315,6 +319,9 @@ pub struct VolumeSpec {
     pub placement: tiervisor_engine::Placement,
     pub fast_pool: Option<usize>,
     pub prefill: bool,
+    /// `placement = "oracle"`: before the run, the chunks the workloads will access most
+    /// go to the fast pool, up to its room (see `oracle.rs`); nothing moves during it.
+    pub oracle: bool,
     pub log: Option<bool>,
     pub qos: tiervisor_engine::VolumeQos,
 }
@@ -473,7 +480,9 @@ impl Scenario {
                     size: &v.size,
                     pool: &v.pool,
                     provisioning: v.provisioning.as_ref(),
-                    placement: v.placement.as_ref(),
+                    // The oracle is the simulator's own (it reads the workload before the
+                    // run); to the engine its volumes are pinned with a fast pool.
+                    placement: v.placement.as_ref().filter(|p| !is_oracle(p)),
                     fast_pool: v.fast_pool.as_ref(),
                     fast_percent: v.fast_percent.as_ref(),
                     fast_budget: v.fast_budget.as_ref(),
@@ -510,10 +519,24 @@ impl Scenario {
                 placement: v.placement.clone(),
                 fast_pool: v.fast_pool.map(|f| f.0 as usize),
                 prefill: raw.prefill.unwrap_or(false),
+                oracle: raw.placement.as_ref().is_some_and(is_oracle),
                 log: v.log,
                 qos: v.qos,
             })
             .collect();
+        for (v, raw) in volumes.iter().zip(&raw.volumes) {
+            if let Some(p) = raw.placement.as_ref().filter(|p| is_oracle(p))
+                && (!v.prefill || v.fast_pool.is_none_or(|f| f == v.pool))
+            {
+                return cx.err(
+                    p.span(),
+                    format!(
+                        "volume {}: placement \"oracle\" needs prefill = true (it places existing data) and a fast_pool other than its own pool",
+                        v.name
+                    ),
+                );
+            }
+        }
         let mut traces = trace_vm::TraceCache::new();
         let mut vms = Vec::new();
         for (i, svm) in raw.vms.iter().enumerate() {
