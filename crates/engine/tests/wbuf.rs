@@ -165,3 +165,84 @@ fn a_flush_whose_write_back_runs_out_of_space_fails_with_enospc() {
     let c = r.req("thick", ReqKind::Flush, 0, 0, None);
     assert_eq!(c.result, Err(Errno::NoSpc));
 }
+
+#[test]
+fn a_failed_direct_write_keeps_the_buffered_data_it_replaced() {
+    // DST seed 1042 at fault level 1 (space faults, TIERVISOR_DST_WBUF=1): write 862 was
+    // absorbed; FUA write 867 over it found no room, went to the device, cut 862's
+    // buffered bytes and failed with ENOSPC, so the sectors read write 790's data from
+    // the device. A failed write replaced nothing: the bytes it cut are buffered again.
+    let mut cfg = config(1 << 20);
+    cfg.pools[0].write_buffer = Some(WriteBufferConfig {
+        size_bytes: 64 << 10,
+        max_age_ns: 1_000_000_000,
+    });
+    let mut r = Rig::new(cfg);
+    let (a, b, c) = (
+        pattern(1, 128 << 10),
+        pattern(2, 4096),
+        pattern(3, 128 << 10),
+    );
+    // A does not fit the buffer: it goes to the device.
+    r.write("thick", 0, &a);
+    r.write("thick", 4096, &b);
+    assert!(r.read_held("thick", 4096, 4096) == b, "B is buffered");
+    // C does not fit either: a direct write over B, and the disk is full.
+    r.fail_writes = Some(Errno::NoSpc);
+    let got = r.req("thick", ReqKind::Write, 0, c.len() as u64, Some(c.into()));
+    assert_eq!(got.result, Err(Errno::NoSpc));
+    r.fail_writes = None;
+    assert!(r.read("thick", 4096, 4096) == b, "B is lost");
+    assert_eq!(r.engine.check_invariants(), Ok(()));
+    r.flush("thick");
+    r.crash_and_mount();
+    let got = r.read("thick", 4096, 4096);
+    assert!(got == b, "B is lost after FLUSH and power loss");
+}
+
+#[test]
+fn failed_background_write_backs_are_retried_later_not_at_once() {
+    // DST seed 123 (space faults, TIERVISOR_DST_WBUF=1): during a lasting ENOSPC spell a
+    // buffer past its high-water mark re-issued each failed background write-back as it
+    // failed, so the pool never went idle and the run never settled.
+    let mut cfg = config(1 << 20);
+    cfg.pools[0].write_buffer = Some(WriteBufferConfig {
+        size_bytes: 64 << 10,
+        max_age_ns: 40_000_000,
+    });
+    let mut r = Rig::new(cfg);
+    r.hold = true;
+    r.fail_writes = Some(Errno::NoSpc);
+    // 52 KiB of 4 KiB writes: past 3/4 of the buffer, so background write-backs start.
+    for i in 0..13u64 {
+        let id = r.submit(
+            "thick",
+            ReqKind::Write,
+            i * 8192,
+            Some(&pattern(i as u8, 4096)),
+            4096,
+        );
+        assert!(r.take_done(id).is_some(), "absorbed");
+    }
+    assert!(!r.held.is_empty(), "background write-backs");
+    let mut released = 0;
+    while r.release_one().is_some() {
+        released += 1;
+        assert!(released < 100, "failed write-backs are re-issued at once");
+    }
+    // Space returns; after the retry delay the buffer drains to its low-water mark.
+    r.fail_writes = None;
+    r.hold = false;
+    r.tick(40_000_000);
+    for i in 0..13u64 {
+        let got = r.read("thick", i * 8192, 4096);
+        assert!(got == pattern(i as u8, 4096), "write {i} reads back");
+    }
+    r.flush("thick");
+    r.crash_and_mount();
+    for i in 0..13u64 {
+        let got = r.read("thick", i * 8192, 4096);
+        assert!(got == pattern(i as u8, 4096), "write {i} lost after FLUSH");
+    }
+    assert_eq!(r.engine.check_invariants(), Ok(()));
+}

@@ -191,10 +191,14 @@ impl Engine {
                     _ => None,
                 };
                 let mut released = Vec::new();
+                let mut replaced = Vec::new();
                 let before = op.wbuf_seq;
-                let covers = (self.wbuf(pool).cut(s, e, before, &mut released).iter())
-                    .map(|r| (r.vol, r.seq))
-                    .collect();
+                let b = self.wbuf(pool);
+                let covers = (b
+                    .cut(s, e, before, &mut released, Some(&mut replaced))
+                    .iter())
+                .map(|r| (r.vol, r.seq))
+                .collect();
                 self.leave_epochs(&released);
                 let f = Flight {
                     start: s,
@@ -203,6 +207,7 @@ impl Engine {
                     covers,
                     hold: None,
                     written: 0,
+                    replaced,
                 };
                 self.wbuf(pool).start_flight(key, f);
                 EmitAction::Device
@@ -237,9 +242,9 @@ impl Engine {
         }
         let failed = writeback && result.is_err();
         let mut released = Vec::new();
-        let Some(f) = self
-            .wbuf(pool)
-            .end_flight(key, failed.then_some(now), &mut released)
+        let Some(f) =
+            self.wbuf(pool)
+                .end_flight(key, failed.then_some(now), result.is_err(), &mut released)
         else {
             return;
         };
@@ -262,11 +267,16 @@ impl Engine {
         }
         self.wbuf_unpark(now, pool, out);
         self.wbuf_kick_flushes(now, pool, out);
-        if background {
+        if background && result.is_ok() {
             // Keep draining: the next background write-back takes the free place.
             self.wbuf_background(now, pool, out);
         }
-        if failed {
+        if result.is_err() {
+            // Failed write-backs and the bytes a failed direct write cut are dirty again;
+            // the background lane waits before it tries the device again.
+            let b = self.wbuf(pool);
+            let retry_in = b.cfg.map_or(0, |c| c.max_age_ns / 4 + 1);
+            b.retry_at_ns = Some(now + retry_in);
             self.wbuf_arm_age(now, pool);
         }
     }
@@ -327,6 +337,10 @@ impl Engine {
         background: bool,
         out: &mut Outputs,
     ) {
+        let b = &self.pools[pool].wbuf;
+        if background && b.retry_at_ns.is_some_and(|t| now < t) {
+            return;
+        }
         let mut n = 0;
         for s in starts {
             let full =

@@ -87,6 +87,10 @@ pub(crate) struct Flight {
     pub hold: Option<u64>,
     /// Write-backs only: the piece's `written`.
     pub written: u64,
+    /// Direct writes only: the buffered bytes this write cut (start, piece), still holding
+    /// their holds. If the write fails they are buffered again: a failed write replaced
+    /// nothing, and they may be the only copy of data a VM was told is written.
+    pub replaced: Vec<(u64, Piece)>,
 }
 
 /// The admission of a dirty piece a newer write replaced.
@@ -148,6 +152,10 @@ pub(crate) struct WriteBuffer {
     pub background_ops: u32,
     /// Past the high-water mark and not yet down to the low one.
     pub draining: bool,
+    /// After a write to the pool failed (a full or failing device): no background
+    /// write-back before this. Retried at once, the bytes it put back failed again at
+    /// once, forever (DST seed 123 during a lasting ENOSPC spell never settled).
+    pub retry_at_ns: Option<u64>,
     pub stats: WriteBufferStats,
 }
 
@@ -293,13 +301,15 @@ impl WriteBuffer {
 
     /// Remove `[s, e)` from the dirty pieces admitted before `before` (a newer write
     /// replaces them; newer pieces stay over it). Returns the admission of each affected
-    /// piece, and pushes released epochs.
+    /// piece, and pushes released epochs; with `keep`, the removed parts go there with
+    /// their holds instead (a device write that may fail, see [`Flight::replaced`]).
     pub fn cut(
         &mut self,
         s: u64,
         e: u64,
         before: u64,
         released: &mut Vec<u64>,
+        mut keep: Option<&mut Vec<(u64, Piece)>>,
     ) -> SmallVec<[Replaced; 1]> {
         let mut covers = SmallVec::new();
         for ps in self.dirty_overlapping(s, e) {
@@ -328,7 +338,18 @@ impl WriteBuffer {
                 seq: p.seq,
                 admitted_ns: p.admitted_ns,
             });
-            self.drop_ref(p.hold, released);
+            match keep.as_deref_mut() {
+                Some(kept) => {
+                    let (a, b) = (ps.max(s), p.end.min(e));
+                    let mid = Piece {
+                        end: b,
+                        fill: p.fill.slice(a - ps, b - ps),
+                        ..p
+                    };
+                    kept.push((a, mid));
+                }
+                None => self.drop_ref(p.hold, released),
+            }
         }
         covers
     }
@@ -348,7 +369,7 @@ impl WriteBuffer {
         fresh_seq: bool,
     ) {
         let (s, e) = (range.start, range.end);
-        let mut replaced = self.cut(s, e, u64::MAX, released);
+        let mut replaced = self.cut(s, e, u64::MAX, released, None);
         if fresh_seq {
             replaced.clear();
         }
@@ -402,14 +423,16 @@ impl WriteBuffer {
     }
 
     /// Device write `key` finished; a failed write-back (`redirty_at`: now) is put back
-    /// where no newer write replaced it. Returns the flight.
+    /// where no newer write replaced it, and so are the bytes a failed direct write cut
+    /// (`failed`). Returns the flight.
     pub fn end_flight(
         &mut self,
         key: usize,
         redirty_at: Option<u64>,
+        failed: bool,
         released: &mut Vec<u64>,
     ) -> Option<Flight> {
-        let f = self.flight_of.remove(&key)?;
+        let mut f = self.flight_of.remove(&key)?;
         self.flights.remove(&f.start);
         for &(v, seq) in &f.covers {
             self.flight_cover_vol.remove(&(v, seq, key));
@@ -426,7 +449,41 @@ impl WriteBuffer {
         if let Some(h) = f.hold {
             self.drop_ref(h, released);
         }
+        for (start, p) in std::mem::take(&mut f.replaced) {
+            let hold = p.hold;
+            if failed {
+                // Admission, age and `written` as before the cut: FLUSHes that covered
+                // these bytes wait for them again, and writes queued after them still
+                // replace them.
+                for (a, b) in self.gaps(start, p.end) {
+                    let part = Piece {
+                        end: b,
+                        fill: p.fill.slice(a - start, b - start),
+                        ..p.clone()
+                    };
+                    self.insert_piece(a, part);
+                }
+            }
+            self.drop_ref(hold, released);
+        }
         Some(f)
+    }
+
+    /// The parts of `[s, e)` no dirty piece covers (newer bytes a write absorbed while a
+    /// device write of the range was in flight stay over it).
+    fn gaps(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
+        let mut at = s;
+        let mut gaps = Vec::new();
+        for ps in self.dirty_overlapping(s, e) {
+            if ps > at {
+                gaps.push((at, ps));
+            }
+            at = at.max(self.dirty[&ps].end);
+        }
+        if at < e {
+            gaps.push((at, e));
+        }
+        gaps
     }
 
     /// Whether a dirty piece starts at `start` with no write in flight under it: the
@@ -448,6 +505,7 @@ impl WriteBuffer {
             covers: smallvec::smallvec![(p.vol, p.seq)],
             hold: Some(p.hold),
             written: p.written,
+            replaced: Vec::new(),
         };
         // The piece's reference to its hold passes to the flight.
         (p, f)
@@ -459,18 +517,7 @@ impl WriteBuffer {
         else {
             return;
         };
-        let mut at = f.start;
-        let mut gaps = Vec::new();
-        for ps in self.dirty_overlapping(f.start, f.end) {
-            if ps > at {
-                gaps.push((at, ps));
-            }
-            at = at.max(self.dirty[&ps].end);
-        }
-        if at < f.end {
-            gaps.push((at, f.end));
-        }
-        for (a, b) in gaps {
+        for (a, b) in self.gaps(f.start, f.end) {
             let p = Piece {
                 end: b,
                 vol,

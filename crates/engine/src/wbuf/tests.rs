@@ -122,7 +122,9 @@ fn reads_writebacks_and_flushes_match_a_reference() {
                     let i = r.below(flights.len() as u64) as usize;
                     let key = flights.swap_remove(i);
                     let fail = r.below(6) == 0;
-                    let f = b.end_flight(key, fail.then_some(step), &mut rel).unwrap();
+                    let f = b
+                        .end_flight(key, fail.then_some(step), fail, &mut rel)
+                        .unwrap();
                     let fv = flight_ver.remove(&key).unwrap();
                     if !fail {
                         apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
@@ -192,7 +194,7 @@ fn reads_writebacks_and_flushes_match_a_reference() {
             let mut rel = Vec::new();
             for key in flights.drain(..) {
                 flight_ver.remove(&key);
-                let f = b.end_flight(key, None, &mut rel).unwrap();
+                let f = b.end_flight(key, None, false, &mut rel).unwrap();
                 apply(&mut dev, f.start, f.end, f.fill.as_ref().unwrap());
             }
             holds_released += rel.len();
@@ -224,7 +226,7 @@ fn a_tagged_flush_leaves_other_volumes_buffered() {
         !b.flush_ready(Some(0), barrier),
         "waits for its write-back to land"
     );
-    b.end_flight(7, None, &mut rel);
+    b.end_flight(7, None, false, &mut rel);
     assert!(b.flush_ready(Some(0), barrier));
     assert!(
         !b.flush_ready(None, barrier),
@@ -299,9 +301,67 @@ fn a_write_queued_before_newer_buffered_data_does_not_replace_it() {
         false,
     );
     // The direct write of [0, 24) is dispatched now: it replaces only the older piece.
-    let cut = b.cut(0, 24, queued_at, &mut rel);
+    let cut = b.cut(0, 24, queued_at, &mut rel, None);
     assert_eq!(cut.len(), 1);
     assert_eq!(b.dirty_len(), 1, "the newer piece stays");
     assert_eq!(b.read_overlay(16, 24).len(), 1);
     b.check().unwrap();
+}
+
+#[test]
+fn a_failed_direct_write_puts_back_what_it_cut() {
+    // DST seed 1042 at fault level 1 (space faults): a direct write cut a buffered piece
+    // and failed with ENOSPC; the piece's bytes were gone from RAM and never reached the
+    // device. They are buffered again, under their old admission (a FLUSH waits for
+    // them), except where newer bytes were absorbed meanwhile.
+    for failed in [false, true] {
+        let mut b = WriteBuffer::new(cfg());
+        let mut rel = Vec::new();
+        let old = Fill::Data(Bytes::from(vec![1u8; 16]));
+        let h = b.hold(3);
+        b.admit(0..16, 0, old, 0, h, &mut rel, false);
+        let barrier = b.barrier();
+        let mut replaced = Vec::new();
+        let covers = b.cut(0, 32, b.barrier(), &mut rel, Some(&mut replaced));
+        assert!(
+            rel.is_empty(),
+            "the cut bytes keep their hold while in flight"
+        );
+        let f = Flight {
+            start: 0,
+            end: 32,
+            fill: Some(Fill::Data(Bytes::from(vec![2u8; 32]))),
+            covers: covers.iter().map(|r| (r.vol, r.seq)).collect(),
+            hold: None,
+            written: 0,
+            replaced,
+        };
+        b.start_flight(9, f);
+        // Newer bytes over part of the range, absorbed while the write is in flight.
+        let h = b.hold(4);
+        b.admit(
+            8..12,
+            0,
+            Fill::Data(Bytes::from(vec![3u8; 4])),
+            1,
+            h,
+            &mut rel,
+            false,
+        );
+        assert!(!b.flush_ready(Some(0), barrier), "waits for the write");
+        b.end_flight(9, None, failed, &mut rel);
+        b.check().unwrap();
+        // The device holds zeros (the failed write) or its bytes (not modelled here).
+        let dev = vec![0u8; SPAN as usize];
+        let got = read(&b, &dev, 0, 16);
+        let was = if failed { 1u8 } else { 0 };
+        let want = [vec![was; 8], vec![3; 4], vec![was; 4]].concat();
+        assert_eq!(got, want, "failed {failed}");
+        assert_eq!(
+            b.flush_ready(Some(0), barrier),
+            !failed,
+            "a FLUSH waits for the restored bytes"
+        );
+        assert_eq!(rel.is_empty(), failed, "the restored bytes keep their hold");
+    }
 }
