@@ -554,7 +554,8 @@ impl DeviceModel for Hdd {
                 self.counters.host_read_bytes += req.len_bytes;
                 self.read(now_ns, lba, sectors, req.len_bytes)
             }
-            DevOpKind::Write => {
+            // A disk has nothing to deallocate: it writes the zeros.
+            DevOpKind::Write | DevOpKind::WriteZeroes => {
                 self.counters.host_write_bytes += req.len_bytes;
                 self.counters.media_write_bytes += req.len_bytes;
                 self.write(now_ns, lba, sectors, req.len_bytes, req.fua)

@@ -10,6 +10,7 @@
 pub mod calibrate;
 pub mod hdd;
 pub mod presets;
+pub mod raid;
 pub mod seekline;
 pub mod ssd;
 mod units;
@@ -30,6 +31,9 @@ pub enum DevOpKind {
     Flush,
     /// The host no longer needs this range (ATA TRIM / SCSI UNMAP).
     Trim,
+    /// The range must read back as zeros (NVMe Write Zeroes with deallocate, SCSI WRITE
+    /// SAME with UNMAP). An SSD deallocates the whole pages; a disk writes the zeros.
+    WriteZeroes,
 }
 
 /// One operation as the device sees it.
@@ -132,6 +136,8 @@ pub trait DeviceModel {
 pub enum Model {
     Hdd(Box<Hdd>),
     Ssd(Box<Ssd>),
+    /// A striped array of either.
+    Raid0(Box<raid::Raid0>),
 }
 
 impl Model {
@@ -162,24 +168,28 @@ impl DeviceModel for Model {
         match self {
             Model::Hdd(h) => h.submit(now_ns, req),
             Model::Ssd(s) => s.submit(now_ns, req),
+            Model::Raid0(r) => r.submit(now_ns, req),
         }
     }
     fn capacity_bytes(&self) -> u64 {
         match self {
             Model::Hdd(h) => h.capacity_bytes(),
             Model::Ssd(s) => s.capacity_bytes(),
+            Model::Raid0(r) => r.capacity_bytes(),
         }
     }
     fn kind(&self) -> DeviceKind {
         match self {
             Model::Hdd(_) => DeviceKind::Hdd,
             Model::Ssd(_) => DeviceKind::Ssd,
+            Model::Raid0(r) => r.kind(),
         }
     }
     fn counters(&self) -> DeviceCounters {
         match self {
             Model::Hdd(h) => h.counters(),
             Model::Ssd(s) => s.counters(),
+            Model::Raid0(r) => r.counters(),
         }
     }
 }

@@ -117,7 +117,9 @@ fn intel_320_160g() -> SsdParams {
         channel_bytes_per_sec: 200 * MB,      // est.
         interface_bytes_per_sec: 300 * MB,    // spec: SATA 3 Gb/s (270 MB/s reads)
         command_overhead_ns: 120 * NS_PER_US, // fit: seed 000 4 KB ratios (QD1 through Xen blktap)
-        write_buffer_bytes: MIB,              // est.
+        controller_read_iops: 39_500, // spec: 4 KB random reads, QD32 (Intel 320 product specification)
+        controller_write_iops: 21_000, // spec: 4 KB random writes, QD32, 160 GB model
+        write_buffer_bytes: MIB,      // est.
         write_back: false,
         flush: FlushMode::All,
         ftl: FtlKind::Page {
@@ -142,7 +144,9 @@ fn intel_x25m_80g() -> SsdParams {
         channel_bytes_per_sec: 200 * MB,     // est.
         interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s (250 MB/s reads)
         command_overhead_ns: 60 * NS_PER_US, // est.
-        write_buffer_bytes: 16 * KIB,        // est.: DRAM holds the map, little user data
+        controller_read_iops: 35_000, // spec: 4 KB random reads, QD32 (X25-M G2 product specification)
+        controller_write_iops: 6_600, // spec: 4 KB random writes, QD32, 80 GB model
+        write_buffer_bytes: 16 * KIB, // est.: DRAM holds the map, little user data
         write_back: false,
         flush: FlushMode::All,
         ftl: FtlKind::Page {
@@ -167,7 +171,9 @@ fn mtron_msd_sata3035() -> SsdParams {
         channel_bytes_per_sec: 40 * MB,      // spec: 25 ns/byte asynchronous NAND bus
         interface_bytes_per_sec: 150 * MB,   // spec: SATA 1.5 Gb/s
         command_overhead_ns: 60 * NS_PER_US, // est.
-        write_buffer_bytes: 0,               // est.: writes complete when programmed
+        controller_read_iops: 0,             // no datasheet IOPS figure found; unlimited
+        controller_write_iops: 0,
+        write_buffer_bytes: 0, // est.: writes complete when programmed
         write_back: false,
         flush: FlushMode::All,
         ftl: FtlKind::Bast { log_blocks: 16 }, // est.: few log blocks, slow small random writes
@@ -189,7 +195,9 @@ fn intel_520() -> SsdParams {
         erase_ns: 3 * NS_PER_MS,         // est.
         channel_bytes_per_sec: 200 * MB, // est.
         interface_bytes_per_sec: 600 * MB, // spec: SATA 6 Gb/s
-        command_overhead_ns: 20 * NS_PER_US, // fit: 50,000 / 60,000 4 KB IOPS (seed 004 Table 4)
+        command_overhead_ns: 20 * NS_PER_US, // est. (the Table 4 IOPS are the controller limit's)
+        controller_read_iops: 50_000,    // paper: seed 004 Table 4, 4 KB random reads
+        controller_write_iops: 60_000,   // paper: seed 004 Table 4, 4 KB random writes
         write_buffer_bytes: MIB,         // est.
         write_back: false,
         flush: FlushMode::All,
@@ -215,7 +223,9 @@ fn openssd_jasmine() -> SsdParams {
         channel_bytes_per_sec: 40 * MB,      // est.
         interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s
         command_overhead_ns: 80 * NS_PER_US, // est.
-        write_buffer_bytes: 16 * MIB,        // est.: part of the 64 MB DRAM
+        controller_read_iops: 0,             // no datasheet IOPS figure for the board; unlimited
+        controller_write_iops: 0,
+        write_buffer_bytes: 16 * MIB, // est.: part of the 64 MB DRAM
         write_back: true, // paper: a DRAM write buffer with LRU eviction (section III-C)
         flush: FlushMode::All,
         ftl: FtlKind::Page {

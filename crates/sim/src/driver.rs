@@ -17,6 +17,7 @@ use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
     ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
+use tiervisor_model::raid::Raid0;
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
 use tiervisor_workload::{WlKind, Workload};
 
@@ -174,9 +175,10 @@ fn dev_request(op: &tiervisor_engine::DeviceOp) -> DevRequest {
     let (kind, offset_bytes, len_bytes, fua) = (op.kind, op.offset_bytes, op.len_bytes, op.fua);
     let kind = match kind {
         DevKind::Read => DevOpKind::Read,
-        // Raw devices zero a range by writing it (a punch too: the models keep no
-        // allocation, and timing stays that of the zeroing it replaced).
-        DevKind::Write | DevKind::WriteZeroes | DevKind::Punch => DevOpKind::Write,
+        DevKind::Write => DevOpKind::Write,
+        // A punched range must read back as zeros too: an SSD deallocates it, a disk
+        // writes the zeros (the models keep no file allocation of their own).
+        DevKind::WriteZeroes | DevKind::Punch => DevOpKind::WriteZeroes,
         DevKind::Flush => DevOpKind::Flush,
         DevKind::Discard => DevOpKind::Trim,
     };
@@ -210,15 +212,31 @@ impl Simulation {
             .pools
             .iter()
             .map(|p| {
-                let mut m = Model::from_preset(&p.preset, Some(p.capacity_bytes));
+                let mut m = match p.array {
+                    None => Model::from_preset(&p.preset, Some(p.capacity_bytes)),
+                    Some((drives, stripe_bytes)) => {
+                        // Every address of the pool lies on a member: round up.
+                        let member_bytes = p
+                            .capacity_bytes
+                            .div_ceil(u64::from(drives))
+                            .div_ceil(stripe_bytes)
+                            * stripe_bytes;
+                        let members = (0..drives)
+                            .map(|_| Model::from_preset(&p.preset, Some(member_bytes)))
+                            .collect();
+                        let array = Raid0::new(members, stripe_bytes)
+                            .map_err(|e| format!("{}: pool {}: {e}", scenario.source, p.name))?;
+                        Model::Raid0(Box::new(array))
+                    }
+                };
                 if let Model::Ssd(s) = &mut m
                     && s.params().write_back
                 {
                     s.set_buffer_sampling(scenario.sample_interval_ns);
                 }
-                m
+                Ok(m)
             })
-            .collect();
+            .collect::<Result<Vec<_>, String>>()?;
         let mut vms = Vec::new();
         let mut total = Some(0u64);
         for (i, vm) in scenario.vms.iter().enumerate() {

@@ -308,6 +308,8 @@ mod tests {
             channel_bytes_per_sec: 200_000_000,
             interface_bytes_per_sec: 300_000_000,
             command_overhead_ns: 20 * NS_PER_US,
+            controller_read_iops: 0,
+            controller_write_iops: 0,
             write_buffer_bytes: 2 * MIB,
             write_back,
             flush,

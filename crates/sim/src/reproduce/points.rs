@@ -56,7 +56,11 @@ pub fn from_calibrate(rows: &[CalRow]) -> Vec<Point> {
             let paper = r.paper?;
             Some(Point::new(
                 "calibrate",
-                format!("{}: {} ({})", r.source, r.figure, r.unit),
+                if r.unit.is_empty() {
+                    format!("{}: {}", r.source, r.figure)
+                } else {
+                    format!("{}: {} ({})", r.source, r.figure, r.unit)
+                },
                 paper,
                 r.model,
             ))
