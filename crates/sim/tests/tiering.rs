@@ -36,16 +36,90 @@ fn split_and_hot_get_ssd_room_for_half_the_touched_chunks() {
         checked += 1;
     }
     assert_eq!(
-        checked, 16,
-        "split and hot scenarios for 2 traces x 4 VM counts"
+        checked, 56,
+        "split and hot scenarios for 7 workloads x 4 VM counts"
     );
+}
+
+const GENERATED: [&str; 5] = ["websearch", "financial", "zipf0.8", "zipf1.0", "zipf1.2"];
+
+/// The generated workloads (issue 17) need no trace: the SSD of split, hot and oracle
+/// holds half the footprint, which is every chunk the generator touches.
+#[test]
+fn generated_workloads_give_the_ssd_half_their_footprint() {
+    let dir = common::scenarios_dir().join("tiering");
+    let mut checked = 0;
+    for w in GENERATED {
+        for vms in 1..=4 {
+            for config in ["split", "hot", "oracle"] {
+                let path = dir.join(format!("{w}-{vms}vm-{config}.toml"));
+                let sc = Scenario::load(&path).unwrap();
+                assert_eq!(sc.vms.len(), vms);
+                let touched: u64 = (0..sc.volumes.len())
+                    .map(|v| sc.touched_chunks(v).len() as u64)
+                    .sum();
+                let ssd = sc.pools.iter().find(|p| p.name == "ssd").unwrap();
+                assert_eq!(
+                    (ssd.capacity_bytes - MIB) / sc.chunk_bytes,
+                    touched / 2,
+                    "{path:?}"
+                );
+                assert_eq!(sc.volumes.iter().all(|v| v.oracle), config == "oracle");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 60);
+}
+
+/// One VM of each generated workload: SSD only < oracle < split < HDD only, `hot` gets a
+/// gain share, and the run is deterministic.
+#[test]
+fn generated_rows_order_and_gain_share() {
+    let src = common::scenarios_dir().join("tiering");
+    let dir = std::env::temp_dir().join(format!("tv-tiering-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for w in GENERATED {
+        for config in ["hdd", "ssd", "split", "hot", "oracle"] {
+            let name = format!("{w}-1vm-{config}.toml");
+            std::fs::copy(src.join(&name), dir.join(&name)).unwrap();
+        }
+    }
+    let rows = tiering(&dir, 2).unwrap();
+    assert_eq!(rows, tiering(&dir, 1).unwrap(), "same scenarios, same rows");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(rows.len(), 25);
+    for w in GENERATED {
+        let t = |c: &str| {
+            rows.iter()
+                .find(|r| r.trace == w && r.config == c)
+                .unwrap_or_else(|| panic!("no row {w} {c}"))
+        };
+        let (ssd, oracle, split, hdd) = (t("ssd"), t("oracle"), t("split"), t("hdd"));
+        assert!(ssd.exec_time_s < oracle.exec_time_s, "{w}");
+        assert!(oracle.exec_time_s < split.exec_time_s, "{w}");
+        assert!(split.exec_time_s < hdd.exec_time_s, "{w}");
+        assert_eq!(
+            oracle.promotions + oracle.demotions,
+            0,
+            "{w}: the oracle is static"
+        );
+        let g = t("hot")
+            .gain_share
+            .unwrap_or_else(|| panic!("{w}: no gain share"));
+        let want =
+            (split.exec_time_s - t("hot").exec_time_s) / (split.exec_time_s - oracle.exec_time_s);
+        assert!((g - want).abs() < 1e-12, "{w}: {g} {want}");
+    }
+    let targets = tiervisor_sim::reproduce::tiering_targets(&rows);
+    assert_eq!(targets.len(), 7, "5 gain shares and 2 SSD-over-hot ratios");
 }
 
 #[test]
 fn reproduce_tiering_keeps_the_papers_order() {
     let Some(dir) = tiering_dir() else { return };
     let rows = tiering(&dir, 2).unwrap();
-    assert_eq!(rows.len(), 32);
+    assert_eq!(rows.len(), 132);
     let get = |t: &str, n: u32, c: &str| {
         rows.iter()
             .find(|r| r.trace == t && r.vms == n && r.config == c)

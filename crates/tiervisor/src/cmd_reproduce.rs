@@ -136,36 +136,64 @@ pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
         ReproduceCmd::Tiering(a) => {
             let dir = scenario_dir(a.scenarios.clone(), "tiering");
             let rows = reproduce::tiering(&dir, jobs(&a)).map_err(Failure::input)?;
+            let targets = reproduce::tiering_targets(&rows);
             if a.json {
-                print_json(&rows)?;
-            } else {
+                let v = serde_json::json!({ "rows": rows, "targets": targets });
                 println!(
-                    "{:<6} {:>3} {:<6} {:>12} {:>11} {:>11} {:>10} {:>13}",
-                    "trace",
-                    "vms",
-                    "config",
-                    "exec_time_s",
-                    "normalized",
-                    "promotions",
-                    "demotions",
-                    "migrated_MiB"
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| Failure::run(e.to_string()))?
                 );
-                for r in rows {
-                    println!(
-                        "{:<6} {:>3} {:<6} {:>12.2} {:>11.2} {:>11} {:>10} {:>13.0}",
-                        r.trace,
-                        r.vms,
-                        r.config,
-                        r.exec_time_s,
-                        r.normalized,
-                        r.promotions,
-                        r.demotions,
-                        r.migrated_bytes as f64 / (1u64 << 20) as f64
-                    );
-                }
+            } else {
+                print_tiering(&rows, &targets);
             }
             Ok(())
         }
+    }
+}
+
+fn print_tiering(rows: &[reproduce::TieringRow], targets: &[reproduce::TieringTarget]) {
+    println!(
+        "{:<9} {:>3} {:<6} {:>12} {:>11} {:>11} {:>10} {:>13} {:>10}",
+        "workload",
+        "vms",
+        "config",
+        "exec_time_s",
+        "normalized",
+        "promotions",
+        "demotions",
+        "migrated_MiB",
+        "gain_share"
+    );
+    for r in rows {
+        println!(
+            "{:<9} {:>3} {:<6} {:>12.2} {:>11.2} {:>11} {:>10} {:>13.0} {:>10}",
+            r.trace,
+            r.vms,
+            r.config,
+            r.exec_time_s,
+            r.normalized,
+            r.promotions,
+            r.demotions,
+            r.migrated_bytes as f64 / (1u64 << 20) as f64,
+            r.gain_share.map_or("-".to_string(), |g| format!("{g:.2}"))
+        );
+    }
+    if targets.is_empty() {
+        return;
+    }
+    println!("\nissue 17's targets (ratio = ours / target):");
+    for t in targets {
+        println!(
+            "{:<9} {} VM: {:<46} ours {:>6.2}  target {} {:>4.2}  ratio {:>5.2}  {}",
+            t.workload,
+            t.vms,
+            t.what,
+            t.ours,
+            if t.at_least { ">=" } else { "<=" },
+            t.target,
+            t.ours / t.target,
+            if t.met { "met" } else { "NOT met" }
+        );
     }
 }
 

@@ -83,10 +83,27 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
             let mut notes = note(
                 "No point is judged: seed 000's Figures 4-7 are bar charts without printed values, and the traces we have are not the paper's workloads (issue 17). Execution times normalised to one VM on SSD only:",
             );
-            for r in rows {
+            for r in &rows {
                 notes.push(format!(
-                    "{} {} VM(s) {}: {:.2}",
-                    r.trace, r.vms, r.config, r.normalized
+                    "{} {} VM(s) {}: {:.2}{}",
+                    r.trace,
+                    r.vms,
+                    r.config,
+                    r.normalized,
+                    r.gain_share
+                        .map_or(String::new(), |g| format!(" (gain share {g:.2})"))
+                ));
+            }
+            for t in reproduce::tiering_targets(&rows) {
+                notes.push(format!(
+                    "issue 17 target, {} {} VM: {} {:.2}, target {} {:.2}: {}",
+                    t.workload,
+                    t.vms,
+                    t.what,
+                    t.ours,
+                    if t.at_least { ">=" } else { "<=" },
+                    t.target,
+                    if t.met { "met" } else { "not met" }
                 ));
             }
             Outcome {

@@ -17,7 +17,7 @@ pub use flush::{Check, FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
 pub use migration::{MigrationOptions, MigrationResult, migration};
 pub use scheduling::{Measure, Ranking, SchedulingReport, SchedulingRow, scheduling};
-pub use tiering::{TieringRow, tiering};
+pub use tiering::{TieringRow, TieringTarget, tiering, tiering_targets};
 
 use crate::{RunOptions, Scenario, SimReport, Simulation};
 

@@ -1,4 +1,6 @@
-//! Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split and hot.
+//! Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split and hot;
+//! and (issue 17) the workloads where placement can matter, SPC-like and fio zipf, with
+//! the oracle's static placement to measure `hot` against.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +13,7 @@ use super::{run_scenarios, scenario_files};
 pub struct TieringRow {
     pub trace: String,
     pub vms: u32,
-    /// `hdd`, `ssd`, `split` or `hot`.
+    /// `hdd`, `ssd`, `split`, `hot` or `oracle`.
     pub config: String,
     /// Simulated time until the last VM finished its trace.
     pub exec_time_s: f64,
@@ -21,11 +23,40 @@ pub struct TieringRow {
     pub demotions: u64,
     /// Tier migration's own I/O (it runs on the same simulated devices).
     pub migrated_bytes: u64,
+    /// `hot` rows with `split` and `oracle` beside them: the share of the oracle's gain
+    /// over `split` that `hot` gets, (split − hot) / (split − oracle), in execution time.
+    pub gain_share: Option<f64>,
     pub scenario: String,
 }
 
-const CONFIGS: [&str; 4] = ["hdd", "ssd", "split", "hot"];
-const TRACES: [&str; 2] = ["wsrch", "tpcc"];
+/// One of issue 17's targets, judged on the rows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TieringTarget {
+    pub workload: String,
+    pub vms: u32,
+    /// What is compared, e.g. "hot gain share" or "SSD only speed-up over hot".
+    pub what: String,
+    pub ours: f64,
+    pub target: f64,
+    /// True: ours must be at least the target; false: at most.
+    pub at_least: bool,
+    pub met: bool,
+}
+
+const CONFIGS: [&str; 5] = ["hdd", "ssd", "split", "hot", "oracle"];
+const TRACES: [&str; 7] = [
+    "wsrch",
+    "tpcc",
+    "websearch",
+    "financial",
+    "zipf0.8",
+    "zipf1.0",
+    "zipf1.2",
+];
+/// Issue 17: `hot` gets at least this share of the oracle's gain on generated workloads.
+const GAIN_SHARE_TARGET: f64 = 0.7;
+/// Seed 000's 50/50 figures: SSD only at most this much faster (one VM).
+const PAPER_SSD_OVER_MIXED: [(&str, f64); 2] = [("websearch", 2.2), ("financial", 1.3)];
 
 /// `wsrch-2vm-hot.toml` -> ("wsrch", 2, "hot").
 fn parse_name(path: &Path) -> Option<(String, u32, String)> {
@@ -48,7 +79,11 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
         config: String,
         path: PathBuf,
     }
-    let found = scenario_files(dir, parse_name, "<trace>-<n>vm-<hdd|ssd|split|hot>.toml")?;
+    let found = scenario_files(
+        dir,
+        parse_name,
+        "<trace>-<n>vm-<hdd|ssd|split|hot|oracle>.toml",
+    )?;
     let mut runs: Vec<Run> = found
         .into_iter()
         .map(|((trace, vms, config), path)| {
@@ -82,6 +117,7 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
             promotions: r.volumes.values().map(|v| v.promotions).sum(),
             demotions: r.volumes.values().map(|v| v.demotions).sum(),
             migrated_bytes: r.volumes.values().map(|v| v.migrated_bytes).sum(),
+            gain_share: None,
             scenario: run
                 .path
                 .file_name()
@@ -106,18 +142,107 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
             0.0
         };
     }
+    let time = |rows: &[TieringRow], t: &str, n: u32, c: &str| {
+        rows.iter()
+            .find(|r| r.trace == t && r.vms == n && r.config == c)
+            .map(|r| r.exec_time_s)
+    };
+    for i in 0..rows.len() {
+        if rows[i].config != "hot" {
+            continue;
+        }
+        let (t, n) = (rows[i].trace.clone(), rows[i].vms);
+        if let (Some(split), Some(oracle)) =
+            (time(&rows, &t, n, "split"), time(&rows, &t, n, "oracle"))
+            && split > oracle
+        {
+            rows[i].gain_share = Some((split - rows[i].exec_time_s) / (split - oracle));
+        }
+    }
     Ok(rows)
+}
+
+/// Issue 17's targets on the rows that have them: `hot`'s gain share on every generated
+/// workload, and SSD only's speed-up over `hot` with one VM on the SPC-like ones.
+pub fn tiering_targets(rows: &[TieringRow]) -> Vec<TieringTarget> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.config == "hot") {
+        if let Some(g) = r.gain_share {
+            out.push(TieringTarget {
+                workload: r.trace.clone(),
+                vms: r.vms,
+                what: "hot gain share (split - hot) / (split - oracle)".into(),
+                ours: g,
+                target: GAIN_SHARE_TARGET,
+                at_least: true,
+                met: g >= GAIN_SHARE_TARGET,
+            });
+        }
+        let paper = PAPER_SSD_OVER_MIXED.iter().find(|(t, _)| *t == r.trace);
+        let ssd = rows
+            .iter()
+            .find(|s| s.trace == r.trace && s.vms == r.vms && s.config == "ssd");
+        if let (Some((_, paper)), Some(ssd), 1) = (paper, ssd, r.vms)
+            && ssd.exec_time_s > 0.0
+        {
+            let x = r.exec_time_s / ssd.exec_time_s;
+            out.push(TieringTarget {
+                workload: r.trace.clone(),
+                vms: r.vms,
+                what: "SSD only speed-up over hot (paper's 50/50)".into(),
+                ours: x,
+                target: *paper,
+                at_least: false,
+                met: x <= *paper,
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn row(trace: &str, config: &str, t: f64) -> TieringRow {
+        TieringRow {
+            trace: trace.into(),
+            vms: 1,
+            config: config.into(),
+            exec_time_s: t,
+            normalized: 0.0,
+            promotions: 0,
+            demotions: 0,
+            migrated_bytes: 0,
+            gain_share: None,
+            scenario: String::new(),
+        }
+    }
+
+    #[test]
+    fn targets_are_judged_on_their_side_of_the_bound() {
+        let mut hot = row("websearch", "hot", 30.0);
+        hot.gain_share = Some(0.69);
+        let rows = vec![row("websearch", "ssd", 10.0), hot];
+        let t = tiering_targets(&rows);
+        assert_eq!(t.len(), 2);
+        assert!(!t[0].met && t[0].at_least && t[0].target == 0.7);
+        assert!(!t[1].met && (t[1].ours - 3.0).abs() < 1e-9 && t[1].target == 2.2);
+        let mut hot = row("websearch", "hot", 20.0);
+        hot.gain_share = Some(0.7);
+        let t = tiering_targets(&[row("websearch", "ssd", 10.0), hot]);
+        assert!(t.iter().all(|t| t.met), "{t:?}");
+    }
+
     #[test]
     fn scenario_names_parse() {
         assert_eq!(
             parse_name(Path::new("x/wsrch-2vm-hot.toml")),
             Some(("wsrch".into(), 2, "hot".into()))
+        );
+        assert_eq!(
+            parse_name(Path::new("zipf1.2-1vm-oracle.toml")),
+            Some(("zipf1.2".into(), 1, "oracle".into()))
         );
         assert_eq!(parse_name(Path::new("wsrch-2vm-cold.toml")), None);
         assert_eq!(parse_name(Path::new("wsrch-xvm-hot.toml")), None);
