@@ -9,8 +9,10 @@ use crate::Failure;
 
 #[derive(Subcommand)]
 pub enum ReproduceCmd {
-    /// Seed 000, Figures 4-7: WebSearch and TPC-C on HDD only, SSD only, split 50/50 and
-    /// hot placement, 1 to 4 VMs; execution time normalized to one VM on SSD only.
+    /// Seed 000, Figures 4-7: WebSearch and TPC-C traces, SPC-like and fio zipf generated
+    /// workloads on HDD only, SSD only, split 50/50, hot and (generated) the static oracle,
+    /// 1 to 4 VMs; execution time normalized to one VM on SSD only, hot's gain share and
+    /// issue 17's targets.
     Tiering(ReproduceArgs),
     /// Seed 002: IOzone-like random writes of a 6 GB file, 4 KB to 512 KB records, with
     /// the log-structured write path off and on; MB/s and the speed-up.
