@@ -1,0 +1,332 @@
+//! Recovery: each volume's checkpoint chain is read and loaded, its journal ring replayed
+//! from the header's replay point until the block chain breaks, and the allocators rebuilt
+//! from everything the volumes reference.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn read_chain_chunk(
+        &mut self,
+        now: u64,
+        v: usize,
+        pool: PoolId,
+        chunk: u64,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        if pool.0 as usize >= self.pools.len()
+            || chunk >= self.pools[pool.0 as usize].alloc.chunks()
+        {
+            return Err(format!(
+                "volume {}: checkpoint points outside pool {}",
+                self.vols[v].rec.name, pool.0
+            ));
+        }
+        let cb = self.cfg.chunk_bytes;
+        self.startup_read(
+            now,
+            pool,
+            chunk_offset(chunk, cb),
+            cb,
+            TAG_CK | v as u32,
+            out,
+        );
+        Ok(())
+    }
+
+    /// One chunk of a checkpoint chain arrived: check it, keep its payload, follow `next`.
+    pub(super) fn chain_chunk(
+        &mut self,
+        now: u64,
+        v: usize,
+        data: &[u8],
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        let name = self.vols[v].rec.name.clone();
+        let id = self.vols[v].rec.id;
+        let s = self.startup.as_mut().ok_or("no startup")?;
+        let want_seq = s.headers[v].checkpoint_seq;
+        let chain = &mut s.chains[v];
+        let (h, payload) = CkptChunkHeader::decode(data)
+            .ok_or_else(|| format!("volume {name}: checkpoint chunk {} is corrupt", chain.index))?;
+        if h.volume_id != id || h.checkpoint_seq != want_seq || h.index != chain.index {
+            return Err(format!(
+                "volume {name}: checkpoint chain broken at chunk {}",
+                chain.index
+            ));
+        }
+        if let Some(here) = chain.next.take() {
+            chain.chunks.push(here);
+        }
+        chain.payload.extend_from_slice(payload);
+        chain.index += 1;
+        chain.next = h.next;
+        if let Some((pool, chunk)) = h.next {
+            if chain.index > 1 << 20 {
+                return Err(format!("volume {name}: checkpoint chain does not end"));
+            }
+            self.read_chain_chunk(now, v, pool, chunk, out)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn after_checkpoints(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
+        let mut s = self.startup.take().ok_or("no startup")?;
+        for v in 0..self.vols.len() {
+            let h = s.headers[v].clone();
+            let chain = std::mem::take(&mut s.chains[v]);
+            let name = self.vols[v].rec.name.clone();
+            let chunks = self.vols[v].chunks;
+            let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
+            let (map, overlay) = if h.checkpoint.is_some() {
+                decode_state(&chain.payload, chunks)
+                    .ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
+            } else {
+                (
+                    ChunkMap::new(
+                        chunks,
+                        if thick {
+                            ChunkLoc::Home
+                        } else {
+                            ChunkLoc::Unmapped
+                        },
+                    ),
+                    ExtentMap::new(),
+                )
+            };
+            let rec = self.vols[v].rec.clone();
+            let mut vol = self.volume_from(rec, map, overlay, h.clone());
+            vol.id = VolumeId(v as u32);
+            vol.journal.checkpoint_chunks = chain.chunks;
+            let region = s.regions[v].take().unwrap_or_default();
+            self.replay(&mut vol, &region)?;
+            vol.recount(self.pools.len());
+            self.vols[v] = vol;
+            let mapped = self.vols[v]
+                .map
+                .iter()
+                .filter(|(_, l)| *l != ChunkLoc::Unmapped)
+                .count() as u64;
+            out.events.push(EngineEvent::Recovered {
+                volume: name,
+                records_replayed: self.vols[v].journal.replayed,
+                checkpoint_seq: h.checkpoint_seq,
+                mapped_chunks: mapped,
+            });
+        }
+        self.rebuild_allocators()?;
+        self.rebuild_segments()?;
+        // Volumes the configuration adds.
+        let known: Vec<String> = self.vols.iter().map(|v| v.rec.name.clone()).collect();
+        let mut created = Vec::new();
+        for vc in self.cfg.volumes.clone() {
+            match known.iter().position(|n| *n == vc.name) {
+                Some(i) => {
+                    let rec = &mut self.vols[i].rec;
+                    if rec.size_bytes != vc.size_bytes {
+                        return Err(format!(
+                            "volume {}: {} bytes on disk but {} configured; resizing is not supported",
+                            vc.name, rec.size_bytes, vc.size_bytes
+                        ));
+                    }
+                    if rec.provisioning != vc.provisioning {
+                        out.events.push(EngineEvent::Warning {
+                            message: format!(
+                                "volume {}: configured {} but created {}; provisioning is \
+                                 fixed when a volume is created, so it stays {}",
+                                vc.name,
+                                vc.provisioning.name(),
+                                rec.provisioning.name(),
+                                rec.provisioning.name()
+                            ),
+                        });
+                    }
+                    rec.placement = vc.placement.clone();
+                    rec.fast_pool = vc.fast_pool;
+                }
+                None => {
+                    let id = self
+                        .voltab
+                        .volumes
+                        .iter()
+                        .map(|r| r.id + 1)
+                        .max()
+                        .unwrap_or(0)
+                        .max(self.vols.len() as u32);
+                    self.create_volume(&vc, id)?;
+                    created.push(self.vols.len() - 1);
+                    out.events.push(EngineEvent::VolumeCreated {
+                        volume: vc.name.clone(),
+                    });
+                }
+            }
+        }
+        self.startup = Some(Startup {
+            retry: Default::default(),
+            phase: Phase::Allocating,
+            outstanding: 0,
+            error: None,
+            formatting: false,
+            mount_only: false,
+            superblocks: Vec::new(),
+            voltab: None,
+            regions: Vec::new(),
+            headers: Vec::new(),
+            chains: Vec::new(),
+            created: created.clone(),
+        });
+        let mut zeroing = false;
+        for &v in &created {
+            zeroing |= self.zero_thick_region(now, v, out);
+        }
+        if zeroing {
+            self.check_phase_done(now, out);
+            return Ok(());
+        }
+        self.write_mount_metadata(now, out)
+    }
+
+    /// Apply the ring's valid block chain to a freshly loaded volume.
+    fn replay(&self, vol: &mut Volume, region: &[u8]) -> Result<(), String> {
+        let j = &mut vol.journal;
+        let h = j.header.clone();
+        let mut seq = h.replay_block_seq;
+        let mut prev = h.replay_prev_crc;
+        let mut next_rec = h.checkpoint_seq + 1;
+        let mut replayed = 0;
+        for _ in 0..j.ring_blocks {
+            let pos = (HEADER_SLOTS_BYTES + (seq % j.ring_blocks) * BLOCK_BYTES) as usize;
+            let Some(buf) = region.get(pos..pos + BLOCK_BYTES as usize) else {
+                break;
+            };
+            let Some(b) = Block::decode(buf) else { break };
+            // Blocks past the last mount's replay end belong to that mount's generation;
+            // before it, to earlier ones (that mount replayed them).
+            let gen_ok = if seq >= h.mount_block_seq {
+                b.mount_generation == h.mount_generation
+            } else {
+                b.mount_generation < h.mount_generation
+            };
+            if b.volume_id != vol.rec.id
+                || !gen_ok
+                || b.block_seq != seq
+                || b.prev_crc != prev
+                || b.first_record_seq != next_rec
+            {
+                break;
+            }
+            for r in &b.records {
+                apply_record(&mut vol.map, &mut vol.overlay, vol.rec.size_bytes, self, r).map_err(
+                    |e| format!("volume {}: journal record {next_rec}: {e}", vol.rec.name),
+                )?;
+                next_rec += 1;
+                replayed += 1;
+            }
+            prev = Block::crc_of(buf);
+            seq += 1;
+        }
+        let j = &mut vol.journal;
+        j.head = seq;
+        j.tail = h.replay_block_seq;
+        j.last_crc = prev;
+        j.next_seq = next_rec;
+        j.durable_seq = next_rec - 1;
+        j.replayed = replayed;
+        if j.used_blocks() * 2 > j.ring_blocks {
+            vol.checkpoint_wanted = true;
+        }
+        Ok(())
+    }
+
+    /// After recovery, everything referenced is in use and everything else is free.
+    fn rebuild_allocators(&mut self) -> Result<(), String> {
+        let mut claims: Vec<(PoolId, u64, String)> = Vec::new();
+        for v in &self.vols {
+            let r = &v.rec;
+            for c in 0..r.journal_chunks as u64 {
+                claims.push((
+                    r.journal_pool,
+                    r.journal_first_chunk + c,
+                    format!("journal of {}", r.name),
+                ));
+            }
+            for &(p, c) in &v.journal.checkpoint_chunks {
+                claims.push((p, c, format!("checkpoint of {}", r.name)));
+            }
+            if r.provisioning == Provisioning::Thick {
+                for c in 0..v.chunks {
+                    claims.push((
+                        r.home_pool,
+                        r.home_base_chunk + c,
+                        format!("home region of {}", r.name),
+                    ));
+                }
+            }
+            for (c, loc) in v.map.iter() {
+                if let ChunkLoc::At(p, pc) = loc {
+                    claims.push((p, pc, format!("chunk {c} of {}", r.name)));
+                }
+            }
+            // Destination chunks an interrupted migration wrote newest data into.
+            for (p, pc) in crate::jobs::migrate::moved_chunks(v, self.cfg.chunk_bytes) {
+                claims.push((p, pc, format!("migration destination of {}", r.name)));
+            }
+        }
+        claims.extend(self.log_claims()?);
+        for (p, c, what) in claims {
+            let pool = self
+                .pools
+                .get_mut(p.0 as usize)
+                .ok_or_else(|| format!("{what} names pool {} which does not exist", p.0))?;
+            if c >= pool.alloc.chunks() {
+                return Err(format!(
+                    "{what} lies beyond the end of pool {}",
+                    self.cfg.pools[p.0 as usize].name
+                ));
+            }
+            if !pool.alloc.mark_used(c) {
+                return Err(format!(
+                    "{what}: physical chunk {c} of pool {} is claimed twice",
+                    self.cfg.pools[p.0 as usize].name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Apply one record, checking it against the volume and the pools.
+fn apply_record(
+    map: &mut ChunkMap,
+    overlay: &mut ExtentMap<Overlay>,
+    size: u64,
+    e: &Engine,
+    r: &Record,
+) -> Result<(), String> {
+    match *r {
+        Record::Map { chunk, entry } => {
+            if chunk >= map.len() {
+                return Err(format!("chunk {chunk} beyond the volume"));
+            }
+            let loc = ChunkLoc::decode(entry);
+            if let ChunkLoc::At(p, pc) = loc
+                && (p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks())
+            {
+                return Err(format!(
+                    "maps to pool {} chunk {pc}, which does not exist",
+                    p.0
+                ));
+            }
+            map.set(chunk, loc);
+        }
+        Record::Overlay { start, end, value } => {
+            if end > size {
+                return Err("overlay beyond the volume".into());
+            }
+            overlay.insert(start, end, value);
+        }
+        Record::OverlayClear { start, end } => {
+            overlay.remove(start, end);
+        }
+    }
+    Ok(())
+}
