@@ -125,6 +125,8 @@ pub struct Engine {
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
+    /// Rewrites the volume table while running (pivots, job records, created volumes).
+    pub(crate) voltab_writer: crate::voltab::TableWriter,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
@@ -193,6 +195,7 @@ impl Engine {
             lost_at_stop: Vec::new(),
             copies: Slab::new(),
             migrations: Default::default(),
+            voltab_writer: Default::default(),
             creations: Default::default(),
             bug: None,
             local: Default::default(),
@@ -682,7 +685,7 @@ impl Engine {
             if !self.frees.is_empty() {
                 self.release_frees(now, out);
             }
-            if self.migrations.table.retry {
+            if self.voltab_writer.retry_due() {
                 self.write_volume_table(now, out);
             }
             self.log_resume_all(now, out);
@@ -700,7 +703,7 @@ impl Engine {
             .iter()
             .any(|v| !v.journal.pending.is_empty() || !v.flush_waiters.is_empty())
             || !self.frees.is_empty()
-            || self.migrations.table.retry;
+            || self.voltab_writer.retry_due();
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);

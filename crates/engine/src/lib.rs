@@ -36,6 +36,7 @@ pub mod status;
 pub mod throttle;
 mod tiering;
 pub mod types;
+mod voltab;
 mod volume;
 pub mod wbuf;
 

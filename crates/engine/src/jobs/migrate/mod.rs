@@ -17,7 +17,6 @@
 //! is durable. The pause is measured (`downtime_ns`).
 
 mod cost;
-mod home;
 mod pass;
 mod presync;
 mod resume;
@@ -340,8 +339,6 @@ pub(crate) struct Migrations {
     pub timer_at: Option<u64>,
     /// Set while a delayed AIO write goes on, so it is not delayed again.
     pub bypass_delay: bool,
-    /// Rewrites of the volume table (new home pools after pivots).
-    pub table: home::TableWrite,
 }
 
 /// Physical chunks that `Moved` overlay entries of volume `vol` point into.

@@ -1,7 +1,9 @@
-//! After a pivot the volume's home pool (where its new chunks go) is the destination. The
-//! volume table records it, so a restart mounts the volume there: the table is written
-//! again (the slot the newest copy is not in, with the next generation, FUA), one write at
-//! a time so a torn write can never take both copies.
+//! The volume table writer. Whatever changes the volumes' durable records while the engine
+//! runs asks it to write the table again: a migration's pivot (the volume's new home pool)
+//! or job record, a volume created (`create.rs`). It writes the slot the newest copy is not
+//! in, with the next generation, FUA, one write at a time so a torn write can never take
+//! both copies; `Engine::voltab` becomes the written table only once it is durable, and
+//! `volume_table_durable` tells those waiting for it.
 
 use crate::devop::{OpSpec, Owner};
 use crate::engine::Engine;
@@ -10,21 +12,28 @@ use crate::types::{DevKind, Errno, IoClass, Outputs};
 
 /// The volume table writer's state.
 #[derive(Default)]
-pub(crate) struct TableWrite {
+pub(crate) struct TableWriter {
     /// The table being written (made the engine's once it is durable).
-    pub in_flight: Option<VolumeTable>,
+    in_flight: Option<VolumeTable>,
     /// The records changed again while a write was in flight: write once more.
-    pub again: bool,
+    again: bool,
     /// The last write failed: the commit timer writes it again. Not at once: a full or
     /// failing device fails it again at the same instant, forever (DST seed 37 grew to
     /// 24 GiB that way).
-    pub retry: bool,
+    retry: bool,
+}
+
+impl TableWriter {
+    /// A failed write waits for the commit timer to be written again.
+    pub(crate) fn retry_due(&self) -> bool {
+        self.retry
+    }
 }
 
 impl Engine {
     /// Write the volume table if the volumes' records differ from its durable copy.
     pub(crate) fn write_volume_table(&mut self, now: u64, out: &mut Outputs) {
-        let tw = &mut self.migrations.table;
+        let tw = &mut self.voltab_writer;
         if tw.in_flight.is_some() {
             tw.again = true;
             return;
@@ -64,7 +73,7 @@ impl Engine {
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
-        let tw = &mut self.migrations.table;
+        let tw = &mut self.voltab_writer;
         let Some(table) = tw.in_flight.take() else {
             return;
         };
@@ -76,7 +85,7 @@ impl Engine {
             self.arm_commit_timer(now);
             return;
         }
-        if self.migrations.table.again {
+        if self.voltab_writer.again {
             self.write_volume_table(now, out);
         }
     }
