@@ -46,8 +46,6 @@ pub enum MigrateCmd {
     /// rate and ETA of VOLUME's migration (running or last), or of every volume's.
     Status {
         volume: Option<String>,
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -116,6 +114,10 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             });
             let v = ask(&target, req)?;
             let m = &v["migration"];
+            if target.json && !wait {
+                println!("{v}");
+                return Ok(());
+            }
             println!(
                 "{volume}: migrating to {} with {}{}",
                 m["to"].as_str().unwrap_or("?"),
@@ -130,16 +132,12 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
-        MigrateCmd::Status {
-            volume,
-            json,
-            target,
-        } => {
+        MigrateCmd::Status { volume, target } => {
             let v = ask(
                 &target,
                 json!({"cmd": "migrate", "action": "status", "volume": volume}),
             )?;
-            if json {
+            if target.json {
                 println!("{}", v["migrations"]);
                 return Ok(());
             }
@@ -161,6 +159,10 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
                 &target,
                 json!({"cmd": "migrate", "action": "set-rate", "volume": volume, "rate_mb_s": rate_mb_s}),
             )?;
+            if target.json {
+                println!("{v}");
+                return Ok(());
+            }
             println!(
                 "{volume}: copy rate cap {:.1} MB/s",
                 v["migration"]["rate_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6
@@ -172,10 +174,14 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             wait,
             target,
         } => {
-            ask(
+            let v = ask(
                 &target,
                 json!({"cmd": "migrate", "action": "cancel", "volume": volume}),
             )?;
+            if target.json && !wait {
+                println!("{v}");
+                return Ok(());
+            }
             println!("{volume}: cancel asked; the source stays authoritative");
             if wait {
                 return wait_over(&target, &volume, "cancelled");
@@ -185,14 +191,17 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
     }
 }
 
-/// Poll the job with a progress bar until it is over; its last status line is the
-/// report. Anything but the `want`ed end is a failure.
+/// Poll the job with a progress bar until it is over; its last status line (with --json,
+/// its status object) is the report. Anything but the `want`ed end is a failure.
 fn wait_over(target: &Target, volume: &str, want: &str) -> Result<(), Failure> {
     let bar = indicatif::ProgressBar::new(1000);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    if target.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     loop {
         let v = ask(
             target,
@@ -207,7 +216,11 @@ fn wait_over(target: &Target, volume: &str, want: &str) -> Result<(), Failure> {
         ));
         if m["running"] == false {
             bar.finish_and_clear();
-            println!("{}", admin_migrate::status_line(m));
+            if target.json {
+                println!("{m}");
+            } else {
+                println!("{}", admin_migrate::status_line(m));
+            }
             return match m["phase"].as_str() {
                 Some(p) if p == want => Ok(()),
                 p => Err(Failure::run(format!(

@@ -34,8 +34,6 @@ pub enum VolumeCmd {
     },
     /// Every volume: name, size, pool, provisioning, placement, and whether it is ready.
     List {
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -61,9 +59,13 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 "pool": pool,
                 "provisioning": if thick { "thick" } else { "thin" },
             });
-            ask(&target, req)?;
+            let answer = ask(&target, req)?;
             if !wait {
-                println!("{name}: being created (ctl volume list shows when it is ready)");
+                if target.json {
+                    println!("{answer}");
+                } else {
+                    println!("{name}: being created (ctl volume list shows when it is ready)");
+                }
                 return Ok(());
             }
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -71,7 +73,14 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 let v = list(&target)?;
                 match state_of(&v, &name) {
                     Some("ready") => {
-                        println!("{name}: created and exported");
+                        if target.json {
+                            let entry = v["volumes"]
+                                .as_array()
+                                .and_then(|a| a.iter().find(|x| x["name"] == name.as_str()));
+                            println!("{}", entry.unwrap_or(&Value::Null));
+                        } else {
+                            println!("{name}: created and exported");
+                        }
                         return Ok(());
                     }
                     Some(_) if Instant::now() < deadline => {}
@@ -90,9 +99,9 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        VolumeCmd::List { json, target } => {
+        VolumeCmd::List { target } => {
             let v = list(&target)?;
-            if json {
+            if target.json {
                 println!("{}", v["volumes"]);
                 return Ok(());
             }

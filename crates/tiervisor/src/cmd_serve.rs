@@ -190,8 +190,6 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
 pub enum CtlCmd {
     /// Per-volume and per-pool counters, latencies and placement.
     Stat {
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -239,6 +237,10 @@ pub struct Target {
     /// The admin socket, if not in the data directory.
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// Print the server's answer as one JSON object (or array) instead of text. Refusals
+    /// still go to standard error, with exit status 2.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 impl Target {
@@ -259,7 +261,13 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
         CtlCmd::Volume { cmd } => crate::cmd_ctl_volume::run(cmd),
         CtlCmd::Shutdown { target } => {
             let r = admin::request(&target.socket(), "shutdown").map_err(Failure::run)?;
-            print!("{r}");
+            if target.json {
+                print!("{r}");
+                return Ok(());
+            }
+            let v: serde_json::Value = serde_json::from_str(&r)
+                .map_err(|e| Failure::run(format!("bad answer from the server: {e}")))?;
+            println!("{}", v["message"].as_str().unwrap_or("shutting down"));
             Ok(())
         }
         CtlCmd::Qos {
@@ -283,15 +291,19 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                 return Err(Failure::input(e.to_string()));
             }
             let q = &v["qos"];
+            if target.json {
+                println!("{v}");
+                return Ok(());
+            }
             println!(
                 "{volume}: reservation {} IOPS, limit {} IOPS, weight {}",
                 q["reservation_iops"], q["limit_iops"], q["weight"]
             );
             Ok(())
         }
-        CtlCmd::Stat { json, target } => {
+        CtlCmd::Stat { target } => {
             let r = admin::request(&target.socket(), "stat").map_err(Failure::run)?;
-            if json {
+            if target.json {
                 print!("{r}");
                 return Ok(());
             }
