@@ -445,7 +445,7 @@ impl Sim {
             .flatten();
         let logged = engine_cfg.pools.iter().any(|p| p.log)
             || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
-        let creates = super::create::CreateDraws::draw(cfg.seed, logged || mrng.is_some());
+        let creates = super::create::CreateDraws::draw(cfg.seed, logged, mrng.is_some());
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,

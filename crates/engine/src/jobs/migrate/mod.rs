@@ -325,6 +325,9 @@ pub(crate) struct Job {
     /// DBT: dirty bytes when the last pass began.
     pub last_dirty_bytes: u64,
     pub cancel_wanted: bool,
+    /// The pivot's commit failed for space and the volume runs again while it is retried
+    /// (`pass.rs`, `resume_before_durable`).
+    pub resumed_before_durable: bool,
     /// The copy's flush before the pause (`presync.rs`).
     pub presync: presync::PreSync,
     pub error: Option<String>,
@@ -377,14 +380,9 @@ pub(crate) fn moved_chunks(vol: &crate::volume::Volume, cb: u64) -> BTreeSet<(Po
 
 impl Migrations {
     pub fn is_paused(&self, v: u32) -> bool {
-        self.jobs.get(&v).is_some_and(|j| {
-            matches!(
-                j.phase,
-                MigrationPhase::Draining
-                    | MigrationPhase::FinalCopy
-                    | MigrationPhase::Committing { .. }
-            )
-        })
+        self.jobs
+            .get(&v)
+            .is_some_and(|j| j.phase.pauses_the_volume() && !j.resumed_before_durable)
     }
 }
 
@@ -458,6 +456,7 @@ impl Engine {
             delayed: VecDeque::new(),
             last_dirty_bytes: u64::MAX,
             cancel_wanted: false,
+            resumed_before_durable: false,
             presync: presync::PreSync::NotYet,
             error: None,
             stats: MigrationStats {

@@ -81,7 +81,11 @@ impl Engine {
                 }
                 let job = self.migrations.jobs.get_mut(&v).expect("exists");
                 job.cursor = 0;
-                if job.scheme == Scheme::Dbt && job.dirty.iter().any(|&d| d != 0) {
+                // A write in flight at the pause may have allocated a chunk on the source
+                // in the region already copied (`migration_chunk_allocated`): it is copied
+                // now, or the pivot would switch to a destination chunk never filled.
+                let left = job.progress.iter().any(|&p| p != Progress::Copied);
+                if left || (job.scheme == Scheme::Dbt && job.dirty.iter().any(|&d| d != 0)) {
                     job.phase = MigrationPhase::FinalCopy;
                 } else {
                     self.start_pivot(now, v, out);
@@ -92,14 +96,23 @@ impl Engine {
                 if job.copying.is_some() {
                     return false;
                 }
-                match self.next_dirty(v) {
-                    Some(Ok(c)) | Some(Err(c)) => {
-                        self.start_chunk_copy(now, v, c, false, out);
-                        false
+                // Copies that need nothing copied finish at once: go on to the next until
+                // one is in flight (a completion steps again) or none is left.
+                loop {
+                    if self.migrations.jobs[&v].cancel_wanted {
+                        return true;
                     }
-                    None => {
+                    let next = match self.next_left_uncopied(v) {
+                        Some(c) => Some(c),
+                        None => self.next_dirty(v).map(|r| r.unwrap_or_else(|c| c)),
+                    };
+                    let Some(c) = next else {
                         self.start_pivot(now, v, out);
-                        true
+                        return true;
+                    };
+                    self.start_chunk_copy(now, v, c, false, out);
+                    if self.migrations.jobs[&v].copying.is_some() {
+                        return false;
                     }
                 }
             }
@@ -114,6 +127,11 @@ impl Engine {
                 // every step: restarting it at once failed again at the same instant, forever.
                 if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
                     self.start_commit(now, v, out);
+                }
+                if self.vols[v as usize].commit.is_none() {
+                    // The switch cannot be made durable until space returns: the volume
+                    // runs meanwhile rather than stall without bound (DST seed 1058).
+                    self.resume_before_durable(now, v, out);
                 }
                 false
             }
@@ -217,6 +235,26 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// While paused: a chunk still uncopied (allocated on the source behind the copy by
+    /// a write in flight at the pause). Unmapped ones and those on the destination have
+    /// nothing to copy. Nothing is in flight once drained, so none is busy.
+    fn next_left_uncopied(&mut self, v: u32) -> Option<u64> {
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        let vol = &self.vols[v as usize];
+        let to = job.params.to;
+        for c in 0..job.progress.len() as u64 {
+            if job.progress[c as usize] != Progress::Uncopied {
+                continue;
+            }
+            job.late.remove(&c);
+            match vol.resolve(vol.map.get(c), c) {
+                Some((p, _)) if p != to => return Some(c),
+                _ => job.progress[c as usize] = Progress::Copied,
+            }
+        }
+        None
     }
 
     /// DBT: the next chunk with dirty blocks.
@@ -550,6 +588,29 @@ impl Engine {
         {
             self.start_commit(now, v, out);
         }
+    }
+
+    /// The pivot's records are not durable yet and cannot be for now (the commit failed
+    /// for space, or found no room): let the volume's requests go on. This is as safe as
+    /// any change of the map not yet durable: requests are served by the switched map
+    /// (every chunk on the destination, whose copy is complete); a FLUSH or an FUA write
+    /// completes only once a commit carrying the switch is durable, and until then a power
+    /// loss mounts the source map, whose chunks stay allocated and hold every write
+    /// flushed before the pause. Only unflushed writes made since can be lost, as always.
+    fn resume_before_durable(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let Some(job) = self.migrations.jobs.get_mut(&v) else {
+            return;
+        };
+        if job.resumed_before_durable {
+            return;
+        }
+        job.resumed_before_durable = true;
+        out.events.push(crate::types::EngineEvent::MigrationPhase {
+            volume: self.vols[v as usize].rec.name.clone(),
+            phase: job.phase.name(),
+            paused: false,
+        });
+        self.unpause(now, v, out);
     }
 
     /// Let requests of a paused volume go again.
