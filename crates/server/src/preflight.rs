@@ -25,6 +25,8 @@ pub struct StartOptions {
 pub struct Bound {
     pub nbd: Option<TcpListener>,
     pub metrics: Option<TcpListener>,
+    /// A Unix socket systemd passed for NBD; `unix_socket` is bound later otherwise.
+    pub nbd_unix: Option<std::os::unix::net::UnixListener>,
 }
 
 pub fn bind_tcp(cfg: &ServerConfig) -> Result<Bound, String> {
@@ -54,6 +56,7 @@ pub fn bind_tcp(cfg: &ServerConfig) -> Result<Bound, String> {
             Some(l) => Some(l),
             None => bind(&cfg.metrics, "metrics")?,
         },
+        nbd_unix: activated.nbd_unix,
     })
 }
 

@@ -401,7 +401,14 @@ impl Server {
                 .map_err(|e| e.to_string())?;
             self.tcp = Some(l);
         }
-        if let Some(p) = &self.cfg.unix_socket {
+        if let Some(l) = bound.nbd_unix {
+            // systemd owns this socket's path: not ours to bind, nor to remove at exit.
+            self.cfg.unix_socket = None;
+            let mut l = UnixListener::from_std(l);
+            reg.register(&mut l, TOK_UNIX, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            self.unix = Some(l);
+        } else if let Some(p) = &self.cfg.unix_socket {
             let mut l = bind_unix(p)?;
             reg.register(&mut l, TOK_UNIX, Interest::READABLE)
                 .map_err(|e| e.to_string())?;
@@ -428,6 +435,12 @@ impl Server {
     /// Local address of the TCP listener (tests bind to port 0).
     pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
         self.tcp.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The path of the NBD Unix socket served (configured or passed by systemd).
+    pub fn unix_path(&self) -> Option<std::path::PathBuf> {
+        let addr = self.unix.as_ref()?.local_addr().ok()?;
+        addr.as_pathname().map(std::path::Path::to_path_buf)
     }
 
     pub fn exports(&self) -> &[Export] {

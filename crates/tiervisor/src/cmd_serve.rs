@@ -167,7 +167,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
             "  qemu-system-x86_64 ... -drive file=nbd://{addr}/{first},format=raw,if=virtio\n"
         );
     }
-    if let Some(p) = &cfg.unix_socket {
+    if let Some(p) = server.unix_path() {
         banner += &format!(
             "  NBD over Unix:  nbd+unix:///{first}?socket={}\n",
             p.display()
