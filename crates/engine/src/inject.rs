@@ -82,8 +82,8 @@ impl InjectedBug {
             InjectedBug::PunchBeforeFreeDurable,
         ]
     }
-    /// The host write-back buffer's: DST runs buffers only with `TIERVISOR_DST_WBUF=1`
-    /// for now (docs/TESTING.md); both are caught there.
+    /// The host write-back buffer's: DST gives pools buffers in a third of the seeds (not
+    /// with `TIERVISOR_DST_NO_WBUF=1`); CI's DST must catch both (docs/TESTING.md).
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
