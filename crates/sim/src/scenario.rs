@@ -602,6 +602,12 @@ impl Scenario {
                     ),
                 );
             };
+            // A VM without a name is called after its position and volume.
+            let vm_name = || {
+                vm.name
+                    .clone()
+                    .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref()))
+            };
             if vm.trace.is_some() as u8
                 + vm.fio.is_some() as u8
                 + vm.surge.is_some() as u8
@@ -617,10 +623,7 @@ impl Scenario {
             if let Some(sp) = &vm.spc {
                 let job = spc_vm::spc_job(&cx, sp, volumes[volume].size_bytes)?;
                 vms.push(VmSpec {
-                    name: vm
-                        .name
-                        .clone()
-                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Spc(job),
                 });
@@ -629,10 +632,7 @@ impl Scenario {
             if let Some(a) = &vm.app {
                 let job = app_job(&cx, a, volumes[volume].size_bytes)?;
                 vms.push(VmSpec {
-                    name: vm
-                        .name
-                        .clone()
-                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    name: vm_name(),
                     volume,
                     workload: WorkloadSpec::App(job),
                 });
@@ -640,10 +640,7 @@ impl Scenario {
             }
             if let Some(sg) = &vm.surge {
                 vms.push(VmSpec {
-                    name: vm
-                        .name
-                        .clone()
-                        .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                    name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Surge(surge_config(
                         &cx,
@@ -723,10 +720,7 @@ impl Scenario {
                 }
             };
             vms.push(VmSpec {
-                name: vm
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| format!("vm{}-{}", i + 1, vm.volume.get_ref())),
+                name: vm_name(),
                 volume,
                 workload,
             });
