@@ -166,6 +166,14 @@ impl Monitor {
         self.heat.get(chunk as usize).map_or(0, |h| h.score(epoch))
     }
 
+    /// Whole decay periods since the chunk was last accessed (at `epoch`).
+    #[inline]
+    pub fn idle_epochs(&self, chunk: u64, epoch: u16) -> u16 {
+        self.heat
+            .get(chunk as usize)
+            .map_or(u16::MAX, |h| epoch.wrapping_sub(h.epoch))
+    }
+
     /// Forget a chunk's history (it was trimmed).
     pub fn forget(&mut self, chunk: u64) {
         if let Some(h) = self.heat.get_mut(chunk as usize) {
