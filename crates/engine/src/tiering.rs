@@ -5,7 +5,8 @@
 //! volumes promote their hottest random chunks to the
 //! fast pool and, when it is full, demote the coldest there if a candidate is hotter by
 //! the hysteresis margin (scaled by volume priority, so a higher-priority volume wins
-//! contested space). Moves are rate-limited by a token bucket and a cap on moves in
+//! contested space) and, if the coldest is in use, by more than counting noise
+//! (`clearly_hotter`). Moves are rate-limited by a token bucket and a cap on moves in
 //! flight, so foreground I/O keeps priority.
 //!
 //! A move copies a whole chunk: read the source, write the destination, then switch the
