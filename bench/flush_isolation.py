@@ -9,9 +9,11 @@ Part 1, two volumes on one pool file, driven at once through NBD by fio:
   the baseline: a FLUSH is an fdatasync of the whole pool file), `direct = true` without a
   buffer, and `direct = true` with `write_buffer = "256m"` (a FLUSH writes back only its
   own volume's buffered data).
-Part 2, a single volume, 4 KiB random writes at QD1 without syncs: tiervisor with the page
-  cache, with O_DIRECT, with O_DIRECT and the buffer, and `qemu-nbd --cache=none
-  --aio=native` serving a raw file on the same file system.
+Part 2, a single volume, 4 KiB random writes and random reads at QD1 and QD32 without
+  syncs: tiervisor with the page cache, with O_DIRECT, with O_DIRECT and the buffer, and
+  `qemu-nbd --cache=none --aio=native` serving a raw file on the same file system. Before
+  the reads the whole 1 GiB is written once (1 MiB sequential writes), so reads return
+  data rather than holes; on the page-cache pool it is then in the host's RAM.
 
 Prints medians of --reps runs. The pools and the raw file live under --workdir (it must not
 be tmpfs: O_DIRECT).
@@ -20,7 +22,7 @@ With the buffer, the pool's write-buffer counters (`ctl stat`) are printed too: 
 operations queued ahead of each, and how long they waited for their write-backs.
 
 Usage: bench/flush_isolation.py [--reps 3] [--runtime 5] [--workdir /tmp/tv-flush-bench] [--json out.json]
-                                [--settings page-cache,direct,direct+buffer] [--two-vms-only]
+                                [--settings page-cache,direct,direct+buffer] [--two-vms-only | --single-only]
 """
 
 import argparse
@@ -123,9 +125,30 @@ def two_vms(port, runtime):
     }
 
 
-def qd1(uri, runtime):
-    j = fio_json(common(runtime) + ["--name=qd1", f"--uri={uri}", "--iodepth=1"])[0]["write"]
+SINGLE = [("randwrite", 1), ("randwrite", 32), ("randread", 1), ("randread", 32)]
+
+
+def single(uri, rw, qd, runtime):
+    args = common(runtime) + ["--name=one", f"--uri={uri}", f"--iodepth={qd}"]
+    args = [f"--rw={rw}" if a.startswith("--rw=") else a for a in args]
+    j = fio_json(args)[0]["read" if rw == "randread" else "write"]
     return {"iops": j["iops"], "p99_us": j["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000.0}
+
+
+def fill(uri):
+    """Write the whole volume once, so random reads find data."""
+    fio_json(["--ioengine=nbd", "--rw=write", "--bs=1m", "--size=1g", "--iodepth=8",
+              "--name=fill", f"--uri={uri}"])
+
+
+def single_all(uri, reps, runtime):
+    """Median of `reps` runs of each of SINGLE: {"randwrite QD1": {...}, ...}."""
+    out = {}
+    for rw, qd in SINGLE:
+        if rw == "randread" and not any(k.startswith("randread") for k in out):
+            fill(uri)
+        out[f"{rw} QD{qd}"] = median([single(uri, rw, qd, runtime) for _ in range(reps)])
+    return out
 
 
 def median(runs):
@@ -140,14 +163,15 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--settings", default=",".join(n for n, _ in SETTINGS))
     ap.add_argument("--two-vms-only", action="store_true")
+    ap.add_argument("--single-only", action="store_true")
     a = ap.parse_args()
     chosen = [(n, k) for n, k in SETTINGS if n in a.settings.split(",")]
     for tool in ["fio", "qemu-nbd"]:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is missing (apt-get install fio qemu-utils)")
     os.makedirs(a.workdir, exist_ok=True)
-    results = {"two_vms": {}, "qd1": {}, "write_buffer": {}}
-    for name, keys in chosen:
+    results = {"two_vms": {}, "single": {}, "write_buffer": {}}
+    for name, keys in ([] if a.single_only else chosen):
         d = os.path.join(a.workdir, "tv2")
         p, port = serve(d, keys, ["vm1", "vm2"])
         try:
@@ -168,12 +192,14 @@ def main():
                 json.dump(results, f, indent=2)
         return
     for name, keys in chosen:
-        p, port = serve(os.path.join(a.workdir, "tv1"), keys, ["vm1"])
+        d = os.path.join(a.workdir, "tv1")
+        p, port = serve(d, keys, ["vm1"])
         try:
-            results["qd1"][name] = median([qd1(f"nbd://127.0.0.1:{port}/vm1", a.runtime) for _ in range(a.reps)])
+            results["single"][name] = single_all(f"nbd://127.0.0.1:{port}/vm1", a.reps, a.runtime)
         finally:
             stop(p)
-        print(f"QD1 {name:14} {results['qd1'][name]}", file=sys.stderr)
+            shutil.rmtree(d, ignore_errors=True)
+        print(f"single {name:14} {results['single'][name]}", file=sys.stderr)
     raw = os.path.join(a.workdir, "qemu.raw")
     with open(raw, "wb") as f:
         f.truncate(1 << 30)
@@ -182,11 +208,25 @@ def main():
                           "-b", "127.0.0.1", "-p", str(port), raw], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     try:
-        results["qd1"]["qemu-nbd"] = median([qd1(f"nbd://127.0.0.1:{port}/vm1", a.runtime) for _ in range(a.reps)])
+        results["single"]["qemu-nbd"] = single_all(f"nbd://127.0.0.1:{port}/vm1", a.reps, a.runtime)
     finally:
         q.send_signal(signal.SIGTERM)
         q.wait(timeout=60)
     os.remove(raw)
+    shutil.rmtree(os.path.join(a.workdir, "tv2"), ignore_errors=True)
+
+    peer = results["single"]["qemu-nbd"]
+    print(f"\n{'single volume':14} " + " ".join(f"{k:>22}" for k in peer)
+          + "   (IOPS / p99 us / vs qemu-nbd --cache=none --aio=native)")
+    for name in [s for s, _ in chosen] + ["qemu-nbd"]:
+        r = results["single"][name]
+        print(f"{name:14} " + " ".join(
+            f"{r[k]['iops']:8.0f}/{r[k]['p99_us']:6.0f}/{r[k]['iops'] / peer[k]['iops']:5.2f}" for k in peer))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+    if a.single_only:
+        return
 
     base = results["two_vms"].get("page-cache") or next(iter(results["two_vms"].values()))
     print(f"\n{'pool':14} {'VM1 MB/s':>9} {'VM2 MB/s':>9} {'VM2 flush p50 us':>17} {'p99 us':>9}   VM1 vs page-cache, VM2 p50 vs page-cache")
@@ -198,11 +238,6 @@ def main():
         print(f"\n{name}: {wb['flushes']} FLUSHes on the pool, {wb['queued_ahead_per_flush']:.1f} operations queued ahead of each,"
               f" write-back wait mean {wb['flush_writeback_wait_mean_us']:.0f} us, max {wb['flush_writeback_wait_max_us']:.0f} us;"
               f" {100 * wb['background_share']:.0f} % of written-back bytes in the background")
-    peer = results["qd1"]["qemu-nbd"]["iops"]
-    print(f"\n{'QD1 randwrite':14} {'IOPS':>9} {'p99 us':>9}   vs qemu-nbd --cache=none --aio=native")
-    for name in [s for s, _ in chosen] + ["qemu-nbd"]:
-        r = results["qd1"][name]
-        print(f"{name:14} {r['iops']:9.0f} {r['p99_us']:9.0f}   {r['iops'] / peer:.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
