@@ -25,6 +25,12 @@ pub struct Rig {
     pub fail_writes: Option<Errno>,
     /// A defect every engine of this rig gets (also after `crash_and_mount`).
     pub bug: Option<InjectedBug>,
+    /// While set, devices have a volatile write cache: what a write replaced is kept
+    /// until its pool is flushed (FUA writes are durable at once), and `power_loss`
+    /// undoes every write not yet flushed, the worst a power loss may do.
+    pub volatile: bool,
+    /// Per pool: (offset, bytes replaced) of each write since the pool's last flush.
+    pub unflushed: Vec<Vec<(usize, Vec<u8>)>>,
 }
 
 pub fn config(journal_bytes: u64) -> EngineConfig {
@@ -105,7 +111,10 @@ impl Rig {
             held: VecDeque::new(),
             fail_writes: None,
             bug,
+            volatile: false,
+            unflushed: Vec::new(),
         };
+        r.unflushed = vec![Vec::new(); r.devs.len()];
         r.start();
         r
     }
@@ -137,6 +146,17 @@ impl Rig {
         self.engine.inject_bug(self.bug);
         self.events.clear();
         self.start();
+    }
+
+    /// Power fails: every write not yet flushed is undone (newest first), then the
+    /// engine is lost and mounts again.
+    pub fn power_loss(&mut self) {
+        for (p, undo) in self.unflushed.iter_mut().enumerate() {
+            while let Some((o, old)) = undo.pop() {
+                self.devs[p][o..o + old.len()].copy_from_slice(&old);
+            }
+        }
+        self.crash_and_mount();
     }
 
     pub fn drain(&mut self, mut out: Outputs) {
@@ -206,6 +226,16 @@ impl Rig {
                     data: None,
                 };
                 return self.engine.device_done(self.now, done, out);
+            }
+            if self.volatile {
+                let undo = &mut self.unflushed[op.pool.0 as usize];
+                match op.kind {
+                    DevKind::Flush => undo.clear(),
+                    _ if (is_write || op.kind == DevKind::Discard) && !op.fua => {
+                        undo.push((o, dev[o..o + l].to_vec()))
+                    }
+                    _ => {}
+                }
             }
             match op.kind {
                 DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
