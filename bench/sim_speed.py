@@ -4,7 +4,10 @@ as three VMs, 41 passes each) on the HDD and the SSD preset; report simulated I/
 wall-clock second, median of --reps runs, both the engine's own wall time (the run loop)
 and the whole process (parse, load, set up, run, report).
 
-Usage: bench/sim_speed.py [--reps 5]
+Usage: bench/sim_speed.py [--reps 5] [--bin A --bin B ...]
+
+With several --bin, the binaries run alternately (one run of each per repetition, so
+machine noise falls on all alike) and each device's line says its ratio to the first.
 """
 
 import argparse
@@ -20,23 +23,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--bin", action="append", help="a tiervisor binary (repeatable; default: build --release)")
     a = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "tiervisor"], cwd=ROOT, check=True)
-    binary = os.path.join(ROOT, "target", "release", "tiervisor")
-    print(f"{'device':6} {'requests':>9} {'run loop I/O/s':>15} {'whole process I/O/s':>20} {'whole process s':>16}")
+    binaries = a.bin
+    if not binaries:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "tiervisor"], cwd=ROOT, check=True)
+        binaries = [os.path.join(ROOT, "target", "release", "tiervisor")]
+    print(f"{'device':6} {'binary':24} {'requests':>9} {'run loop I/O/s':>15} {'whole process I/O/s':>20} {'whole process s':>16} {'ratio':>6}")
     for dev in ["hdd", "ssd"]:
         sc = os.path.join(ROOT, "scenarios", "bench", f"wsrch-1m-{dev}.toml")
-        loop, whole = [], []
+        loop = {b: [] for b in binaries}
+        whole = {b: [] for b in binaries}
+        n = 0
         for _ in range(a.reps):
-            t = time.perf_counter()
-            out = subprocess.run([binary, "sim", "--json", sc], capture_output=True, text=True, check=True).stdout
-            elapsed = time.perf_counter() - t
-            r = json.loads(out)
-            loop.append(r["ios"] / r["wall_time_s"])
-            whole.append(elapsed)
-        n = r["ios"]
-        w = statistics.median(whole)
-        print(f"{dev:6} {n:9d} {statistics.median(loop):15.0f} {n / w:20.0f} {w:16.3f}")
+            for b in binaries:
+                t = time.perf_counter()
+                out = subprocess.run([b, "sim", "--json", sc], capture_output=True, text=True, check=True).stdout
+                elapsed = time.perf_counter() - t
+                r = json.loads(out)
+                n = r["ios"]
+                loop[b].append(r["ios"] / r["wall_time_s"])
+                whole[b].append(elapsed)
+        base = statistics.median(loop[binaries[0]])
+        for b in binaries:
+            w = statistics.median(whole[b])
+            lp = statistics.median(loop[b])
+            print(f"{dev:6} {os.path.basename(b)[:24]:24} {n:9d} {lp:15.0f} {n / w:20.0f} {w:16.3f} {lp / base:6.2f}")
 
 
 if __name__ == "__main__":

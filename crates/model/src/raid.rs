@@ -31,10 +31,6 @@ impl Raid0 {
         })
     }
 
-    pub fn members(&self) -> &[Model] {
-        &self.members
-    }
-
     /// Each member's contiguous range for `[offset, offset + len)`: a member's stripe
     /// units of consecutive rows are adjacent on it, so one range per member suffices.
     fn split(&self, offset_bytes: u64, len_bytes: u64) -> Vec<Option<(u64, u64)>> {

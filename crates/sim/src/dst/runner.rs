@@ -1059,25 +1059,18 @@ impl Sim {
             .pools
             .iter()
             .any(|p| p.write_buffer.is_some());
-        if !buffered || self.space.is_none() {
-            return self.drain();
-        }
-        let mut guard = 0u64;
-        while !self.reqs.is_empty() {
-            if !self.next_event()? {
-                return Err(format!("{} request(s) never completed", self.reqs.len()));
-            }
-            guard += 1;
-            if guard > 10_000_000 {
-                return Err("the engine does not settle".into());
-            }
-        }
-        Ok(())
+        self.run_until_idle(!buffered || self.space.is_none())
     }
 
+    /// Wait for every request and every device operation.
     fn drain(&mut self) -> Result<(), Fail> {
+        self.run_until_idle(true)
+    }
+
+    /// Run events until no request is outstanding and, with `ops`, no device operation.
+    fn run_until_idle(&mut self, ops: bool) -> Result<(), Fail> {
         let mut guard = 0u64;
-        while !self.reqs.is_empty() || !self.in_flight_ops.is_empty() {
+        while !self.reqs.is_empty() || (ops && !self.in_flight_ops.is_empty()) {
             if !self.next_event()? {
                 return Err(format!("{} request(s) never completed", self.reqs.len()));
             }
