@@ -101,6 +101,7 @@ fn disk_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         chunk_bytes: 1 << 20,
         meta_pool: 0,
         complete: true,
+        shard: Default::default(),
     };
     let vol = |id: u32, placement| VolumeRecord {
         id,

@@ -262,6 +262,9 @@ pub struct EngineConfig {
     pub flush_takes_queue_slot: bool,
     pub tiering: TieringConfig,
     pub log: LogConfig,
+    /// Which shard of the system this engine is (`shard.rs`); recorded in every slice's
+    /// superblock, so a system is never mounted with another shard count.
+    pub shard: crate::shard::ShardId,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -287,6 +290,7 @@ impl Default for EngineConfig {
             flush_takes_queue_slot: true,
             tiering: TieringConfig::default(),
             log: LogConfig::default(),
+            shard: crate::shard::ShardId::default(),
         }
     }
 }
@@ -326,6 +330,15 @@ impl EngineConfig {
         }
         if self.meta_pool.0 as usize >= self.pools.len() {
             return err("the metadata pool does not exist".into());
+        }
+        let sh = self.shard;
+        if sh.count == 0 || sh.count > crate::shard::MAX_SHARDS || sh.index >= sh.count {
+            return err(format!(
+                "shard {} of {}: expected a count of 1..={} and an index below it",
+                sh.index,
+                sh.count,
+                crate::shard::MAX_SHARDS
+            ));
         }
         if self.journal_bytes < 64 * 1024 || !self.journal_bytes.is_multiple_of(4096) {
             return err("journal size must be a multiple of 4 KiB and at least 64 KiB".into());

@@ -54,6 +54,10 @@ pub struct Superblock {
     /// False while the format that wrote it is unfinished (the metadata pool's superblock,
     /// written last, completes a format).
     pub complete: bool,
+    /// The shard whose slice of the pool this is (`shard.rs`). Stored after the fields
+    /// above, where superblocks written before sharding hold zeros: those read as shard 0
+    /// of 1, so no format version change was needed.
+    pub shard: crate::shard::ShardId,
 }
 
 impl Superblock {
@@ -77,6 +81,7 @@ impl Superblock {
             .u64(self.chunks())
             .u16(self.meta_pool)
             .u8(self.complete as u8);
+        e.u16(self.shard.index).u16(self.shard.count);
         e.seal(BLOCK_BYTES as usize)
     }
 
@@ -112,6 +117,15 @@ impl Superblock {
         let _chunks = d.u64().ok_or_else(bad)?;
         let meta_pool = d.u16().ok_or_else(bad)?;
         let complete = d.u8().ok_or_else(bad)? == 1;
+        let shard_index = d.u16().ok_or_else(bad)?;
+        let shard = match d.u16().ok_or_else(bad)? {
+            // Written before sharding existed (zeros): the whole pool is one shard.
+            0 => crate::shard::ShardId::default(),
+            count => crate::shard::ShardId {
+                index: shard_index,
+                count,
+            },
+        };
         // Checksummed is not the same as sane: geometry divides by the chunk size.
         if !chunk_bytes.is_power_of_two() || chunk_bytes < 4096 {
             return Err(format!(
@@ -128,6 +142,7 @@ impl Superblock {
             chunk_bytes,
             meta_pool,
             complete,
+            shard,
         })
     }
 }
@@ -392,6 +407,7 @@ mod tests {
             chunk_bytes: 1 << 20,
             meta_pool: 0,
             complete: true,
+            shard: Default::default(),
         };
         let good = sb.encode();
         assert_eq!(Superblock::decode(&good), Ok(sb));
@@ -420,6 +436,7 @@ mod tests {
             chunk_bytes: 1 << 20,
             meta_pool: 0,
             complete: true,
+            shard: crate::shard::ShardId { index: 2, count: 3 },
         };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
@@ -431,6 +448,34 @@ mod tests {
                 .contains("magic")
         );
         assert!(Superblock::decode(&[0u8; 10]).is_err());
+    }
+
+    /// Superblocks written before sharding carry zeros where the shard fields are now:
+    /// they read as the one shard of an unsharded system.
+    #[test]
+    fn a_superblock_from_before_sharding_reads_as_one_shard() {
+        let sb = Superblock {
+            system_uuid: [3; 16],
+            pool_index: 0,
+            pool_count: 1,
+            name: "ssd".into(),
+            medium: Medium::Ssd,
+            capacity_bytes: 64 << 20,
+            chunk_bytes: 1 << 20,
+            meta_pool: 0,
+            complete: true,
+            shard: crate::shard::ShardId { index: 1, count: 2 },
+        };
+        let mut b = sb.encode();
+        // The shard fields follow `complete`; zero them as an old build left them.
+        let at = 8 + 4 + 16 + 2 + 2 + 64 + 1 + 8 * 4 + 2 + 1;
+        assert_eq!(&b[at..at + 4], &[1, 0, 2, 0]);
+        b[at..at + 4].fill(0);
+        let n = BLOCK_BYTES as usize;
+        let crc = crc32c::crc32c(&b[..n - 4]);
+        b[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        let old = Superblock::decode(&b).unwrap();
+        assert_eq!(old.shard, crate::shard::ShardId { index: 0, count: 1 });
     }
 
     #[test]

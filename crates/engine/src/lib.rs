@@ -31,6 +31,7 @@ pub mod overlay;
 mod reclaim;
 mod report;
 pub mod sched;
+pub mod shard;
 pub mod stats;
 pub mod status;
 pub mod throttle;

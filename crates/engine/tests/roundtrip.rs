@@ -356,3 +356,51 @@ fn a_journal_block_one_mount_dropped_stays_dead() {
         "an unflushed mapping appeared"
     );
 }
+
+/// A slice's superblock records its shard and the shard count (issue 18): a system is
+/// never mounted with another count, whichever way it changes, and the refusal writes
+/// nothing and names the pool and both counts.
+#[test]
+fn mount_refuses_another_shard_count_and_writes_nothing() {
+    use tiervisor_engine::shard::ShardPlan;
+    // Formatted unsharded, started as shard 0 of 2 (whose slices begin at offset 0).
+    let mut r = Rig::new(config(1 << 20));
+    r.write("thin", 0, b"precious");
+    r.flush("thin");
+    let two = ShardPlan::new(&r.cfg, 2).unwrap();
+    let (state, writes) = start_on_rig_devices(&r, two.shard_config(&r.cfg, 0));
+    match state {
+        EngineState::Failed(m) => assert!(
+            m.contains("pool ssd") && m.contains("formatted for 1 shard(s), started with 2"),
+            "{m}"
+        ),
+        s => panic!("mount should refuse, state {s:?}"),
+    }
+    assert_eq!(writes, 0, "a refused mount wrote to a pool");
+
+    // Formatted as shard 0 of 2, started unsharded.
+    let base = config(1 << 20);
+    let shard0 = ShardPlan::new(&base, 2).unwrap().shard_config(&base, 0);
+    let r = Rig::new(shard0.clone());
+    let (state, writes) = start_on_rig_devices(&r, base.clone());
+    match state {
+        EngineState::Failed(m) => assert!(
+            m.contains("pool ssd") && m.contains("formatted for 2 shard(s), started with 1"),
+            "{m}"
+        ),
+        s => panic!("mount should refuse, state {s:?}"),
+    }
+    assert_eq!(writes, 0, "a refused mount wrote to a pool");
+    // Same count, another index: the slice is someone else's.
+    let mut other = shard0.clone();
+    other.shard.index = 1;
+    let (state, writes) = start_on_rig_devices(&r, other);
+    match state {
+        EngineState::Failed(m) => assert!(m.contains("shard 0 of 2, not shard 1"), "{m}"),
+        s => panic!("mount should refuse, state {s:?}"),
+    }
+    assert_eq!(writes, 0);
+    // And the right shard mounts.
+    let (state, _) = start_on_rig_devices(&r, shard0);
+    assert_eq!(state, EngineState::Ready);
+}

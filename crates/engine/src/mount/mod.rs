@@ -22,6 +22,7 @@ use crate::layout::{
     decode_superblock_pair, is_other_version,
 };
 use crate::overlay::Overlay;
+use crate::shard::ShardId;
 use crate::stats::VolumeStats;
 use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs, PoolId, VolumeId};
 use crate::volume::Volume;
@@ -94,6 +95,21 @@ pub(crate) struct Startup {
 
 /// The CRC a fresh journal chain starts from: unique per system and volume, so blocks
 /// left by an earlier format of the same device never continue it.
+/// The refusal to mount a slice written by another shard layout.
+fn shard_mismatch(pool: &str, on_disk: ShardId, configured: ShardId) -> String {
+    if on_disk.count != configured.count {
+        format!(
+            "pool {pool}: formatted for {} shard(s), started with {}; a system keeps the shard count it was formatted with (nothing was written)",
+            on_disk.count, configured.count
+        )
+    } else {
+        format!(
+            "pool {pool}: this slice belongs to shard {} of {}, not shard {} (nothing was written)",
+            on_disk.index, on_disk.count, configured.index
+        )
+    }
+}
+
 fn chain_seed(system_uuid: &[u8; 16], volume_id: u32) -> u32 {
     let mut b = system_uuid.to_vec();
     b.extend_from_slice(&volume_id.to_le_bytes());
@@ -223,6 +239,7 @@ impl Engine {
             chunk_bytes: self.cfg.chunk_bytes,
             meta_pool: self.cfg.meta_pool.0,
             complete,
+            shard: self.cfg.shard,
         }
     }
 
@@ -482,6 +499,11 @@ impl Engine {
                     "pool {}: superblock says it is pool {:?} ({} of {}); the configuration lists pools in a different order or set",
                     pc.name, sb.name, sb.pool_index, sb.pool_count
                 ));
+            }
+            // Before geometry: a slice of another shard count has another capacity too,
+            // and the count is what the operator must be told about.
+            if sb.shard != self.cfg.shard {
+                return Err(shard_mismatch(&pc.name, sb.shard, self.cfg.shard));
             }
             if sb.chunk_bytes != self.cfg.chunk_bytes {
                 return Err(format!(
