@@ -21,7 +21,13 @@ impl Wakeups {
     /// Call after every engine call: the time (never before `now_ns`) to queue a wake-up
     /// event at, when none queued fires at or before the engine's deadline.
     pub fn to_queue(&mut self, engine: &Engine, now_ns: u64) -> Option<u64> {
-        let at = engine.next_deadline()?.max(now_ns);
+        self.to_queue_at(engine.next_deadline(), now_ns)
+    }
+
+    /// The same for a driver of several engines (shards): `deadline` is the earliest of
+    /// their `next_deadline`s.
+    pub fn to_queue_at(&mut self, deadline: Option<u64>, now_ns: u64) -> Option<u64> {
+        let at = deadline?.max(now_ns);
         if self.queued_ns.first().is_some_and(|&q| q <= at) {
             return None;
         }

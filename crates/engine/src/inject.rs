@@ -64,6 +64,9 @@ pub enum InjectedBug {
     /// A volume created at run time is announced without the volume table write that
     /// records it, so a crash forgets a volume clients were told exists.
     CreateSkipsTable,
+    /// Shard 0's slice of every pool overlaps shard 1's by a chunk (`ShardPlan`), so both
+    /// shards can allocate it. Not an engine defect: the plan carries it.
+    ShardOverlap,
 }
 
 impl InjectedBug {
@@ -120,6 +123,7 @@ impl InjectedBug {
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",
             InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
             InjectedBug::CreateSkipsTable => "create-skips-table",
+            InjectedBug::ShardOverlap => "shard-overlap",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -130,6 +134,10 @@ impl InjectedBug {
     pub fn create() -> [InjectedBug; 1] {
         [InjectedBug::CreateSkipsTable]
     }
+    /// Caught by DST's seeds that draw several shards (CI DST must catch it).
+    pub fn shard() -> [InjectedBug; 1] {
+        [InjectedBug::ShardOverlap]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -137,6 +145,7 @@ impl InjectedBug {
             .chain(Self::host_flush())
             .chain(Self::space())
             .chain(Self::create())
+            .chain(Self::shard())
             .find(|b| b.name() == s)
     }
 }

@@ -23,6 +23,7 @@ use tiervisor_workload::{WlKind, Workload};
 
 use crate::report::{DeviceReport, LatReport, Moments, SimReport, VmReport, VolumeReport};
 use crate::scenario::Scenario;
+use crate::shards::Sharded;
 
 /// A tiny slab (vector + free list) for requests in flight.
 mod slab_lite {
@@ -137,7 +138,8 @@ pub struct Simulation {
     oracle_placed: Vec<(usize, u64)>,
     scenario: Scenario,
     seed: u64,
-    engine: Engine,
+    /// One engine per shard (`shards.rs`); one shard is the engine itself.
+    engine: Sharded,
     models: Vec<Model>,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
     seq: u64,
@@ -207,7 +209,14 @@ impl Simulation {
     pub fn new(scenario: Scenario, opts: &RunOptions) -> Result<Simulation, String> {
         let seed = opts.seed.unwrap_or(scenario.seed);
         let cfg = engine_config(&scenario, seed);
-        let engine = Engine::new(cfg).map_err(|e| format!("{}: {e}", scenario.source))?;
+        if scenario.shards > 1 && scenario.volumes.iter().any(|v| v.oracle) {
+            return Err(format!(
+                "{}: oracle placement needs shards = 1 (it ranks chunks across every volume of a pool)",
+                scenario.source
+            ));
+        }
+        let engine = Sharded::new(&cfg, scenario.shards, None)
+            .map_err(|e| format!("{}: {e}", scenario.source))?;
         let models = scenario
             .pools
             .iter()
@@ -336,7 +345,10 @@ impl Simulation {
                 self.push(done, EV_DEV, payload);
             }
             self.out.ops.clear();
-            if let Some(t) = self.wakeups.to_queue(&self.engine, self.now) {
+            if let Some(t) = self
+                .wakeups
+                .to_queue_at(self.engine.next_deadline(), self.now)
+            {
                 self.push(t, EV_WAKE, 0);
             }
             for e in self.out.events.drain(..) {
@@ -459,7 +471,8 @@ impl Simulation {
         while self.next_sample_ns <= t {
             let written: u64 = self.vms.iter().map(|v| v.write_bytes).sum();
             let (mut user, mut appended, mut cleaned, mut free) = (0, 0, 0, 0);
-            for p in self.engine.report().pools {
+            let pools = self.engine.engines().iter().flat_map(|e| e.report().pools);
+            for p in pools {
                 if let Some(l) = p.log {
                     user += l.user_bytes;
                     appended += l.append_bytes;
@@ -615,7 +628,7 @@ impl Simulation {
         if let Some(f) = &self.failure {
             return Err(format!("engine failed to start: {f}"));
         }
-        if self.engine.state() != &EngineState::Ready {
+        if self.engine.state() != EngineState::Ready {
             return Err(format!(
                 "engine did not become ready: {:?}",
                 self.engine.state()
@@ -624,9 +637,9 @@ impl Simulation {
         self.prefill()
     }
 
-    /// The engine, for tests that inspect placement.
+    /// The engine (shard 0's with several), for tests that inspect placement.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.engine.engines()[0]
     }
 
     /// The chunks the oracle placed on fast pools, `(volume, chunk)`, most accessed first.
@@ -664,14 +677,21 @@ impl Simulation {
     /// Map the chunks the workloads will touch on `prefill` volumes, as if the disks had
     /// been written before the run (placed by each volume's policy, no I/O).
     fn prefill(&mut self) -> Result<(), String> {
-        self.oracle_placed = crate::oracle::place(&mut self.engine, &self.scenario, self.seed)?;
+        // Oracle volumes are refused with several shards (`new`).
+        if let Some(engine) = self.engine.only_engine_mut() {
+            self.oracle_placed = crate::oracle::place(engine, &self.scenario, self.seed)?;
+        }
         for (vi, spec) in self.scenario.volumes.iter().enumerate() {
             if !spec.prefill {
                 continue;
             }
             let touched = self.scenario.touched_chunks(vi);
-            self.engine
-                .provision(VolumeId(vi as u32), touched)
+            let (engine, local) = self
+                .engine
+                .engine_for_mut(VolumeId(vi as u32))
+                .ok_or_else(|| format!("prefill of volume {}: no shard holds it", spec.name))?;
+            engine
+                .provision(local, touched)
                 .map_err(|e| format!("prefill of volume {}: {e}", spec.name))?;
         }
         Ok(())
@@ -708,7 +728,10 @@ impl Simulation {
         }
         let mut volumes = BTreeMap::new();
         for (i, spec) in self.scenario.volumes.iter().enumerate() {
-            let Some(st) = self.engine.volume_stats(VolumeId(i as u32)) else {
+            let Some((engine, local)) = self.engine.engine_for(VolumeId(i as u32)) else {
+                continue;
+            };
+            let Some(st) = engine.volume_stats(local) else {
                 continue;
             };
             let last = self
@@ -719,7 +742,7 @@ impl Simulation {
                 .max()
                 .unwrap_or(t0);
             let exec = secs(last.saturating_sub(t0));
-            let er = self.engine.volume_report(VolumeId(i as u32));
+            let er = engine.volume_report(local);
             let ios = st.read.requests
                 + st.write.requests
                 + st.flush.requests
@@ -797,7 +820,18 @@ impl Simulation {
             );
         }
         let ios = self.vms.iter().map(|v| v.ios).sum();
-        let pools = self.engine.report().pools;
+        // Per pool; with several shards, per shard's slice of it.
+        let sharded = self.engine.shards() > 1;
+        let pools: Vec<_> = (self.engine.engines().iter().enumerate())
+            .flat_map(|(k, e)| {
+                e.report().pools.into_iter().map(move |mut p| {
+                    if sharded {
+                        p.name = format!("{} (shard {k})", p.name);
+                    }
+                    p
+                })
+            })
+            .collect();
         let throttles = pools
             .iter()
             .filter_map(|p| Some((p.name.clone(), p.throttle.clone()?)))
@@ -822,6 +856,7 @@ impl Simulation {
             })
             .collect();
         SimReport {
+            shards: self.shard_reports(),
             migrations,
             logs,
             throttles,
@@ -835,6 +870,25 @@ impl Simulation {
             volumes,
             devices,
         }
+    }
+
+    /// Per-shard lines (none with one shard, so its report is as before sharding).
+    fn shard_reports(&self) -> Vec<crate::report::ShardReport> {
+        if self.engine.shards() == 1 {
+            return Vec::new();
+        }
+        let (requests, ops) = self.engine.counters();
+        (0..self.engine.shards())
+            .map(|k| crate::report::ShardReport {
+                shard: k,
+                volumes: (self.scenario.volumes.iter().enumerate())
+                    .filter(|(i, _)| self.engine.plan().volume_shard(*i) == Some(k))
+                    .map(|(_, v)| v.name.clone())
+                    .collect(),
+                requests: requests[k as usize],
+                device_ops: ops[k as usize],
+            })
+            .collect()
     }
 
     /// FLUSH costs and buffer use of SSD `p` (None for HDDs and drives without a DRAM

@@ -9,6 +9,7 @@ pub mod oracle;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;
+pub mod shards;
 mod workload_build;
 
 pub use driver::{Progress, RunOptions, Simulation};

@@ -65,6 +65,9 @@ pub fn ranked(counts: &[(usize, Vec<u64>)]) -> Vec<(usize, u64, u64)> {
 /// Map the oracle volumes' most-accessed chunks on their fast pools (before prefill maps
 /// the rest). Returns the chunks placed, `(volume, chunk)`, in rank order.
 pub fn place(engine: &mut Engine, sc: &Scenario, seed: u64) -> Result<Vec<(usize, u64)>, String> {
+    if sc.volumes.iter().all(|v| !v.oracle) {
+        return Ok(Vec::new());
+    }
     let mut counts = Vec::new();
     for (vi, v) in sc.volumes.iter().enumerate().filter(|(_, v)| v.oracle) {
         counts.push((

@@ -227,6 +227,20 @@ pub struct SimReport {
     /// Live storage migrations the scenario started (`[[migration]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<MigrationReport>,
+    /// Per shard, with `shards` > 1 (empty, and left out, with one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardReport>,
+}
+
+/// One shard's share of the run (issue 18): an overloaded shard shows here.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ShardReport {
+    pub shard: u16,
+    pub volumes: Vec<String>,
+    /// VM requests submitted to the shard, and device operations it issued (formatting
+    /// and prefill included).
+    pub requests: u64,
+    pub device_ops: u64,
 }
 
 /// One live storage migration: seed 004's metrics, times from the workloads' start.
@@ -365,6 +379,23 @@ impl SimReport {
                 t.late,
                 t.cache_hits
             );
+        }
+        if !self.shards.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{:<6} {:>12} {:>12}  volumes",
+                "shard", "requests", "device ops"
+            );
+            for r in &self.shards {
+                let _ = writeln!(
+                    s,
+                    "{:<6} {:>12} {:>12}  {}",
+                    r.shard,
+                    r.requests,
+                    r.device_ops,
+                    r.volumes.join(" ")
+                );
+            }
         }
         self.migrations_table(&mut s);
         if !self.logs.is_empty() {

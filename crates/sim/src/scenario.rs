@@ -60,6 +60,8 @@ pub type ScenarioError = WorkloadError;
 #[serde(deny_unknown_fields)]
 struct RawScenario {
     seed: Option<u64>,
+    /// Engines the system is split into (issue 18): each owns a slice of every pool.
+    shards: Option<Spanned<u16>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
@@ -394,6 +396,9 @@ pub struct VmSpec {
 pub struct Scenario {
     pub source: String,
     pub seed: u64,
+    /// Engines the system runs as (`shards = N`, default 1): each owns an equal slice of
+    /// every pool and a share of the volumes (`engine::shard`).
+    pub shards: u16,
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ns: u64,
@@ -733,6 +738,19 @@ impl Scenario {
         Ok(Scenario {
             source: file.to_string(),
             seed: raw.seed.unwrap_or(1),
+            shards: match &raw.shards {
+                Some(n) if !(1..=tiervisor_engine::shard::MAX_SHARDS).contains(n.get_ref()) => {
+                    return cx.err(
+                        n.span(),
+                        format!(
+                            "shards: expected 1..={}",
+                            tiervisor_engine::shard::MAX_SHARDS
+                        ),
+                    );
+                }
+                Some(n) => *n.get_ref(),
+                None => 1,
+            },
             chunk_bytes: engine.chunk_bytes,
             journal_bytes: engine.journal_bytes,
             commit_interval_ns: engine.commit_interval_ns,

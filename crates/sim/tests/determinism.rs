@@ -125,3 +125,64 @@ fn example_scenarios_run() {
     }
     assert!(ran >= 1);
 }
+
+/// `shards = 1` is the unsharded system, byte for byte; several shards run the same
+/// workload deterministically, report the same volumes and add a line per shard, and
+/// every request and device operation is counted on exactly one shard.
+#[test]
+fn shards_run_deterministically_and_one_shard_is_the_unsharded_run() {
+    let base = run(FIO_MIX, Some(11));
+    assert_eq!(base, run(&format!("shards = 1\n{FIO_MIX}"), Some(11)));
+    assert!(!base.contains("\"shards\""), "{base}");
+    let text = format!("shards = 2\n{FIO_MIX}");
+    let a = run(&text, Some(11));
+    assert_eq!(a, run(&text, Some(11)));
+    let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&base).unwrap();
+    assert_eq!(v["ios"], b["ios"]);
+    assert_eq!(
+        v["volumes"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let shards = v["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 2);
+    assert_eq!(shards[0]["volumes"], serde_json::json!(["a"]));
+    assert_eq!(shards[1]["volumes"], serde_json::json!(["b"]));
+    let requests: u64 = shards.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+    assert_eq!(requests, v["ios"].as_u64().unwrap());
+    let ops: u64 = shards
+        .iter()
+        .map(|s| s["device_ops"].as_u64().unwrap())
+        .sum();
+    let dev_ops: u64 = v["devices"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|d| d["ops"].as_u64().unwrap())
+        .sum();
+    assert_eq!(ops, dev_ops);
+    assert!(shards.iter().all(|s| s["device_ops"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn bad_shard_counts_are_refused_clearly() {
+    let e = Scenario::parse(
+        "det.toml",
+        &format!("shards = 0\n{FIO_MIX}"),
+        Path::new("."),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("det.toml:1") && e.message.contains("shards"),
+        "{e}"
+    );
+    // 64 MiB in 64 slices of 1 MiB: no room for a shard's superblock area and chunks.
+    let small =
+        "shards = 64\n[[pool]]\nname = \"ssd\"\nmodel = \"intel-x25m-80g\"\ncapacity = \"64m\"\n";
+    let sc = Scenario::parse("det.toml", small, Path::new(".")).unwrap();
+    let e = Simulation::new(sc, &RunOptions::default()).err().unwrap();
+    assert!(
+        e.contains("det.toml") && e.contains("pool ssd") && e.contains("64 shards"),
+        "{e}"
+    );
+}
