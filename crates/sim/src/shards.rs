@@ -597,7 +597,11 @@ mod tests {
                 );
                 s.submit(0, req, &mut out);
             }
-            s.submit(0, VmRequest::new(99, VolumeId(v), ReqKind::Flush, 0, 0), &mut out);
+            s.submit(
+                0,
+                VmRequest::new(99, VolumeId(v), ReqKind::Flush, 0, 0),
+                &mut out,
+            );
             drain(&mut s, &mut out, &mut ops);
         }
         assert_eq!(out.completions.len(), 15);

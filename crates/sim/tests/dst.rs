@@ -76,6 +76,13 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.buffered_writes,
         s.tagged_flushes
     );
+    // Two thirds of the seeds run as two or three engines over slices of the pools.
+    assert!(
+        s.sharded_seeds > CI_SEEDS / 2 && s.shards > CI_SEEDS * 3 / 2,
+        "seeds sharded: {}, engines: {}",
+        s.sharded_seeds,
+        s.shards
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
@@ -120,7 +127,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
         .chain(migration)
         .chain(host_flush)
         .chain(InjectedBug::space())
-        .chain(InjectedBug::create());
+        .chain(InjectedBug::create())
+        .chain(InjectedBug::shard());
     for bug in bugs {
         match run_range(0, CI_SEEDS, CI_STEPS, Faults::Latent, Some(bug), jobs()) {
             Ok(_) => panic!("{} was not caught by seeds 0..{CI_SEEDS}", bug.name()),

@@ -71,10 +71,21 @@ impl DataDevice {
     }
 
     /// Mark `n` random sectors (at or after `from` bytes) as latent errors.
-    pub fn add_latent(&mut self, rng: &mut Xoshiro256PlusPlus, n: u64, from: u64) {
+    /// `n` unreadable sectors at or past `from`, none in `skip` (byte ranges: the other
+    /// shards' superblock areas, which mount must read; a draw there moves past it).
+    pub fn add_latent(
+        &mut self,
+        rng: &mut Xoshiro256PlusPlus,
+        n: u64,
+        from: u64,
+        skip: &[std::ops::Range<u64>],
+    ) {
         for _ in 0..n {
-            let s = (from + below(rng, self.capacity - from)) / SECTOR as u64;
-            self.latent.insert(s);
+            let mut at = from + below(rng, self.capacity - from);
+            if let Some(r) = skip.iter().find(|r| r.contains(&at)) {
+                at = r.end.min(self.capacity - 1);
+            }
+            self.latent.insert(at / SECTOR as u64);
         }
     }
 

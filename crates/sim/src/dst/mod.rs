@@ -66,6 +66,8 @@ pub fn run_range(
                             t.tagged_flushes += st.tagged_flushes;
                             t.throttled_ops += st.throttled_ops;
                             t.volumes_created += st.volumes_created;
+                            t.sharded_seeds += st.sharded_seeds;
+                            t.shards += st.shards;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

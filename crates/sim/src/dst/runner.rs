@@ -13,11 +13,12 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
 
+use crate::shards::Sharded;
 use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
-    CleanerPolicy, DevKind, DeviceCompletion, DeviceOp, Engine, EngineConfig, EngineEvent,
-    EngineState, Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig,
-    PoolId, Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig, VmRequest,
+    CleanerPolicy, DevKind, DeviceCompletion, DeviceOp, EngineConfig, EngineEvent, EngineState,
+    Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
+    Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig, VmRequest,
     VolumeConfig, VolumeId, VolumeQos,
 };
 
@@ -71,6 +72,9 @@ pub struct DstStats {
     pub throttled_ops: u64,
     /// Volumes created while running and announced (`Control::CreateVolume`).
     pub volumes_created: u64,
+    /// Seeds run as several engines (`draw_shards`), and the engines of all seeds.
+    pub sharded_seeds: u64,
+    pub shards: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -116,7 +120,8 @@ struct Sim {
     cfg: DstConfig,
     rng: Xoshiro256PlusPlus,
     engine_cfg: EngineConfig,
-    engine: Engine,
+    /// One engine per shard (`shards.rs`); one shard is the engine itself.
+    engine: Sharded,
     devs: Vec<DataDevice>,
     refs: Vec<RefDisk>,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
@@ -186,6 +191,24 @@ fn draw_host_flush(seed: u64) -> ([Option<WriteBufferConfig>; 2], bool) {
         }
     }
     (wb, below(&mut frng, 3) == 0)
+}
+
+/// How many shards the seed runs (1-3), from a stream of its own so that the seeds
+/// drawing one shard replay exactly as before sharding. `TIERVISOR_DST_SHARDS=N` forces
+/// N for every seed (1: every seed as before sharding).
+pub fn draw_shards(seed: u64) -> u16 {
+    if let Some(n) = forced_shards() {
+        return n;
+    }
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x54a2d_u64.rotate_left(28));
+    1 + below(&mut r, 3) as u16
+}
+
+fn forced_shards() -> Option<u16> {
+    std::env::var("TIERVISOR_DST_SHARDS")
+        .ok()
+        .and_then(|v| v.parse::<u16>().ok())
+        .filter(|n| (1..=8).contains(n))
 }
 
 /// Whether seed 001's host and device halves are drawn (unless `TIERVISOR_DST_NO_WBUF=1`).
@@ -393,12 +416,18 @@ impl Sim {
     fn new(cfg: DstConfig) -> Result<Sim, Fail> {
         let mut rng =
             Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
-        let engine_cfg = build_config(&mut rng, cfg.seed);
-        if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
-            eprintln!("config: {engine_cfg:?}");
+        let mut engine_cfg = build_config(&mut rng, cfg.seed);
+        // Every shard gets a slice of each pool as large as the unsharded seed's pool, so
+        // no seed runs out of space for being sharded.
+        let shards = draw_shards(cfg.seed);
+        for p in &mut engine_cfg.pools {
+            p.capacity_bytes *= u64::from(shards);
         }
-        let mut engine = Engine::new(engine_cfg.clone()).map_err(|e| format!("config: {e}"))?;
-        engine.inject_bug(cfg.bug);
+        if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
+            eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
+        }
+        let engine =
+            Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
         let mut devs: Vec<DataDevice> = engine_cfg
             .pools
             .iter()
@@ -412,7 +441,14 @@ impl Sim {
         if cfg.faults >= Faults::Latent {
             // Latent errors on the data pool only: metadata reads at mount must succeed.
             let n = 2 + below(&mut rng, 6);
-            devs[1].add_latent(&mut rng, n, 1 << 20);
+            let plan = engine.plan();
+            let skip: Vec<_> = (1..plan.shards())
+                .map(|k| {
+                    let b = plan.base_bytes(1, k);
+                    b..b + tiervisor_engine::layout::DATA_START_BYTES
+                })
+                .collect();
+            devs[1].add_latent(&mut rng, n, 1 << 20, &skip);
         }
         let refs = engine_cfg
             .volumes
@@ -603,7 +639,10 @@ impl Sim {
             self.in_flight_ops.insert(id, op);
             self.push(t, EV_DEV, id);
         }
-        if let Some(t) = self.wakeups.to_queue(&self.engine, self.now_ns) {
+        if let Some(t) = self
+            .wakeups
+            .to_queue_at(self.engine.next_deadline(), self.now_ns)
+        {
             self.push(t, EV_WAKE, 0);
         }
         for e in out.events.drain(..) {
@@ -696,7 +735,11 @@ impl Sim {
                     }
                     let seen: Vec<Seen> = d.chunks(SECTOR).map(decode).collect();
                     self.refs[v].check_read(r.first, &seen, r.submitted, t)?;
-                    super::status::check(&self.engine, &self.refs[v], r.first, r.n, t)?;
+                    let (e, local) = self
+                        .engine
+                        .engine_for(VolumeId(r.vol))
+                        .ok_or("a read of a volume no shard holds")?;
+                    super::status::check(e, local, &self.refs[v], r.first, r.n, t)?;
                     self.stats.reads_checked += 1;
                     self.stats.sectors_checked += r.n;
                 }
@@ -912,17 +955,15 @@ impl Sim {
         self.wakeups.clear();
         self.in_flight_ops.clear();
         self.reqs.clear();
-        self.engine = Engine::new(self.engine_cfg.clone()).map_err(|e| e.to_string())?;
-        self.engine.inject_bug(self.cfg.bug);
+        self.engine.reset()?;
         self.recover()
     }
 
     /// Add the engine's counters to the run's totals (a new engine starts them at zero).
     fn fold_engine_counters(&mut self) {
-        let r = self.engine.report();
-        for v in r.volumes {
-            self.stats.checkpoints += v.checkpoints;
-            self.stats.chunk_moves += v.promotions + v.demotions;
+        let reports: Vec<_> = self.engine.engines().iter().map(|e| e.report()).collect();
+        for r in reports {
+            self.fold_report(r);
         }
         for m in self.engine.migrations() {
             match m.phase {
@@ -932,6 +973,13 @@ impl Sim {
                 }
                 _ => {}
             }
+        }
+    }
+
+    fn fold_report(&mut self, r: tiervisor_engine::EngineReport) {
+        for v in r.volumes {
+            self.stats.checkpoints += v.checkpoints;
+            self.stats.chunk_moves += v.promotions + v.demotions;
         }
         for w in r.pools.iter().filter_map(|p| p.write_buffer.as_ref()) {
             self.stats.buffered_writes += w.absorbed_writes;
@@ -1009,7 +1057,7 @@ impl Sim {
         let crash_at = (self.cfg.faults >= Faults::Crash && below(&mut self.rng, 5) == 0)
             .then(|| 1 + below(&mut self.rng, 20));
         let mut events = 0;
-        while self.engine.state() == &EngineState::Starting {
+        while self.engine.state() == EngineState::Starting {
             if crash_at == Some(events) {
                 return self.crash();
             }
@@ -1146,6 +1194,8 @@ impl Sim {
         }
         self.stats.injected_errors = self.devs.iter().map(|d| d.injected_errors).sum();
         self.stats.volumes_created = self.creates.as_ref().map_or(0, |c| c.created);
+        self.stats.shards = u64::from(self.engine.shards());
+        self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;
@@ -1158,12 +1208,13 @@ impl Sim {
 /// Run one seed.
 pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
     let replay = format!(
-        "{}tiervisor dst --seeds {}..{} --steps {} --faults {}{}",
+        "{}{}tiervisor dst --seeds {}..{} --steps {} --faults {}{}",
         if host_flush_on() {
             ""
         } else {
             "TIERVISOR_DST_NO_WBUF=1 "
         },
+        forced_shards().map_or(String::new(), |n| format!("TIERVISOR_DST_SHARDS={n} ")),
         cfg.seed,
         cfg.seed + 1,
         cfg.steps,
@@ -1199,17 +1250,19 @@ pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
         }
         Err(m) => {
             if sim.trace {
-                for p in sim.engine.report().pools {
-                    eprintln!(
-                        "pool {}: {} chunks, {} free",
-                        p.name, p.chunks, p.free_chunks
-                    );
+                for (k, e) in sim.engine.engines().iter().enumerate() {
+                    for p in e.report().pools {
+                        eprintln!(
+                            "shard {k} pool {}: {} chunks, {} free",
+                            p.name, p.chunks, p.free_chunks
+                        );
+                    }
+                    eprintln!("shard {k} owners: {:?}", e.chunk_owners());
                 }
                 eprintln!(
                     "{}",
                     sim.engine.check_invariants().err().unwrap_or_default()
                 );
-                eprintln!("owners: {:?}", sim.engine.chunk_owners());
                 eprintln!("migrations: {:?}", sim.engine.migrations());
             }
             Err(fail(sim.step, m))

@@ -8,9 +8,17 @@ use super::reference::RefDisk;
 const SECTOR: u64 = 512;
 
 /// Check the engine's answer for sectors `[first, first + n)` of a volume at time `t`.
-pub fn check(engine: &Engine, disk: &RefDisk, first: u64, n: u64, t: u64) -> Result<(), String> {
+/// `vol` is the volume's index in `engine` (its shard's), `disk.vol` the system's.
+pub fn check(
+    engine: &Engine,
+    vol: VolumeId,
+    disk: &RefDisk,
+    first: u64,
+    n: u64,
+    t: u64,
+) -> Result<(), String> {
     let runs = engine
-        .block_status(VolumeId(disk.vol), first * SECTOR, n * SECTOR, usize::MAX)
+        .block_status(vol, first * SECTOR, n * SECTOR, usize::MAX)
         .map_err(|e| format!("block status of sectors {first}+{n} failed: {e:?}"))?;
     let mut s = first;
     for r in runs {
