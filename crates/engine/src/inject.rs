@@ -48,6 +48,10 @@ pub enum InjectedBug {
     SlrWritesSource,
     /// AIO: duplicates to one chunk are not kept in order, so an older one may land last.
     AioUnorderedDups,
+    /// Pivot: a FLUSH that arrives after the volume resumed on the switched map, before
+    /// the switch is durable, completes at once: a power loss then mounts the source map
+    /// without the writes it covered (made to the destination).
+    PivotFlushEarly,
     /// Write buffer: a FLUSH goes to the device as soon as its write-backs are issued,
     /// before they land, so it can complete while its data is still in flight.
     WbufFlushEarly,
@@ -90,16 +94,18 @@ impl InjectedBug {
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
-    /// One per live-migration scheme: DST catches all but `aio-unordered-dups` within its
-    /// CI seed set (`crates/sim/tests/dst.rs`), `tests/migration.rs` catches every one at
-    /// the engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 5] {
+    /// One per live-migration scheme, and the pivot's: DST catches all but
+    /// `aio-unordered-dups` within its CI seed set (`crates/sim/tests/dst.rs`;
+    /// `pivot-flush-early` at seed 55), `tests/migration.rs` catches every one at the
+    /// engine level (docs/TESTING.md).
+    pub fn migration() -> [InjectedBug; 6] {
         [
             InjectedBug::DbtMissesDirty,
             InjectedBug::MirrorAcksEarly,
             InjectedBug::LrReadsSource,
             InjectedBug::SlrWritesSource,
             InjectedBug::AioUnorderedDups,
+            InjectedBug::PivotFlushEarly,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -118,6 +124,7 @@ impl InjectedBug {
             InjectedBug::LrReadsSource => "lr-reads-source",
             InjectedBug::SlrWritesSource => "slr-writes-source",
             InjectedBug::AioUnorderedDups => "aio-unordered-dups",
+            InjectedBug::PivotFlushEarly => "pivot-flush-early",
             InjectedBug::WbufFlushEarly => "wbuf-flush-early",
             InjectedBug::WbufReplaceForgets => "wbuf-replace-forgets",
             InjectedBug::ThrottleEarlyRelease => "throttle-early-release",

@@ -89,6 +89,12 @@ impl Engine {
         });
         match kind {
             ReqKind::Flush => {
+                if self.bug_is(crate::inject::InjectedBug::PivotFlushEarly)
+                    && self.migrations.in_pivot_window(v)
+                {
+                    self.req_end(now, key, Ok(()), out);
+                    return;
+                }
                 self.reqs[key].stage = ReqStage::AwaitCommit;
                 self.vols[v as usize].flush_waiters.push(key);
                 self.kick_commit(now, v, out);

@@ -111,6 +111,9 @@ fn every_scheme_moves_the_volume_and_keeps_every_write() {
         check(&mut r, &reference, &format!("{s:?} during the copy"));
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
+        // The switch is durable after the pause ended (the volume resumed before).
+        let st = r.engine.migration_status(vid(&r)).unwrap().stats;
+        assert!(st.pivot_durable_ns >= st.downtime_ns, "{s:?}: {st:?}");
         assert!(
             pools(&r).iter().all(|p| *p == Some(SSD)),
             "{s:?}: {:?}",
@@ -1092,57 +1095,124 @@ fn a_pivot_whose_commit_fails_for_space_lets_the_volume_run() {
     }
 }
 
+/// The VM's writes (distinct 4 KiB blocks) and FLUSHes in a pivot test: a block written
+/// before a FLUSH that completed must read back new after a power loss, any other old or
+/// new.
+#[derive(Default)]
+struct Flushed {
+    /// Assert that a FLUSH made in the pivot waits for the durable switch (off: only the
+    /// data after a power loss is checked).
+    check_wait: bool,
+    /// (request id, offset, completed, covered by a completed FLUSH).
+    blocks: Vec<(u64, u64, bool, bool)>,
+    /// FLUSHes in flight: id, the blocks completed when it was submitted, and whether it
+    /// was submitted from the pause on (it must then wait for the durable switch).
+    flushes: Vec<(u64, Vec<usize>, bool)>,
+    /// FLUSHes made from the pause on that completed.
+    pivot_flushes_done: u32,
+}
+
+impl Flushed {
+    fn write(&mut self, r: &mut Rig, reference: &mut [u8]) {
+        let n = self.blocks.len() as u64 + 1;
+        // 37 is prime to the 1536 blocks of CHUNKS MiB: every block is written once.
+        let off = (n * 37 % (CHUNKS * MIB / 4096)) * 4096;
+        let d = pattern(200u8.wrapping_add(n as u8), 4096);
+        let id = r.submit(VOL, ReqKind::Write, off, Some(&d), 4096);
+        reference[off as usize..off as usize + 4096].copy_from_slice(&d);
+        self.blocks.push((id, off, false, false));
+    }
+
+    /// A FLUSH covering the writes completed now (before the pause, unless one is in
+    /// flight).
+    fn flush(&mut self, r: &mut Rig, in_pivot: bool) {
+        if !in_pivot && !self.flushes.is_empty() {
+            return;
+        }
+        for b in self.blocks.iter_mut().filter(|b| !b.2) {
+            b.2 = r.take_done(b.0).is_some();
+        }
+        let covered = (0..self.blocks.len())
+            .filter(|&i| self.blocks[i].2)
+            .collect();
+        let id = r.submit(VOL, ReqKind::Flush, 0, None, 0);
+        self.flushes.push((id, covered, in_pivot));
+    }
+
+    /// Note completed FLUSHes. One submitted from the pause on completes only once the
+    /// pivot's switch is durable (the job is then done).
+    fn check(&mut self, r: &mut Rig, s: Scheme) {
+        for (id, covered, in_pivot) in std::mem::take(&mut self.flushes) {
+            let Some(c) = r.take_done(id) else {
+                self.flushes.push((id, covered, in_pivot));
+                continue;
+            };
+            if c.result.is_err() {
+                continue;
+            }
+            let st = r.engine.migration_status(vid(r)).unwrap();
+            assert!(
+                !self.check_wait || !in_pivot || st.phase.is_over(),
+                "{s:?}: a FLUSH made in the pivot completed before the switch was durable ({:?})",
+                st.phase
+            );
+            for i in covered {
+                self.blocks[i].3 = true;
+            }
+            self.pivot_flushes_done += in_pivot as u32;
+        }
+    }
+}
+
 /// A run of `s` whose devices lose every unflushed write at a power loss `k` device
-/// operations into the pivot's pause. Up to the pause the VM writes distinct 4 KiB blocks
-/// and flushes now and then: a block written before a FLUSH that completed must read
-/// back new, any other old or new. Returns None when the job was over before `k`
-/// operations.
-fn power_loss_in_the_pivot(s: Scheme, k: usize) -> Option<()> {
+/// operations into the pivot: its pause, and the window after it (the volume runs on the
+/// switched map until the switch is durable). Before the pause and in that window the VM
+/// writes and flushes now and then (`Flushed`). Returns None when the job was over before
+/// `k` operations, else how many FLUSHes made from the pause on had completed.
+fn power_loss_in_the_pivot(
+    s: Scheme,
+    k: usize,
+    bug: Option<InjectedBug>,
+    check_wait: bool,
+) -> Option<u32> {
     let (mut r, mut reference) = setup();
+    r.bug = bug;
+    r.engine.inject_bug(bug);
     r.volatile = true;
     r.hold = true;
     start(&mut r, params(s));
     let old = reference.clone();
-    // Blocks written (offset), whether done, and whether a completed FLUSH covers them.
-    let mut blocks: Vec<(u64, u64, bool, bool)> = Vec::new();
-    let mut flush: Option<(u64, usize)> = None;
+    let mut vm = Flushed {
+        check_wait,
+        ..Flushed::default()
+    };
     let mut released = 0u64;
-    while !phase(&r).pauses_the_volume() && !phase(&r).is_over() {
-        if released.is_multiple_of(3) && blocks.len() < 300 {
-            let n = blocks.len() as u64 + 1;
-            let off = (n * 37 % (CHUNKS * MIB / 4096)) * 4096;
-            let d = pattern(200u8.wrapping_add(n as u8), 4096);
-            let id = r.submit(VOL, ReqKind::Write, off, Some(&d), 4096);
-            reference[off as usize..off as usize + 4096].copy_from_slice(&d);
-            blocks.push((id, off, false, false));
+    while matches!(phase(&r), MigrationPhase::Copying { .. }) {
+        if released.is_multiple_of(3) && vm.blocks.len() < 300 {
+            vm.write(&mut r, &mut reference);
         }
-        if flush.is_none() && released.is_multiple_of(7) {
-            // The FLUSH covers the writes completed when it is submitted.
-            for b in blocks.iter_mut().filter(|b| !b.2) {
-                b.2 = r.take_done(b.0).is_some();
-            }
-            let covered = blocks.iter().filter(|b| b.2).count();
-            flush = Some((r.submit(VOL, ReqKind::Flush, 0, None, 0), covered));
+        if released.is_multiple_of(7) {
+            vm.flush(&mut r, false);
         }
-        if let Some((id, covered)) = flush
-            && let Some(c) = r.take_done(id)
-        {
-            if c.result.is_ok() {
-                for b in blocks.iter_mut().filter(|b| b.2).take(covered) {
-                    b.3 = true;
-                }
-            }
-            flush = None;
-        }
+        vm.check(&mut r, s);
         assert!(r.release_one().is_some(), "{s:?}: stuck before the pause");
         released += 1;
     }
-    for _ in 0..k {
-        r.release_one()?;
+    // From the pause on: a write, then a FLUSH, at every other operation (parked while
+    // the volume is paused, served by the switched map once it runs again).
+    let in_pivot = !phase(&r).is_over();
+    for i in 0..k {
+        if in_pivot && !phase(&r).is_over() && i.is_multiple_of(2) && vm.blocks.len() < 330 {
+            vm.write(&mut r, &mut reference);
+            vm.flush(&mut r, true);
+        }
+        let op = r.release_one();
+        vm.check(&mut r, s);
+        op?;
     }
     r.power_loss();
     let got = r.read(VOL, 0, reference.len() as u64);
-    let must: Vec<u64> = blocks.iter().filter(|b| b.3).map(|b| b.1).collect();
+    let must: Vec<u64> = vm.blocks.iter().filter(|b| b.3).map(|b| b.1).collect();
     for (i, sector) in got.chunks(512).enumerate() {
         let at = i * 512..(i + 1) * 512;
         let block = (i as u64 * 512) / 4096 * 4096;
@@ -1150,7 +1220,7 @@ fn power_loss_in_the_pivot(s: Scheme, k: usize) -> Option<()> {
         let old_ok = sector == &old[at] && !must.contains(&block);
         assert!(
             new_ok || old_ok,
-            "{s:?}: power loss {k} operations into the pause: sector {i} holds neither a version it may hold (flushed new data: {})",
+            "{s:?}: power loss {k} operations into the pivot: sector {i} holds neither a version it may hold (flushed new data: {})",
             must.contains(&block)
         );
     }
@@ -1161,21 +1231,55 @@ fn power_loss_in_the_pivot(s: Scheme, k: usize) -> Option<()> {
         finish(&mut r);
     }
     check(&mut r, &now, &format!("{s:?} after resuming"));
-    Some(())
+    Some(vm.pivot_flushes_done)
 }
 
 /// The pivot's commit flushes only the destination: the source no longer matters once
 /// the records switching every chunk are durable, and until then it keeps every write
-/// flushed before (its chunks stay allocated). A power loss at each step of the pause
-/// (the drain, DBT's last copy, the destination flush, the journal write) keeps every
-/// flushed write readable.
+/// flushed before (its chunks stay allocated). The volume runs again once the switch is
+/// made in memory; a FLUSH made from the pause on completes only once the switch is
+/// durable. A power loss at each step of the pivot (the drain, DBT's last copy, the
+/// destination flush, the journal write, and the next commit round, which carries the
+/// FLUSHes made meanwhile) keeps every flushed write readable.
 #[test]
 fn a_power_loss_at_each_step_of_the_pivot_keeps_every_flushed_write() {
     for s in Scheme::ALL {
-        let mut k = 0;
-        while power_loss_in_the_pivot(s, k).is_some() {
+        let (mut k, mut most) = (0, 0);
+        while let Some(n) = power_loss_in_the_pivot(s, k, None, true) {
+            most = most.max(n);
             k += 1;
         }
         assert!(k > 1, "{s:?}: the pause had {k} operations");
+        // Power was lost after FLUSHes made in the pivot had completed.
+        assert!(most > 0, "{s:?}: no FLUSH made in the pivot completed");
+    }
+}
+
+/// `pivot-flush-early`: a FLUSH made while the volume runs on the switched map completes
+/// before the switch is durable. The pivot test sees the FLUSH complete too early and,
+/// without that check, a power loss in the window losing the writes the FLUSH covered.
+#[test]
+fn the_pivot_test_catches_a_flush_completed_before_the_switch_is_durable() {
+    let bug = Some(InjectedBug::PivotFlushEarly);
+    for check_wait in [true, false] {
+        let caught = std::panic::catch_unwind(|| {
+            let mut k = 0;
+            while power_loss_in_the_pivot(Scheme::Mirror, k, bug, check_wait).is_some() {
+                k += 1;
+            }
+        });
+        let Err(e) = caught else {
+            panic!(
+                "{} not caught (check_wait {check_wait})",
+                bug.unwrap().name()
+            );
+        };
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        let want = if check_wait {
+            "completed before the switch was durable"
+        } else {
+            "flushed new data: true"
+        };
+        assert!(msg.contains(want), "check_wait {check_wait}: {msg}");
     }
 }

@@ -598,6 +598,12 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         per_job(&|m| m.stats.downtime_ns as f64 / 1e9),
     );
     family(
+        "tiervisor_migration_pivot_durable_seconds",
+        "From the last pivot's pause until its switch was durable (FLUSH and FUA wait for it; other requests run from the end of the pause).",
+        "gauge",
+        per_job(&|m| m.stats.pivot_durable_ns as f64 / 1e9),
+    );
+    family(
         "tiervisor_migration_phase",
         "1 for the phase each volume's migration is in (copying, draining, final-copy, committing, cancelling, done, cancelled, failed).",
         "gauge",

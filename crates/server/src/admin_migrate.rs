@@ -193,6 +193,7 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
         "image_copy_s": s.image_copied_ns.map(|t| t.saturating_sub(s.started_ns) as f64 / 1e9),
         "eta_s": eta_s,
         "downtime_ms": s.downtime_ns as f64 / 1e6,
+        "pivot_durable_ms": s.pivot_durable_ns as f64 / 1e6,
         "gamma": m.gamma,
         "lambda_io": cost.map(|c| c.lambda_io),
         "lambda_migration_time": cost.map(|c| c.lambda_migration_time),
@@ -226,8 +227,9 @@ pub fn status_line(m: &Value) -> String {
     }
     if m["phase"] == "done" {
         line += &format!(
-            ", pivot downtime {:.2} ms",
-            m["downtime_ms"].as_f64().unwrap_or(0.0)
+            ", pivot downtime {:.2} ms (switch durable after {:.2} ms)",
+            m["downtime_ms"].as_f64().unwrap_or(0.0),
+            m["pivot_durable_ms"].as_f64().unwrap_or(0.0)
         );
     }
     if let Some(mc) = m["mc"].as_f64() {

@@ -84,6 +84,7 @@ impl MigrationWatch {
             migration_time_s: end.map(|e| secs(e - start)),
             image_copy_time_s: st.image_copied_ns.map(|t| secs(rel(t) - start)),
             downtime_ms: st.downtime_ns as f64 / 1e6,
+            pivot_durable_ms: st.pivot_durable_ns as f64 / 1e6,
             copied_bytes: st.copied_bytes,
             redundant_bytes: st.redundant_bytes,
             mirrored_bytes: st.mirrored_bytes,

@@ -261,8 +261,10 @@ pub struct MigrationReport {
     pub migration_time_s: Option<f64>,
     /// From the start until every chunk was copied once.
     pub image_copy_time_s: Option<f64>,
-    /// The pivot's pause.
+    /// The pivot's pause (requests wait until the switch is made in memory).
     pub downtime_ms: f64,
+    /// From the pause until the switch is durable (FLUSH and FUA wait for it).
+    pub pivot_durable_ms: f64,
     pub copied_bytes: u64,
     /// Written to the destination twice or needlessly (DBT recopies, duplicates).
     pub redundant_bytes: u64,
@@ -437,13 +439,14 @@ impl SimReport {
         }
         let _ = writeln!(
             s,
-            "\n{:<16} {:<7} {:<10} {:>8} {:>9} {:>11} {:>12} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "\n{:<16} {:<7} {:<10} {:>8} {:>9} {:>11} {:>10} {:>12} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
             "migration",
             "scheme",
             "phase",
             "start s",
             "time s",
             "downtime ms",
+            "durable ms",
             "copied MiB",
             "redund. MiB",
             "SSD wr MiB",
@@ -459,13 +462,14 @@ impl SimReport {
         for m in &self.migrations {
             let _ = writeln!(
                 s,
-                "{:<16} {:<7} {:<10} {:>8.3} {:>9} {:>11.3} {:>12.1} {:>12.1} {:>12.1} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6.2}",
+                "{:<16} {:<7} {:<10} {:>8.3} {:>9} {:>11.3} {:>10.3} {:>12.1} {:>12.1} {:>12.1} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6.2}",
                 format!("{} -> {}", m.volume, m.to),
                 m.scheme,
                 m.phase,
                 m.started_s,
                 m.migration_time_s.map_or("-".into(), |t| format!("{t:.3}")),
                 m.downtime_ms,
+                m.pivot_durable_ms,
                 mib(m.copied_bytes),
                 mib(m.redundant_bytes),
                 mib(m.ssd_write_bytes),

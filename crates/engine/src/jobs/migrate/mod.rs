@@ -13,8 +13,10 @@
 //!
 //! The pivot pauses the volume (new requests wait in the job), lets requests in flight
 //! finish, copies DBT's last dirty blocks, switches every chunk map entry to the
-//! destination and clears the `Moved` entries in one commit, and resumes when that commit
-//! is durable. The pause is measured (`downtime_ns`).
+//! destination and clears the `Moved` entries in one commit, and resumes as soon as the
+//! switch is made in memory; a FLUSH or FUA write waits for that commit to be durable.
+//! The pause is measured (`downtime_ns`), and the time until the switch is durable
+//! (`pivot_durable_ns`).
 
 mod cost;
 mod pass;
@@ -137,7 +139,8 @@ pub enum MigrationPhase {
     Draining,
     /// DBT's last dirty blocks are copied with the volume paused.
     FinalCopy,
-    /// The switch records are being made durable (volume still paused).
+    /// The switch records are being made durable (the volume runs on the switched map
+    /// meanwhile; FLUSH and FUA wait for them).
     Committing {
         seq: u64,
     },
@@ -164,14 +167,10 @@ impl MigrationPhase {
         }
     }
 
-    /// The volume's requests wait (the pivot's pause).
+    /// The volume's requests wait (the pivot's pause; it ends once the switch is made in
+    /// memory, before it is durable).
     pub fn pauses_the_volume(self) -> bool {
-        matches!(
-            self,
-            MigrationPhase::Draining
-                | MigrationPhase::FinalCopy
-                | MigrationPhase::Committing { .. }
-        )
+        matches!(self, MigrationPhase::Draining | MigrationPhase::FinalCopy)
     }
 
     /// The job is over: done, cancelled or failed.
@@ -191,8 +190,12 @@ pub struct MigrationStats {
     pub image_copied_ns: Option<u64>,
     pub finished_ns: Option<u64>,
     pub paused_ns: Option<u64>,
-    /// The pivot's pause: new requests wait from the pause to the durable switch.
+    /// The pivot's pause: new requests wait from the pause until every chunk is switched
+    /// to the destination in memory (and DBT's last dirty blocks are copied).
     pub downtime_ns: u64,
+    /// From the pause until the switch is durable (the pivot's commit, which the volume
+    /// no longer waits for; a FLUSH or FUA write made meanwhile does). 0 until then.
+    pub pivot_durable_ns: u64,
     pub copied_bytes: u64,
     /// Bytes written to the destination twice or needlessly (DBT recopies, mirrored
     /// duplicates).
@@ -325,9 +328,11 @@ pub(crate) struct Job {
     /// DBT: dirty bytes when the last pass began.
     pub last_dirty_bytes: u64,
     pub cancel_wanted: bool,
-    /// The pivot's commit failed for space and the volume runs again while it is retried
-    /// (`pass.rs`, `resume_before_durable`).
+    /// The volume runs again on the switched map while the pivot's commit is made
+    /// durable (or retried, after a failure for space) (`pass.rs`, `resume_before_durable`).
     pub resumed_before_durable: bool,
+    /// When the pivot's pause began (for `stats.pivot_durable_ns`).
+    pub pause_began_ns: Option<u64>,
     /// The copy's flush before the pause (`presync.rs`).
     pub presync: presync::PreSync,
     pub error: Option<String>,
@@ -382,7 +387,15 @@ impl Migrations {
     pub fn is_paused(&self, v: u32) -> bool {
         self.jobs
             .get(&v)
-            .is_some_and(|j| j.phase.pauses_the_volume() && !j.resumed_before_durable)
+            .is_some_and(|j| j.phase.pauses_the_volume())
+    }
+
+    /// Volume `v` runs on the switched map while the pivot's records are not yet durable
+    /// (`pass.rs`, `resume_before_durable`).
+    pub fn in_pivot_window(&self, v: u32) -> bool {
+        self.jobs.get(&v).is_some_and(|j| {
+            matches!(j.phase, MigrationPhase::Committing { .. }) && j.resumed_before_durable
+        })
     }
 }
 
@@ -457,6 +470,7 @@ impl Engine {
             last_dirty_bytes: u64::MAX,
             cancel_wanted: false,
             resumed_before_durable: false,
+            pause_began_ns: None,
             presync: presync::PreSync::NotYet,
             error: None,
             stats: MigrationStats {

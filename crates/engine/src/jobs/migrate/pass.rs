@@ -118,6 +118,9 @@ impl Engine {
             }
             MigrationPhase::Committing { seq } => {
                 if self.vols[v as usize].journal.durable_seq >= seq {
+                    if let Some(at) = job.pause_began_ns {
+                        job.stats.pivot_durable_ns = now - at;
+                    }
                     self.finish_job(now, v, MigrationPhase::Done, out);
                     // The new home pool, for the next mount.
                     self.write_volume_table(now, out);
@@ -127,11 +130,6 @@ impl Engine {
                 // every step: restarting it at once failed again at the same instant, forever.
                 if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
                     self.start_commit(now, v, out);
-                }
-                if self.vols[v as usize].commit.is_none() {
-                    // The switch cannot be made durable until space returns: the volume
-                    // runs meanwhile rather than stall without bound (DST seed 1058).
-                    self.resume_before_durable(now, v, out);
                 }
                 false
             }
@@ -184,6 +182,7 @@ impl Engine {
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.phase = MigrationPhase::Draining;
         job.stats.paused_ns = Some(now);
+        job.pause_began_ns = Some(now);
         true
     }
 
@@ -536,7 +535,8 @@ impl Engine {
     }
 
     /// Switch every chunk to the destination and drop the `Moved` entries in one set of
-    /// records; the volume stays paused until they are durable.
+    /// records, start the commit that makes them durable, and resume the volume on the
+    /// switched map (`resume_before_durable`).
     fn start_pivot(&mut self, now: u64, v: u32, out: &mut Outputs) {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
@@ -589,15 +589,20 @@ impl Engine {
         {
             self.start_commit(now, v, out);
         }
+        self.resume_before_durable(now, v, out);
     }
 
-    /// The pivot's records are not durable yet and cannot be for now (the commit failed
-    /// for space, or found no room): let the volume's requests go on. This is as safe as
-    /// any change of the map not yet durable: requests are served by the switched map
-    /// (every chunk on the destination, whose copy is complete); a FLUSH or an FUA write
-    /// completes only once a commit carrying the switch is durable, and until then a power
-    /// loss mounts the source map, whose chunks stay allocated and hold every write
-    /// flushed before the pause. Only unflushed writes made since can be lost, as always.
+    /// The pivot's records are made (they need not be durable yet): let the volume's
+    /// requests go on, rather than wait for the commit (a destination flush and a journal
+    /// write: 1-15 ms on pool files), or without bound if that commit fails for space (DST
+    /// seed 1058). This is as safe as any change of the map not yet durable: requests are
+    /// served by the switched map (every chunk on the destination, whose copy is
+    /// complete); a FLUSH or an FUA write waits in the commit round after the pivot's
+    /// (rounds of a volume are serial), so it completes only once the switch is durable;
+    /// until then a power loss mounts the source map, whose chunks stay allocated and hold
+    /// every write flushed before the pause. Only writes made since and not yet flushed can
+    /// be lost, as always. Test `a_power_loss_at_each_step_of_the_pivot_keeps_every_flushed_write`
+    /// issues writes and FLUSHes in this window; injected bug `pivot-flush-early`.
     fn resume_before_durable(&mut self, now: u64, v: u32, out: &mut Outputs) {
         let Some(job) = self.migrations.jobs.get_mut(&v) else {
             return;
@@ -606,11 +611,6 @@ impl Engine {
             return;
         }
         job.resumed_before_durable = true;
-        out.events.push(crate::types::EngineEvent::MigrationPhase {
-            volume: self.vols[v as usize].rec.name.clone(),
-            phase: job.phase.name(),
-            paused: false,
-        });
         self.unpause(now, v, out);
     }
 
