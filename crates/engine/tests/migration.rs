@@ -1260,19 +1260,16 @@ fn a_power_loss_at_each_step_of_the_pivot_keeps_every_flushed_write() {
 /// without that check, a power loss in the window losing the writes the FLUSH covered.
 #[test]
 fn the_pivot_test_catches_a_flush_completed_before_the_switch_is_durable() {
-    let bug = Some(InjectedBug::PivotFlushEarly);
+    let bug = InjectedBug::PivotFlushEarly;
     for check_wait in [true, false] {
         let caught = std::panic::catch_unwind(|| {
             let mut k = 0;
-            while power_loss_in_the_pivot(Scheme::Mirror, k, bug, check_wait).is_some() {
+            while power_loss_in_the_pivot(Scheme::Mirror, k, Some(bug), check_wait).is_some() {
                 k += 1;
             }
         });
         let Err(e) = caught else {
-            panic!(
-                "{} not caught (check_wait {check_wait})",
-                bug.unwrap().name()
-            );
+            panic!("{} not caught (check_wait {check_wait})", bug.name());
         };
         let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
         let want = if check_wait {
