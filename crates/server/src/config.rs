@@ -65,6 +65,7 @@ struct RawConfig {
     inflight_per_connection: Option<Spanned<SizeVal>>,
     inflight_total: Option<Spanned<SizeVal>>,
     io: Option<Spanned<String>>,
+    threads: Option<Spanned<u64>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
     log: Option<LogToml>,
@@ -163,6 +164,8 @@ pub struct ServerConfig {
     pub tiering: tiervisor_engine::TieringConfig,
     pub log: tiervisor_engine::LogConfig,
     pub io: IoKind,
+    /// Shards the server runs, one thread each (issue 18); only 1 is served so far.
+    pub threads: u16,
     pub metadata_pool: usize,
     pub pools: Vec<PoolDef>,
     pub volumes: Vec<VolumeDef>,
@@ -237,6 +240,10 @@ impl ServerConfig {
                 Ok,
             )?,
             None => IoKind::Uring,
+        };
+        let threads = match &raw.threads {
+            Some(t) => check_threads(*t.get_ref()).map_err(|m| src.error(t.span(), m))?,
+            None => 1,
         };
         // The server's own pool keys: a path and a kind; files need a size, block devices
         // report theirs at start.
@@ -404,6 +411,7 @@ impl ServerConfig {
             tiering: engine.tiering.clone(),
             log: engine.log.clone(),
             io,
+            threads,
             metadata_pool: engine.meta_pool.0 as usize,
             pools,
             volumes,
@@ -429,9 +437,41 @@ impl ServerConfig {
     }
 }
 
+/// `threads = N` / `--threads N`: the shards `serve` runs (issue 18). The engine side of
+/// sharding exists (`engine::shard`, run by the simulator and DST); the threaded server
+/// does not yet, so more than one is refused rather than quietly served by one thread.
+pub fn check_threads(n: u64) -> Result<u16, String> {
+    let max = tiervisor_engine::shard::MAX_SHARDS;
+    match n {
+        1 => Ok(1),
+        n if n == 0 || n > u64::from(max) => Err(format!("threads = {n}: expected 1..={max}")),
+        n => Err(format!(
+            "threads = {n}: serving with more than one shard is not available yet (issue 18: the sharded engine runs in the simulator and DST; the threaded server is a later step); use threads = 1"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_is_one_by_default_and_more_is_refused_for_now() {
+        assert_eq!(ServerConfig::default_config().threads, 1);
+        let with =
+            |n: &str| DEFAULT_CONFIG.replacen("io = \"uring\"", &format!("threads = {n}"), 1);
+        assert_eq!(
+            ServerConfig::parse("c.toml", &with("1")).unwrap().threads,
+            1
+        );
+        let e = ServerConfig::parse("c.toml", &with("0")).unwrap_err();
+        assert_eq!(e.line, Some(10), "{e}");
+        assert!(e.message.contains("expected 1..=64"), "{e}");
+        let e = ServerConfig::parse("c.toml", &with("4")).unwrap_err();
+        assert!(e.to_string().starts_with("c.toml:10"), "{e}");
+        assert!(e.message.contains("not available yet"), "{e}");
+        assert!(ServerConfig::parse("c.toml", &with("-1")).is_err());
+    }
 
     #[test]
     fn default_config_is_what_the_issue_asks() {

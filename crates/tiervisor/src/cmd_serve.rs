@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// I/O backend: uring (default) or threads.
     #[arg(long)]
     io: Option<String>,
+    /// Shards (one thread each) to run; overrides the configuration's `threads`. Only 1
+    /// is available so far (issue 18).
+    #[arg(long)]
+    threads: Option<u64>,
     /// Create and format the pools if none of them exists yet. Without it, pools are
     /// created only for the embedded default configuration on a fresh, empty data
     /// directory; otherwise missing pools are an error (a wrong --data-dir or unmounted
@@ -114,6 +118,10 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         cfg.io = IoKind::parse(io)
             .ok_or_else(|| Failure::input(format!("--io {io:?}: expected uring or threads")))?;
     }
+    if let Some(n) = a.threads {
+        cfg.threads = tiervisor_server::config::check_threads(n)
+            .map_err(|e| Failure::input(format!("--{}", e.replacen(" = ", " ", 1))))?;
+    }
     log_line(&format!(
         "configuration {}; data directory {}",
         if a.config.is_some() {
@@ -148,6 +156,16 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         vols.len(),
         vols.join(", "),
         server.backend_name()
+    ));
+    log_line(&format!(
+        "{} shard(s): shard 0 owns {}",
+        cfg.threads,
+        server
+            .exports()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     let first = server
         .exports()

@@ -309,3 +309,29 @@ fn reproduce_all_writes_report_points_and_plots() {
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `--threads` is parsed and checked before anything is created: only one shard is served
+/// so far (issue 18), and asking for more is an input error, not a quiet single thread.
+#[test]
+fn serve_refuses_more_than_one_thread_for_now_and_creates_nothing() {
+    let dir = std::env::temp_dir().join(format!("tiervisor-cli-threads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (n, want) in [("2", "not available yet"), ("0", "expected 1..=64")] {
+        let o = bin()
+            .args(["serve", "--threads", n, "--listen", "", "--data-dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "--threads {n}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(&format!("--threads {n}: ")) && e.contains(want),
+            "{e}"
+        );
+        assert!(
+            !dir.join("ssd.pool").exists(),
+            "a refused start created a pool"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
