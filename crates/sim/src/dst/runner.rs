@@ -413,6 +413,12 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
 }
 
 impl Sim {
+    /// A trace line's prefix: the step and the virtual time (µs), so events at one
+    /// instant show as such.
+    fn at(&self) -> String {
+        format!("{} @{}us", self.step, self.now_ns / 1000)
+    }
+
     fn new(cfg: DstConfig) -> Result<Sim, Fail> {
         let mut rng =
             Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
@@ -541,7 +547,7 @@ impl Sim {
             &mut out,
         );
         if self.trace {
-            eprintln!("[{}] create volume {vc:?}: {res:?}", self.step);
+            eprintln!("[{}] create volume {vc:?}: {res:?}", self.at());
         }
         if res.is_ok()
             && let Some(c) = self.creates.as_mut()
@@ -624,7 +630,7 @@ impl Sim {
             if self.trace {
                 eprintln!(
                     "[{}] op {} {:?} pool {} off {} len {} fua {} vol {:?} class {:?}",
-                    self.step,
+                    self.at(),
                     op.id.0,
                     op.kind,
                     op.pool.0,
@@ -650,7 +656,7 @@ impl Sim {
                 return Err(format!("the engine failed: {reason}"));
             }
             if self.trace {
-                eprintln!("[{}] event {e:?}", self.step);
+                eprintln!("[{}] event {e:?}", self.at());
             }
             if let EngineEvent::Recovered { .. } = e {
                 self.stats.recoveries += 1;
@@ -684,7 +690,13 @@ impl Sim {
         if self.trace {
             eprintln!(
                 "[{}] done req {id} {:?} vol {} {}+{} v{} -> {:?}",
-                self.step, r.kind, r.vol, r.first, r.n, r.version, result
+                self.at(),
+                r.kind,
+                r.vol,
+                r.first,
+                r.n,
+                r.version,
+                result
             );
         }
         let t = self.tick();
@@ -804,7 +816,7 @@ impl Sim {
         if self.trace {
             eprintln!(
                 "[{}] submit req {id} {kind:?} vol {vol} {first}+{n} v{version} fua {fua} no_hole {no_hole}",
-                self.step
+                self.at()
             );
         }
         self.reqs.insert(
@@ -895,7 +907,7 @@ impl Sim {
             }
             let (result, data) = dev.complete(&op, fail, &mut self.rng);
             if self.trace {
-                eprintln!("[{}] op {} done {:?}", self.step, payload, result);
+                eprintln!("[{}] op {} done {:?}", self.at(), payload, result);
             }
             self.engine.device_done(
                 self.now_ns,
@@ -933,7 +945,7 @@ impl Sim {
         if self.trace {
             eprintln!(
                 "[{}] POWER LOSS ({} ops in flight)",
-                self.step,
+                self.at(),
                 self.in_flight_ops.len()
             );
         }
@@ -1029,7 +1041,9 @@ impl Sim {
             if self.trace {
                 eprintln!(
                     "[{}] migrate vol {} to pool {}: {res:?}",
-                    self.step, vol.0, to.0
+                    self.at(),
+                    vol.0,
+                    to.0
                 );
             }
             if res.is_ok() {
@@ -1038,7 +1052,7 @@ impl Sim {
         } else if roll < 9 {
             let res = self.engine.cancel_migration(now, vol, &mut out);
             if self.trace {
-                eprintln!("[{}] cancel migration of vol {}: {res:?}", self.step, vol.0);
+                eprintln!("[{}] cancel migration of vol {}: {res:?}", self.at(), vol.0);
             }
         } else {
             let rate = [128u64 << 10, 8 << 20, 1 << 30][below(m, 3) as usize];
@@ -1118,13 +1132,23 @@ impl Sim {
     /// Run events until no request is outstanding and, with `ops`, no device operation.
     fn run_until_idle(&mut self, ops: bool) -> Result<(), Fail> {
         let mut guard = 0u64;
+        let from_ns = self.now_ns;
         while !self.reqs.is_empty() || (ops && !self.in_flight_ops.is_empty()) {
             if !self.next_event()? {
                 return Err(format!("{} request(s) never completed", self.reqs.len()));
             }
             guard += 1;
             if guard > 10_000_000 {
-                return Err("the engine does not settle".into());
+                // Whether virtual time moved tells a spin at one instant from work that
+                // waits forever while timers go on firing.
+                return Err(format!(
+                    "the engine does not settle: {} request(s) and {} device operation(s) \
+                     outstanding after {guard} events, from {:.3} s to {:.3} s of virtual time",
+                    self.reqs.len(),
+                    self.in_flight_ops.len(),
+                    from_ns as f64 / 1e9,
+                    self.now_ns as f64 / 1e9
+                ));
             }
         }
         Ok(())
