@@ -396,7 +396,7 @@ impl Engine {
 
     pub(crate) fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
         self.emit_counted(key);
-        if let crate::wbuf::hook::EmitAction::Device = self.wbuf_emit(key) {
+        if let crate::wbuf::hook::EmitAction::Device = self.wbuf_emit(now, key) {
             self.push_device_op(now, key, out);
         }
     }
@@ -422,6 +422,22 @@ impl Engine {
                 p.flushes_in_flight += 1;
             }
             DevKind::Discard => {}
+        }
+    }
+
+    /// Undo [`Engine::emit_counted`] for a write the buffer parked instead of sending:
+    /// it is dispatched (and counted) again when the scheduler lets it go once more.
+    pub(crate) fn emit_undone(&mut self, key: usize) {
+        let op = &self.ops[key];
+        let p = &mut self.pools[op.pool as usize];
+        p.in_flight -= 1;
+        if matches!(
+            op.kind,
+            DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
+        ) {
+            let c = p.stats.class_mut(op.class);
+            c.write_ops -= 1;
+            c.write_bytes -= op.len_bytes;
         }
     }
 

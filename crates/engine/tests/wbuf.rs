@@ -246,3 +246,90 @@ fn failed_background_write_backs_are_retried_later_not_at_once() {
     }
     assert_eq!(r.engine.check_invariants(), Ok(()));
 }
+
+#[test]
+fn writes_parked_behind_queued_write_backs_do_not_hold_the_schedulers_slots() {
+    // DST seed 3338 (faults 3) never settled: on a buffered CFQ pool, eight direct writes
+    // of one volume (its share of the buffer was full) were dispatched while a FLUSH's
+    // write-backs of their ranges were queued behind them in the volume's CFQ queue.
+    // Each parked (a write to its range was in flight, as far as the buffer knew) and
+    // gave back its device slot but kept its place in the queue's quantum, so CFQ
+    // dispatched nothing more from that queue: the write-backs the parked writes waited
+    // for never reached the device. Here with a quantum of 2.
+    let mut cfg = config(1 << 20);
+    cfg.pools[0].scheduler =
+        SchedSpec::named("cfq").with("quantum", tiervisor_engine::sched::ParamValue::Int(2));
+    cfg.pools[0].write_buffer = Some(WriteBufferConfig {
+        size_bytes: 128 << 10,
+        max_age_ns: 10_000_000_000,
+    });
+    // Both volumes on the buffered pool: each has a fair share of 64 KiB, and the
+    // buffer stays under its high-water mark (no background write-backs).
+    cfg.volumes[0].provisioning = Provisioning::Thick;
+    cfg.volumes[0].size_bytes = 8 * MIB;
+    cfg.volumes[0].home_pool = PoolId(0);
+    let mut r = Rig::new(cfg);
+    r.hold = true;
+    let id = r.submit("thin", ReqKind::Write, 0, Some(&pattern(5, 4096)), 4096);
+    assert!(r.take_done(id).is_some(), "absorbed");
+    // Buffered: two large pieces low on the volume, two small ones above them; the
+    // volume's whole share.
+    for (off, len) in [
+        (0, 28 << 10),
+        (28 << 10, 28 << 10),
+        (68 << 10, 4096),
+        (132 << 10, 4096),
+    ] {
+        let id = r.submit(
+            "thick",
+            ReqKind::Write,
+            off,
+            Some(&pattern(7, len)),
+            len as u64,
+        );
+        assert!(r.take_done(id).is_some(), "absorbed");
+    }
+    assert!(r.held.is_empty());
+    // A FLUSH writes all four back; the quantum lets the two low ones reach the device.
+    let flush = r.submit("thick", ReqKind::Flush, 0, None, 0);
+    assert_eq!(r.held.len(), 2, "the quantum's two write-backs");
+    // Two writes over the small pieces find no room and go to the device; in C-SCAN
+    // order they go ahead of the small pieces' write-backs, and park behind them.
+    let x1 = r.submit(
+        "thick",
+        ReqKind::Write,
+        64 << 10,
+        Some(&pattern(11, 8192)),
+        8192,
+    );
+    let x2 = r.submit(
+        "thick",
+        ReqKind::Write,
+        128 << 10,
+        Some(&pattern(12, 8192)),
+        8192,
+    );
+    let ids = [flush, x1, x2];
+    for _ in 0..10_000 {
+        if ids.iter().all(|&id| r.done.iter().any(|c| c.id == id)) {
+            break;
+        }
+        if r.release_one().is_none() {
+            // Nothing on the device: only a timer can help, if there is one.
+            let Some(t) = r.engine.next_deadline() else {
+                break;
+            };
+            r.tick(t.saturating_sub(r.now).max(1));
+        }
+    }
+    for id in ids {
+        let c = r
+            .take_done(id)
+            .unwrap_or_else(|| panic!("request {id} never completed (nothing left to run)"));
+        assert_eq!(c.result, Ok(()), "request {id}");
+    }
+    assert_eq!(r.engine.check_invariants(), Ok(()));
+    r.hold = false;
+    assert_eq!(r.read("thick", 64 << 10, 8192), pattern(11, 8192));
+    assert_eq!(r.read("thick", 128 << 10, 8192), pattern(12, 8192));
+}

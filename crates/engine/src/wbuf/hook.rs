@@ -140,7 +140,7 @@ impl Engine {
     }
 
     /// `emit`'s part, for an operation the scheduler dispatched (already counted in flight).
-    pub(crate) fn wbuf_emit(&mut self, key: usize) -> EmitAction {
+    pub(crate) fn wbuf_emit(&mut self, now: u64, key: usize) -> EmitAction {
         let op = &self.ops[key];
         let pool = op.pool as usize;
         if !self.pools[pool].wbuf.enabled() {
@@ -178,9 +178,14 @@ impl Engine {
                     return EmitAction::Device;
                 }
                 if self.pools[pool].wbuf.flight_overlaps(s, e) {
-                    // It gives up its device slot while it waits: the write it waits for
-                    // may still be queued behind it (at queue depth 1, forever).
-                    self.pools[pool].in_flight -= 1;
+                    // It leaves the device and the scheduler while it waits: the write it
+                    // waits for may still be queued behind it, and a slot it kept (the
+                    // pool's queue depth, or its scheduler queue's share of the device,
+                    // CFQ's quantum) could be the one that write needs (DST seed 3338:
+                    // eight parked writes held their CFQ queue's quantum of 8, forever).
+                    let (queued, lane) = (op.queued, op.lane);
+                    self.emit_undone(key);
+                    self.pools[pool].sched.completed(now, &queued, lane);
                     self.wbuf(pool).parked.push(key);
                     return EmitAction::Held;
                 }
@@ -265,7 +270,7 @@ impl Engine {
         if background {
             b.background_ops -= 1;
         }
-        self.wbuf_unpark(now, pool, out);
+        self.wbuf_unpark(now, pool);
         self.wbuf_kick_flushes(now, pool, out);
         if background && result.is_ok() {
             // Keep draining: the next background write-back takes the free place.
@@ -281,13 +286,16 @@ impl Engine {
         }
     }
 
-    /// Send parked writes whose range is free now.
-    fn wbuf_unpark(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+    /// Give parked writes back to the scheduler, which dispatches them again (the pump
+    /// that follows every device completion); one whose range is still busy parks again.
+    fn wbuf_unpark(&mut self, now: u64, pool: usize) {
         let parked = std::mem::take(&mut self.wbuf(pool).parked);
         for key in parked {
-            self.pools[pool].in_flight += 1;
-            if let EmitAction::Device = self.wbuf_emit(key) {
-                self.push_device_op(now, key, out);
+            let (queued, lane) = (self.ops[key].queued, self.ops[key].lane);
+            let p = &mut self.pools[pool];
+            p.sched.add(now, queued, lane);
+            if lane == crate::sched::Lane::Foreground {
+                p.wait_until = None;
             }
         }
     }
