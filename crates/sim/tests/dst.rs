@@ -179,6 +179,8 @@ fn regression_seeds_pass() {
     // flight; 75, a whole-chunk trim unmapped a chunk under an in-flight write; 2166,
     // failed appends exhausted the reserve segments; 8634, a journal block torn at one
     // power loss (not replayed) was completed by a torn write at the next and replayed.
+    // 3338 and 3581: writes parked behind a FLUSH's write-backs on a buffered CFQ pool
+    // held their queue's quantum, so the write-backs never went out (never settled).
     for (seed, steps) in [
         (134, CI_STEPS),
         (174, CI_STEPS),
@@ -189,6 +191,8 @@ fn regression_seeds_pass() {
         (75, 3000),
         (2166, 3000),
         (8634, 1443),
+        (3338, 3730),
+        (3581, 2191),
     ] {
         run_seed(&DstConfig {
             seed,
