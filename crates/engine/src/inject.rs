@@ -94,9 +94,9 @@ impl InjectedBug {
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
-    /// One per live-migration scheme, and the pivot's: DST catches all but
-    /// `aio-unordered-dups` within its CI seed set (`crates/sim/tests/dst.rs`;
-    /// `pivot-flush-early` at seed 55), `tests/migration.rs` catches every one at the
+    /// One per live-migration scheme, and the pivot's: DST's CI seed set catches all but
+    /// `aio-unordered-dups`, `mirror-acks-early` and `pivot-flush-early`
+    /// (`crates/sim/tests/dst.rs` says why), `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 6] {
         [

@@ -116,9 +116,16 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
     // the newer bytes are written back: seed 84 caught it before the space faults and
     // the failed-write fixes changed the runs (899cdab); no CI seed does now. The engine
     // test `a_fua_write_replaced_while_its_flush_waits_survives_power_loss` catches it.
-    let migration = InjectedBug::migration()
-        .into_iter()
-        .filter(|b| *b != InjectedBug::AioUnorderedDups && *b != InjectedBug::MirrorAcksEarly);
+    // `pivot-flush-early` (a FLUSH made after the pivot resumed the volume completes before
+    // the switch is durable) shows only where a FLUSH falls in that window, one commit
+    // round long, and power is lost before the next: seed 55 caught it on the branch that
+    // added it, before shards were drawn (18f7f51); no CI seed does now. The engine test
+    // `the_pivot_test_catches_a_flush_completed_before_the_switch_is_durable` catches it.
+    let migration = InjectedBug::migration().into_iter().filter(|b| {
+        *b != InjectedBug::AioUnorderedDups
+            && *b != InjectedBug::MirrorAcksEarly
+            && *b != InjectedBug::PivotFlushEarly
+    });
     let host_flush = InjectedBug::host_flush()
         .into_iter()
         .filter(|b| *b != InjectedBug::WbufReplaceForgets);
