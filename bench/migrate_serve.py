@@ -15,7 +15,7 @@ downtime (the pause: requests wait) and the time until the switch was durable (a
 waits for it), the client's longest stall during the pivot, and the longest and p99.9
 write latency and the longest fsync of the whole write pass. The stall: from fio's
 per-write completion log, in wall-clock time, against the pivot as the server logged it
-(from `(volume paused)` to `done`), the longer of the longest write outstanding at any
+(from its first phase after the copy to `done`), the longer of the longest write outstanding at any
 moment of it and the longest gap between two write submissions that overlaps it (fio
 issues nothing while an fsync waits, so a FLUSH's wait shows as a gap; fio logs no
 per-fsync latency). The issue's target is 10 ms or less, the paper's pauses are about
@@ -140,9 +140,12 @@ def log_times(path):
 
 
 def pivot_window(lines):
-    """The pivot as the server logged it: from `(volume paused)` to the job's `done`, when
-    the switch is durable (the volume may run from `committing` on). None if not logged."""
-    start = next((t for t, m in lines if "migration" in m and "(volume paused)" in m), None)
+    """The pivot as the server logged it: from its first phase after the copy (`draining`,
+    `final-copy` or `committing`: a pause that begins and ends within one engine call logs
+    only `committing (volume running)`) to the job's `done`, when the switch is durable.
+    None if not logged."""
+    pivot = (": draining (", ": final-copy (", ": committing (")
+    start = next((t for t, m in lines if "migration" in m and any(p in m for p in pivot)), None)
     end = next((t for t, m in lines if start and t >= start and "migration" in m
                 and ": done (volume running)" in m), None)
     return (start, end) if start and end else None
