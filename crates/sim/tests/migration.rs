@@ -179,6 +179,7 @@ fn reproduce_migration_runs_every_table_and_lr_spares_the_ssd() {
     use tiervisor_sim::reproduce::{MigrationOptions, migration};
     let r = migration(&MigrationOptions {
         image_mib: 32,
+        table3_image_mib: 32,
         rate_mb_s: 64,
         jobs: 2,
     })
@@ -189,6 +190,22 @@ fn reproduce_migration_runs_every_table_and_lr_spares_the_ssd() {
     assert_eq!(r.downtime.len(), 20);
     assert_eq!(r.share.len(), 20);
     assert_eq!(r.cost.len(), 20);
+    // Table 3: DBT and mirror for each pair, the pause and the durable switch after it.
+    assert_eq!(r.table3.len(), 8);
+    assert!(
+        r.table3
+            .iter()
+            .all(|d| d.paper_ms > 0.0 && d.durable_ms >= d.ours_ms && d.durable_ms > 0.0),
+        "{:?}",
+        r.table3
+    );
+    // Figure 15: three gammas by six epsilons; the Mix is never worse than a single scheme.
+    assert_eq!(r.mix.len(), 18);
+    for m in &r.mix {
+        assert!(m.single.iter().all(|&x| m.mix <= x + 1e-12), "{m:?}");
+        assert!(m.auto >= m.mix - 1e-12, "{m:?}");
+    }
+    assert_eq!(r.mix_claims.len(), 3);
     assert!(
         r.downtime
             .iter()

@@ -1,19 +1,21 @@
 //! Seed 004 (live storage migration) in simulation, with the Intel 520 and the 7,200 rpm
-//! Hitachi presets: Table 5 (downtime of the five schemes for the four pool pairs),
-//! Table 6 (share of the VM's writes that reach an SSD, beside the paper's formulas) and
-//! the migration cost MC (equations 1-4) behind Figures 11-14, with the orderings the
-//! paper reports checked.
+//! Hitachi presets: Table 3 (downtime of DBT and IO Mirroring, Iometer-like 50/50 mix),
+//! Table 5 (downtime of the five schemes for the four pool pairs), Table 6 (share of the
+//! VM's writes that reach an SSD, beside the paper's formulas), the migration cost MC
+//! (equations 1-4) behind Figures 11-14, with the orderings the paper reports checked, and
+//! Figure 15 (Mix against each single scheme, `migration_mix.rs`).
 //!
 //! The scenarios are generated here (ordinary scenario text, see [`scenario_text`]). The
-//! image is smaller than the paper's 30 GB (`image_mib`), and the workloads are fio-like
-//! stand-ins for the paper's benchmarks, named as such. Figure 15 (Mix over many VMs) is
-//! not run.
+//! image is smaller than the paper's 30 GB (`image_mib`; Table 3 its own,
+//! `table3_image_mib`), and the workloads are fio-like stand-ins for the paper's
+//! benchmarks, named as such.
 
 use std::path::Path;
 
 use serde::Serialize;
 use tiervisor_engine::jobs::migrate::{CostInputs, MigrationCost};
 
+use super::migration_mix::{MixClaim, MixRow, mix_claims, mix_rows};
 use super::run_parallel;
 use crate::{MigrationReport, RunOptions, Scenario, SimReport, Simulation};
 
@@ -47,7 +49,7 @@ impl Pair {
         }
     }
     /// Source and destination models.
-    fn models(self) -> (&'static str, &'static str) {
+    pub(crate) fn models(self) -> (&'static str, &'static str) {
         const SSD: &str = "intel-520";
         const HDD: &str = "hitachi-7k1000c";
         match self {
@@ -76,6 +78,21 @@ fn paper_downtime_ms(pair: Pair, scheme: &str) -> f64 {
     };
     row[SCHEMES.iter().position(|s| *s == scheme).unwrap_or(0)]
 }
+
+/// The paper's Table 3 (downtime in ms, 30 GB image, Iometer 50 % reads), DBT and IO
+/// Mirroring only.
+fn paper_table3_ms(pair: Pair, scheme: &str) -> f64 {
+    let (dbt, mirror) = match pair {
+        Pair::SsdToSsd => (232.0, 198.0),
+        Pair::SsdToHdd => (4000.0, 249.0),
+        Pair::HddToSsd => (266.0, 298.0),
+        Pair::HddToHdd => (900.0, 199.0),
+    };
+    if scheme == "dbt" { dbt } else { mirror }
+}
+
+/// Table 3's schemes.
+pub const TABLE3_SCHEMES: [&str; 2] = ["dbt", "mirror"];
 
 /// The paper's Table 6 formula: share of VM writes issued to an SSD, for `alpha` (share
 /// of writes to the copied area) and `beta` (share of writes to distinct blocks).
@@ -120,6 +137,14 @@ pub const IOMETER: Load = Load {
     rwmixread: 75,
     iodepth: 4,
 };
+/// Table 3's Iometer: 50 % reads at OIO 4.
+pub const IOMETER_5050: Load = Load {
+    name: "Iometer-like (randrw 50 % reads, 4k, OIO 4)",
+    rw: "randrw",
+    bs_kib: 4,
+    rwmixread: 50,
+    iodepth: 4,
+};
 /// Table 6: writes only, each block once (beta = 1), at DBT's tracking unit.
 pub const DISTINCT_WRITES: Load = Load {
     name: "distinct writes (randwrite 16k, each block once, depth 2)",
@@ -132,6 +157,8 @@ pub const DISTINCT_WRITES: Load = Load {
 #[derive(Clone, Copy, Debug)]
 pub struct MigrationOptions {
     pub image_mib: u64,
+    /// Table 3's image (the paper's was 30 GB).
+    pub table3_image_mib: u64,
     /// Copy rate cap, MB/s.
     pub rate_mb_s: u64,
     pub jobs: usize,
@@ -141,6 +168,7 @@ impl Default for MigrationOptions {
     fn default() -> Self {
         MigrationOptions {
             image_mib: 256,
+            table3_image_mib: 30720,
             rate_mb_s: 64,
             jobs: 2,
         }
@@ -151,11 +179,18 @@ impl Default for MigrationOptions {
 #[derive(Clone, Copy, Debug)]
 struct Run {
     pair: Pair,
+    /// The image size (MiB) of this run.
+    image_mib: u64,
     load: Option<Load>,
     scheme: Option<&'static str>,
     /// The workload runs on this pool alone (no migration); "src" or "dst".
     alone_on: &'static str,
 }
+
+/// The workload runs until the migration ends (the run stops then): at 30 GB the copy
+/// takes over 15 simulated minutes, and a workload that stopped first left DBT nothing
+/// dirty to copy at the pause.
+const RUNTIME_S: u64 = 86_400;
 
 /// The scenario text of a run.
 pub fn scenario_text(
@@ -177,7 +212,7 @@ pub fn scenario_text(
     match load {
         Some(l) => {
             s += &format!(
-                "[[vm]]\nvolume = \"vm\"\n[vm.fio]\nrw = \"{}\"\nbs = \"{}k\"\nrwmixread = {}\niodepth = {}\nruntime_s = 600\nrandom_map = {}\n",
+                "[[vm]]\nvolume = \"vm\"\n[vm.fio]\nrw = \"{}\"\nbs = \"{}k\"\nrwmixread = {}\niodepth = {}\nruntime_s = {RUNTIME_S}\nrandom_map = {}\n",
                 l.rw,
                 l.bs_kib,
                 l.rwmixread,
@@ -199,7 +234,11 @@ pub fn scenario_text(
 }
 
 fn run_one(r: Run, o: &MigrationOptions) -> Result<SimReport, String> {
-    let text = scenario_text(r.pair, r.load, r.scheme, r.alone_on, o);
+    let o = MigrationOptions {
+        image_mib: r.image_mib,
+        ..*o
+    };
+    let text = scenario_text(r.pair, r.load, r.scheme, r.alone_on, &o);
     let sc = Scenario::parse("migration.toml", &text, Path::new(".")).map_err(|e| e.to_string())?;
     let opts = RunOptions {
         stop_after_migrations: true,
@@ -236,8 +275,26 @@ pub struct DowntimeRow {
     pub pair: &'static str,
     pub scheme: &'static str,
     pub paper_ms: f64,
+    /// The pause (requests wait).
     pub ours_ms: f64,
     pub ratio: f64,
+    /// From the pause until the switch was durable.
+    pub durable_ms: f64,
+    pub migration_time_s: f64,
+    pub passes: u32,
+}
+
+/// Table 3: DBT's or IO Mirroring's downtime for one pair.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Table3Row {
+    pub pair: &'static str,
+    pub scheme: &'static str,
+    pub paper_ms: f64,
+    /// The pause (requests wait), as the paper's downtime.
+    pub ours_ms: f64,
+    pub ratio: f64,
+    /// From the pause until the switch was durable (a FLUSH waits that long at most).
+    pub durable_ms: f64,
     pub migration_time_s: f64,
     pub passes: u32,
 }
@@ -282,6 +339,9 @@ pub struct OrderCheck {
 pub struct MigrationResult {
     pub image_mib: u64,
     pub rate_mb_s: u64,
+    pub table3_image_mib: u64,
+    pub table3_load: &'static str,
+    pub table3: Vec<Table3Row>,
     pub downtime_load: &'static str,
     pub share_load: &'static str,
     pub cost_load: &'static str,
@@ -293,6 +353,9 @@ pub struct MigrationResult {
     /// The workload alone on the faster pool (eq. 1's best), requests per second.
     pub best_iops: Vec<(&'static str, f64)>,
     pub orderings: Vec<OrderCheck>,
+    /// Figure 15 over the Iometer-like cost rows (`migration_mix.rs`).
+    pub mix: Vec<MixRow>,
+    pub mix_claims: Vec<MixClaim>,
 }
 
 /// The lowest-MC scheme of `pair` at gamma index `g`.
@@ -375,25 +438,38 @@ fn orderings(cost: &[CostRow], downtime: &[DowntimeRow], share: &[ShareRow]) -> 
 /// Run every experiment.
 pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
     let mut runs = Vec::new();
+    let image_mib = o.image_mib;
     for pair in Pair::ALL {
         for load in [KERNEL_COMPILE, DISTINCT_WRITES, IOMETER] {
             for scheme in SCHEMES {
                 runs.push(Run {
                     pair,
+                    image_mib,
                     load: Some(load),
                     scheme: Some(scheme),
                     alone_on: "src",
                 });
             }
         }
+        for scheme in TABLE3_SCHEMES {
+            runs.push(Run {
+                pair,
+                image_mib: o.table3_image_mib,
+                load: Some(IOMETER_5050),
+                scheme: Some(scheme),
+                alone_on: "src",
+            });
+        }
         runs.push(Run {
             pair,
+            image_mib,
             load: None,
             scheme: Some("mirror"),
             alone_on: "src",
         });
         runs.push(Run {
             pair,
+            image_mib,
             load: Some(IOMETER),
             scheme: None,
             alone_on: pair.best(),
@@ -408,6 +484,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
             .ok_or_else(|| format!("no run for {} {scheme:?}", pair.name()))
     };
     let (mut downtime, mut share, mut cost) = (Vec::new(), Vec::new(), Vec::new());
+    let mut table3 = Vec::new();
     let (mut image_copy_s, mut best_iops) = (Vec::new(), Vec::new());
     for pair in Pair::ALL {
         let copy = migration_of(find(pair, None, Some("mirror"))?)?
@@ -421,6 +498,20 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         best_iops.push((pair.name(), best));
         let mirror = migration_of(find(pair, Some(DISTINCT_WRITES.name), Some("mirror"))?)?;
         let alpha = mirror.mirrored_bytes as f64 / mirror.vm_write_bytes.max(1) as f64;
+        for scheme in TABLE3_SCHEMES {
+            let m = migration_of(find(pair, Some(IOMETER_5050.name), Some(scheme))?)?;
+            let paper_ms = paper_table3_ms(pair, scheme);
+            table3.push(Table3Row {
+                pair: pair.name(),
+                scheme,
+                paper_ms,
+                ours_ms: m.downtime_ms,
+                ratio: m.downtime_ms / paper_ms,
+                durable_ms: m.pivot_durable_ms,
+                migration_time_s: m.migration_time_s.unwrap_or(0.0),
+                passes: m.passes,
+            });
+        }
         for scheme in SCHEMES {
             let m = migration_of(find(pair, Some(KERNEL_COMPILE.name), Some(scheme))?)?;
             let paper_ms = paper_downtime_ms(pair, scheme);
@@ -430,6 +521,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
                 paper_ms,
                 ours_ms: m.downtime_ms,
                 ratio: m.downtime_ms / paper_ms,
+                durable_ms: m.pivot_durable_ms,
                 migration_time_s: m.migration_time_s.unwrap_or(0.0),
                 passes: m.passes,
             });
@@ -475,8 +567,13 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         }
     }
     let orderings = orderings(&cost, &downtime, &share);
+    let mix = mix_rows(&cost, 1.0 - IOMETER.rwmixread as f64 / 100.0)?;
+    let mix_claims = mix_claims(&mix);
     Ok(MigrationResult {
         image_mib: o.image_mib,
+        table3_image_mib: o.table3_image_mib,
+        table3_load: IOMETER_5050.name,
+        table3,
         rate_mb_s: o.rate_mb_s,
         downtime_load: KERNEL_COMPILE.name,
         share_load: DISTINCT_WRITES.name,
@@ -487,6 +584,8 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         image_copy_s,
         best_iops,
         orderings,
+        mix,
+        mix_claims,
     })
 }
 

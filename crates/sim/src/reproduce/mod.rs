@@ -5,6 +5,7 @@
 pub mod flush;
 mod logwrite;
 pub mod migration;
+pub mod migration_mix;
 pub mod points;
 mod scheduling;
 mod tiering;

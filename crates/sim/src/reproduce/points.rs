@@ -117,21 +117,32 @@ pub fn from_scheduling(r: &SchedulingReport) -> Vec<Point> {
     v
 }
 
-/// Seed 004's Table 5 downtimes, and Table 6 shares where the paper's formula (at our
-/// measured alpha, beta = 1) is not zero.
+/// Seed 004's Table 3 and Table 5 downtimes, Table 6 shares where the paper's formula (at
+/// our measured alpha, beta = 1) is not zero, and the Mix figures section 7.4 states.
 pub fn from_migration(r: &super::MigrationResult) -> Vec<Point> {
     let mut v: Vec<Point> = r
-        .downtime
+        .table3
         .iter()
         .map(|d| {
             Point::new(
                 "migration",
-                format!("Table 5 downtime ms, {} {}", d.pair, d.scheme),
+                format!(
+                    "Table 3 downtime ms ({} MiB image), {} {}",
+                    r.table3_image_mib, d.pair, d.scheme
+                ),
                 d.paper_ms,
                 d.ours_ms,
             )
         })
         .collect();
+    v.extend(r.downtime.iter().map(|d| {
+        Point::new(
+            "migration",
+            format!("Table 5 downtime ms, {} {}", d.pair, d.scheme),
+            d.paper_ms,
+            d.ours_ms,
+        )
+    }));
     v.extend(r.share.iter().filter(|x| x.paper_formula > 0.0).map(|x| {
         Point::new(
             "migration",
@@ -141,6 +152,17 @@ pub fn from_migration(r: &super::MigrationResult) -> Vec<Point> {
             ),
             x.paper_formula,
             x.ours,
+        )
+    }));
+    v.extend(r.mix_claims.iter().map(|c| {
+        Point::new(
+            "migration",
+            format!(
+                "Figure 15 {} at gamma {} epsilon {}",
+                c.claim, c.gamma, c.epsilon
+            ),
+            c.paper,
+            c.ours,
         )
     }));
     v
