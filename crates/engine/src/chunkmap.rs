@@ -72,6 +72,16 @@ impl ChunkMap {
     pub fn from_raw(entries: Vec<u64>) -> ChunkMap {
         ChunkMap { entries }
     }
+    /// Make room for `more` entries without growing.
+    pub fn try_reserve(&mut self, more: usize) -> Result<(), std::collections::TryReserveError> {
+        self.entries.try_reserve_exact(more)
+    }
+    /// Grow to `chunks` entries; the new ones are unmapped.
+    pub fn grow(&mut self, chunks: u64) {
+        if chunks as usize > self.entries.len() {
+            self.entries.resize(chunks as usize, UNMAPPED);
+        }
+    }
     /// Bytes of RAM the table uses.
     pub fn memory_bytes(&self) -> u64 {
         self.entries.capacity() as u64 * 8

@@ -39,6 +39,9 @@ pub enum Control {
     /// home region) are written, then the volume table naming it;
     /// `EngineEvent::VolumeCreated` says when it is durable and usable.
     CreateVolume { config: VolumeConfig },
+    /// Grow a thin volume (`resize.rs`): the volume table with the new size is written,
+    /// then the volume grows; `EngineEvent::VolumeResized` says when it is durable.
+    ResizeVolume { volume: VolumeId, size_bytes: u64 },
 }
 
 /// Why a command was refused (nothing changed).
@@ -131,6 +134,12 @@ impl Engine {
             }
             Control::StartMigration { volume, params } => {
                 self.refuse_same_pool(volume, params.to)?;
+                // The job's per-chunk state is sized on the volume as it is now.
+                if self.resizes.in_progress().map(|(v, _)| v) == Some(volume.0 as usize) {
+                    return Err(ControlError::Busy(
+                        "the volume is being resized; migrate it once that is done".into(),
+                    ));
+                }
                 self.try_start_migration(now, volume, params, out)
                     .map(|_| ())
             }
@@ -140,6 +149,9 @@ impl Engine {
                 rate_bytes_per_s,
             } => self.try_set_migration_rate(now, volume, rate_bytes_per_s, out),
             Control::CreateVolume { config } => self.try_create_volume(now, config, out),
+            Control::ResizeVolume { volume, size_bytes } => {
+                self.try_resize_volume(now, volume, size_bytes, out)
+            }
         }
     }
 }

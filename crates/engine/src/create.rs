@@ -123,6 +123,21 @@ impl Engine {
                 return Err(ControlError::Invalid(e));
             }
         };
+        // Its checkpoints need their reserve on the metadata pool (the configuration's
+        // volumes got theirs at mount; this one is in `cfg.volumes` now).
+        let (_, reserve) = self.checkpoint_reserve(&self.reserve_inputs());
+        let meta = self.cfg.meta_pool.0 as usize;
+        let free = self.pools[meta].alloc.free_chunks();
+        if free < reserve {
+            self.give_back(&vol);
+            self.cfg.volumes.pop();
+            return Err(ControlError::NoSpace {
+                pool: self.cfg.pools[meta].name.clone(),
+                free_chunks: free,
+                needed_chunks: reserve,
+            });
+        }
+        self.pools[meta].alloc.set_reserve(reserve);
         let mut writes: Vec<(crate::types::PoolId, DevKind, u64, u64, Option<Bytes>)> = vec![
             (
                 vol.journal.pool,
@@ -207,6 +222,9 @@ impl Engine {
         if let Some(e) = failed {
             self.give_back(&vol);
             self.cfg.volumes.retain(|v| v.name != c.vc.name);
+            // Its checkpoint reserve goes back too (only the size check can fail, and
+            // it passed with the volume counted).
+            let _ = self.set_reserves();
             let why = match e {
                 Errno::NoSpc => "no space left on the device or the filesystem under it",
                 Errno::Shutdown => "the engine is stopping",

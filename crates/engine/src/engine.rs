@@ -129,6 +129,8 @@ pub struct Engine {
     pub(crate) voltab_writer: crate::voltab::TableWriter,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
+    /// A volume being grown at run time (`resize.rs`).
+    pub(crate) resizes: crate::resize::Resizes,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
     pub(crate) bug: Option<InjectedBug>,
     /// Operations the write buffer answered, completed at the end of the entry point.
@@ -197,6 +199,7 @@ impl Engine {
             migrations: Default::default(),
             voltab_writer: Default::default(),
             creations: Default::default(),
+            resizes: Default::default(),
             bug: None,
             local: Default::default(),
         })
@@ -252,6 +255,14 @@ impl Engine {
     /// The pool a volume's new chunks go to.
     pub fn volume_home_pool(&self, v: VolumeId) -> Option<PoolId> {
         self.vols.get(v.0 as usize).map(|v| v.rec.home_pool)
+    }
+
+    /// The volume being resized at run time and its new size, if any
+    /// (`Control::ResizeVolume`).
+    pub fn volume_being_resized(&self) -> Option<(VolumeId, u64)> {
+        self.resizes
+            .in_progress()
+            .map(|(v, size)| (VolumeId(v as u32), size))
     }
 
     /// The volume being created at run time, if any (`Control::CreateVolume`).

@@ -71,6 +71,9 @@ pub enum InjectedBug {
     /// Shard 0's slice of every pool overlaps shard 1's by a chunk (`ShardPlan`), so both
     /// shards can allocate it. Not an engine defect: the plan carries it.
     ShardOverlap,
+    /// A volume grown at run time serves (and announces) its new size at once, before the
+    /// volume table recording it is durable, so a crash shrinks it under written data.
+    ResizeBeforeDurable,
 }
 
 impl InjectedBug {
@@ -131,15 +134,20 @@ impl InjectedBug {
             InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
             InjectedBug::CreateSkipsTable => "create-skips-table",
             InjectedBug::ShardOverlap => "shard-overlap",
+            InjectedBug::ResizeBeforeDurable => "resize-before-durable",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
     pub fn space() -> [InjectedBug; 1] {
         [InjectedBug::NoSpaceAsEio]
     }
-    /// Caught by DST's seeds that create volumes while running (CI DST must catch it).
-    pub fn create() -> [InjectedBug; 1] {
-        [InjectedBug::CreateSkipsTable]
+    /// Caught by DST's seeds that create and grow volumes while running (CI DST must
+    /// catch both).
+    pub fn create() -> [InjectedBug; 2] {
+        [
+            InjectedBug::CreateSkipsTable,
+            InjectedBug::ResizeBeforeDurable,
+        ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
     pub fn shard() -> [InjectedBug; 1] {

@@ -30,6 +30,7 @@ mod mount;
 pub mod overlay;
 mod reclaim;
 mod report;
+mod resize;
 pub mod sched;
 pub mod shard;
 pub mod stats;

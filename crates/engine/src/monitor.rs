@@ -92,6 +92,18 @@ impl Monitor {
         }
     }
 
+    /// Make room for `more` chunks without growing.
+    pub fn try_reserve(&mut self, more: usize) -> Result<(), std::collections::TryReserveError> {
+        self.heat.try_reserve_exact(more)
+    }
+
+    /// Grow to `chunks` chunks (a resized volume); the new ones are cold.
+    pub fn grow(&mut self, chunks: u64) {
+        if chunks as usize > self.heat.len() {
+            self.heat.resize(chunks as usize, ChunkHeat::default());
+        }
+    }
+
     /// Record a request of `[off, off + len)` at decay epoch `epoch`.
     pub fn observe(
         &mut self,

@@ -224,6 +224,12 @@ pub enum EngineEvent {
     VolumeCreated {
         volume: String,
     },
+    /// A volume grew (`Control::ResizeVolume`, or a bigger configured size at mount); the
+    /// new size is durable.
+    VolumeResized {
+        volume: String,
+        size_bytes: u64,
+    },
     Ready,
     Stopped,
     Failed {

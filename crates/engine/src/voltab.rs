@@ -1,6 +1,6 @@
 //! The volume table writer. Whatever changes the volumes' durable records while the engine
 //! runs asks it to write the table again: a migration's pivot (the volume's new home pool)
-//! or job record, a volume created (`create.rs`). It writes the slot the newest copy is not
+//! or job record, a volume created (`create.rs`) or grown (`resize.rs`). It writes the slot the newest copy is not
 //! in, with the next generation, FUA, one write at a time so a torn write can never take
 //! both copies; `Engine::voltab` becomes the written table only once it is durable, and
 //! `volume_table_durable` tells those waiting for it.
@@ -40,7 +40,9 @@ impl Engine {
         }
         tw.again = false;
         tw.retry = false;
-        let volumes: Vec<_> = self.vols.iter().map(|v| v.rec.clone()).collect();
+        let volumes: Vec<_> = (self.vols.iter().enumerate())
+            .map(|(i, v)| self.resizes.record_for(i, &v.rec))
+            .collect();
         if volumes == self.voltab.volumes {
             return;
         }
@@ -80,6 +82,7 @@ impl Engine {
         if result.is_ok() {
             self.voltab = table;
             self.volume_table_durable(out);
+            self.resize_table_durable(out);
         } else {
             tw.retry = true;
             self.arm_commit_timer(now);

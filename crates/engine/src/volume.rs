@@ -203,6 +203,24 @@ impl Volume {
         }
     }
 
+    /// Take the RAM a growth to `chunks` chunks needs, so that [`Volume::grow`] cannot fail.
+    pub fn reserve_growth(&mut self, chunks: u64) -> Result<(), std::collections::TryReserveError> {
+        let more = chunks.saturating_sub(self.chunks) as usize;
+        self.map.try_reserve(more)?;
+        self.monitor.try_reserve(more)
+    }
+
+    /// Grow to `size_bytes` (a thin volume's resize once durable): the new chunks are
+    /// unmapped and cold.
+    pub fn grow(&mut self, size_bytes: u64, chunk_bytes: u64) {
+        let chunks = size_bytes.div_ceil(chunk_bytes);
+        self.map.grow(chunks);
+        self.monitor.grow(chunks);
+        self.chunks = chunks;
+        self.rec.size_bytes = size_bytes;
+        self.log.max_extents = crate::log::max_extents_for(size_bytes);
+    }
+
     pub fn has_commit_work(&self) -> bool {
         !self.journal.pending.is_empty() || !self.flush_waiters.is_empty() || self.checkpoint_wanted
     }

@@ -304,3 +304,39 @@ fn a_failed_table_write_is_retried_later_not_at_once() {
     r.crash_and_mount();
     assert!(r.engine.volume_id("new").is_some());
 }
+
+/// A creation needs room on the metadata pool for the new volume's checkpoints beside its
+/// journal: with data filling that pool up to the other volumes' reserve, it is refused
+/// (before, its journal dug into that reserve, and a later checkpoint could find no room).
+#[test]
+fn a_creation_the_metadata_pool_cannot_checkpoint_is_refused() {
+    let mut r = Rig::new(config(1 << 20));
+    create(
+        &mut r,
+        new_volume("filler", 60 * MIB, 0, Provisioning::Thin),
+    )
+    .unwrap();
+    assert!(created(&r, "filler"));
+    // Fill the metadata pool (ssd) with data until a new chunk is refused for space.
+    let mut full = false;
+    for c in 0..60 {
+        let data = pattern(c as u8, 4096);
+        let id = r.submit("filler", ReqKind::Write, c * MIB, Some(&data), 4096);
+        if r.take_done(id)
+            .is_some_and(|d| d.result == Err(Errno::NoSpc))
+        {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the ssd pool never filled");
+    let before = free_chunks(&r);
+    let e = create(&mut r, new_volume("new", 8 * MIB, 1, Provisioning::Thin)).unwrap_err();
+    assert!(
+        matches!(&e, ControlError::NoSpace { pool, .. } if pool == "ssd"),
+        "{e}"
+    );
+    assert_eq!(free_chunks(&r), before, "nothing was taken");
+    assert!(r.engine.volume_id("new").is_none());
+    r.engine.check_invariants().unwrap();
+}

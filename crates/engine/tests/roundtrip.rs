@@ -218,10 +218,12 @@ fn mount_refuses_mismatched_configuration() {
     let mut r = Rig::new(config(1 << 20));
     r.write("thin", 0, b"x");
     let mut cfg = r.cfg.clone();
-    cfg.volumes[0].size_bytes = 80 * MIB;
+    // A thin volume grows to a bigger configured size (tests/resize.rs); a thick one
+    // cannot.
+    cfg.volumes[1].size_bytes = 40 * MIB;
     let (state, writes) = start_on_rig_devices(&r, cfg);
     match state {
-        EngineState::Failed(m) => assert!(m.contains("resizing"), "{m}"),
+        EngineState::Failed(m) => assert!(m.contains("thick volume cannot grow"), "{m}"),
         s => panic!("mount should fail, state {s:?}"),
     }
     assert_eq!(writes, 0, "a refused mount wrote to a pool");

@@ -1,6 +1,9 @@
-//! `tiervisor ctl volume`: create and list volumes of a running server.
+//! `tiervisor ctl volume`: create, grow and list volumes of a running server.
 //!
-//! Requests are JSON, `{"cmd": "volume", "action": "create" | "list", ...}`. A create goes
+//! Requests are JSON, `{"cmd": "volume", "action": "create" | "resize" | "list", ...}`.
+//! A resize goes through `Engine::control` too; the export takes the new size once the
+//! engine says it is durable (`EngineEvent::VolumeResized`), and `list` shows the volume
+//! as `resizing` until then. A create goes
 //! through `Engine::control`; the volume is exported once the engine says it is durable
 //! (`EngineEvent::VolumeCreated`), and `list` shows it as `creating` until then. A volume
 //! made this way is recorded in the pools, not in the configuration file: it is mounted
@@ -27,8 +30,23 @@ pub fn volume(
                 .map_err(|e| format!("volume create: {name}: {e}"))?;
             Ok(json!({ "ok": true, "volume": name, "state": "creating" }))
         }
+        "resize" => {
+            let name = req["name"]
+                .as_str()
+                .ok_or("volume resize: expected \"name\": the volume to grow")?;
+            let size_bytes = req["size_bytes"]
+                .as_u64()
+                .ok_or("volume resize: expected \"size_bytes\": the new size, a multiple of 512")?;
+            let volume = engine.volume_id(name).ok_or_else(|| {
+                format!("volume resize: no volume {name:?} (ctl volume list shows them)")
+            })?;
+            engine
+                .control(now, Control::ResizeVolume { volume, size_bytes }, out)
+                .map_err(|e| format!("volume resize: {e}"))?;
+            Ok(json!({ "ok": true, "volume": name, "size_bytes": size_bytes, "state": "resizing" }))
+        }
         other => Err(format!(
-            "volume: unknown action {other:?}; expected create or list"
+            "volume: unknown action {other:?}; expected create, resize or list"
         )),
     }
 }
@@ -53,7 +71,13 @@ fn list(engine: &Engine) -> Value {
                 "pool": engine.volume_home_pool(id).map(|p| pool_name(p.0 as usize)),
                 "provisioning": v.provisioning,
                 "placement": v.placement,
-                "state": if engine.volume_being_created() == Some(v.name.as_str()) { "creating" } else { "ready" },
+                "state": if engine.volume_being_created() == Some(v.name.as_str()) {
+                    "creating"
+                } else if engine.volume_being_resized().is_some_and(|(r, _)| r == id) {
+                    "resizing"
+                } else {
+                    "ready"
+                },
             })
         })
         .collect();

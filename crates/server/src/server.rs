@@ -509,6 +509,15 @@ impl Server {
                     self.export_created(&volume);
                     format!("created volume {volume}")
                 }
+                EngineEvent::VolumeResized { volume, size_bytes } => {
+                    // New connections see the new size; those already open keep the size
+                    // they negotiated (NBD has no standard resize notice) and may now
+                    // address the whole of it.
+                    if let Some(e) = self.exports.iter_mut().find(|e| e.name == volume) {
+                        e.size_bytes = size_bytes;
+                    }
+                    format!("volume {volume} is now {size_bytes} bytes")
+                }
                 EngineEvent::Ready => "ready".into(),
                 EngineEvent::Stopped if !self.pool_problems.is_empty() => "stopped, but a pool file was lost while running (see the errors above)".into(),
                 EngineEvent::Stopped if self.engine.lost_at_stop().is_empty() => "stopped: all data flushed and checkpoints written".into(),

@@ -379,6 +379,10 @@ impl Sharded {
                 let (k, volume) = self.route(volume)?;
                 (k, Control::CancelMigration { volume })
             }
+            Control::ResizeVolume { volume, size_bytes } => {
+                let (k, volume) = self.route(volume)?;
+                (k, Control::ResizeVolume { volume, size_bytes })
+            }
             Control::SetMigrationRate {
                 volume,
                 rate_bytes_per_s,

@@ -1,4 +1,4 @@
-//! `tiervisor ctl volume`: create and list volumes of a running server.
+//! `tiervisor ctl volume`: create, grow and list volumes of a running server.
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,23 @@ pub enum VolumeCmd {
         #[arg(long)]
         thick: bool,
         /// Wait until it is exported (at most 60 s).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Grow a thin volume while the server runs. The new size is served once the volume
+    /// table recording it is durable (with --wait, this command returns then); clients
+    /// already connected keep the size they negotiated until they reconnect. Shrinking
+    /// and thick volumes are refused. Set the new size in the configuration file too
+    /// (until then the server warns at start and keeps the bigger size).
+    Resize {
+        /// The volume (export) to grow.
+        name: String,
+        /// Its new size (e.g. 20g), a multiple of 512 bytes, bigger than now.
+        #[arg(long)]
+        size: String,
+        /// Wait until the new size is served (at most 60 s).
         #[arg(long)]
         wait: bool,
         #[command(flatten)]
@@ -95,6 +112,60 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                             "{name}: the creation failed (the server's log says why)"
                         )));
                     }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        VolumeCmd::Resize {
+            name,
+            size,
+            wait,
+            target,
+        } => {
+            let size_bytes = tiervisor_conf::parse_size(&size)
+                .map_err(|e| Failure::input(format!("--size {size}: {e}")))?;
+            let req = json!({
+                "cmd": "volume",
+                "action": "resize",
+                "name": name,
+                "size_bytes": size_bytes,
+            });
+            let answer = ask(&target, req)?;
+            if !wait {
+                if target.json {
+                    println!("{answer}");
+                } else {
+                    println!(
+                        "{name}: growing to {size_bytes} bytes (ctl volume list shows when it is done)"
+                    );
+                }
+                return Ok(());
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let v = list(&target)?;
+                let entry = v["volumes"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x["name"] == name.as_str()))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if entry["state"] == "ready" && entry["size_bytes"] == size_bytes {
+                    if target.json {
+                        println!("{entry}");
+                    } else {
+                        println!("{name}: now {size_bytes} bytes");
+                    }
+                    return Ok(());
+                }
+                if entry["state"] != "resizing" && entry["size_bytes"] != size_bytes {
+                    return Err(Failure::run(format!(
+                        "{name}: the resize did not take effect (the server's log says why)"
+                    )));
+                }
+                if Instant::now() >= deadline {
+                    return Err(Failure::run(format!(
+                        "{name}: still being resized after 60 s"
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -1,6 +1,7 @@
-//! `tiervisor ctl volume create` and `list` on a running server: a volume made while
-//! another is written to is exported once durable, keeps its data across restarts, and a
-//! kill -9 at any moment of its creation leaves it whole or absent, the others intact.
+//! `tiervisor ctl volume create`, `resize` and `list` on a running server: a volume made
+//! while another is written to is exported once durable, keeps its data across restarts,
+//! and a kill -9 at any moment of its creation leaves it whole or absent, the others
+//! intact; a grown volume serves its new end and keeps it across a kill -9.
 
 mod support;
 
@@ -134,6 +135,62 @@ fn a_volume_created_while_serving_is_exported_and_survives_a_restart() {
     assert_eq!(read_at(&mut c, 20 * MIB, b.len()), b);
     let mut c = handshake(&s.addr, "vm1");
     assert_eq!(read_at(&mut c, MIB, a.len()), a);
+    drop(c);
+    assert_eq!(s.term(), Some(0));
+}
+
+#[test]
+fn a_volume_grown_while_serving_keeps_its_new_size_across_a_kill() {
+    let d = TempDir::new("vol-resize");
+    let mut s = start(&d, true);
+    let a = pattern(64 << 10, 0x44);
+    write_flush(&s.addr, "vm1", 0, &a);
+    // A connection opened before the growth.
+    let mut before = handshake(&s.addr, "vm1");
+    // Refusals say why, exit non-zero and change nothing.
+    for (args, why) in [
+        (
+            &["volume", "resize", "vm1", "--size", "8m"][..],
+            "shrinking is not supported",
+        ),
+        (&["volume", "resize", "vm1", "--size", "16m"][..], "already"),
+        (
+            &["volume", "resize", "nope", "--size", "32m"][..],
+            "no volume \"nope\"",
+        ),
+        (
+            &["volume", "resize", "vm1", "--size", "1000"][..],
+            "multiple of 512",
+        ),
+    ] {
+        let (ok, out) = ctl(&d, args);
+        assert!(!ok && out.contains(why), "{args:?}: {out}");
+    }
+    let (ok, out) = ctl(
+        &d,
+        &[
+            "volume", "resize", "vm1", "--size", "48m", "--wait", "--json",
+        ],
+    );
+    assert!(ok, "{out}");
+    let entry: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(entry["size_bytes"], 48 * MIB, "{entry}");
+    assert_eq!(entry["state"], "ready", "{entry}");
+    let b = pattern(128 << 10, 0x55);
+    write_flush(&s.addr, "vm1", 40 * MIB, &b);
+    // The older connection may address the new end too.
+    assert_eq!(read_at(&mut before, 40 * MIB, b.len()), b);
+    drop(before);
+    s.kill9();
+    // The configuration file still says 16m: the bigger size stays, with a warning.
+    s = start(&d, false);
+    let v = list(&d);
+    assert_eq!(v[0]["size_bytes"], 48 * MIB, "{v}");
+    let mut c = handshake(&s.addr, "vm1");
+    assert_eq!(read_at(&mut c, 0, a.len()), a);
+    assert_eq!(read_at(&mut c, 40 * MIB, b.len()), b);
+    assert_eq!(read_at(&mut c, 47 * MIB, 4096), vec![0u8; 4096]);
     drop(c);
     assert_eq!(s.term(), Some(0));
 }

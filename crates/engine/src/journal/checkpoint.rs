@@ -41,13 +41,19 @@ pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentM
         return None;
     }
     let n = d.u64()?;
-    if n != expect_chunks {
+    // Fewer chunks than the table names: the volume grew after this checkpoint was
+    // written (`resize.rs`), and the chunks past it were never mapped in it.
+    if n > expect_chunks {
         return None;
     }
-    let mut entries = Vec::with_capacity(n as usize);
+    let mut entries = Vec::with_capacity(expect_chunks as usize);
     for _ in 0..n {
         entries.push(d.u64()?);
     }
+    entries.resize(
+        expect_chunks as usize,
+        crate::chunkmap::ChunkLoc::Unmapped.encode(),
+    );
     let m = d.u64()?;
     let mut overlay = ExtentMap::new();
     for _ in 0..m {

@@ -247,24 +247,9 @@ impl Engine {
     /// every volume its current chain, the next one, and one whose header write failed.
     /// A pool too small for journals plus that reserve is refused up front, because
     /// running out of checkpoint room later would stall every flush.
-    fn set_reserves(&mut self) -> Result<(), String> {
+    pub(crate) fn set_reserves(&mut self) -> Result<(), String> {
         let cb = self.cfg.chunk_bytes;
-        let mut reserve = 4;
-        let mut journals = 0;
-        for v in &self.cfg.volumes {
-            let chunks = v.size_bytes.div_ceil(cb);
-            // A logging volume's checkpoint also carries its overlay, which is bounded.
-            let logs = v
-                .log
-                .unwrap_or_else(|| self.cfg.pools.iter().any(|p| p.log));
-            let overlay = if logs {
-                2 * crate::log::max_extents_for(v.size_bytes) * 32
-            } else {
-                0
-            };
-            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + overlay, cb);
-            journals += self.cfg.journal_bytes.div_ceil(cb);
-        }
+        let (journals, reserve) = self.checkpoint_reserve(&self.reserve_inputs());
         let meta = self.cfg.meta_pool.0 as usize;
         let total = self.pools[meta].alloc.chunks();
         if journals + reserve > total {
@@ -277,6 +262,44 @@ impl Engine {
         }
         self.pools[meta].alloc.set_reserve(reserve);
         Ok(())
+    }
+
+    /// (size, logs) of every volume the reserve covers: the mounted ones, in order, then
+    /// those the configuration adds (a volume created or grown at run time is in the
+    /// table, not necessarily in the configuration).
+    pub(crate) fn reserve_inputs(&self) -> Vec<(u64, bool)> {
+        let any_log = self.cfg.pools.iter().any(|p| p.log);
+        let mut out: Vec<(u64, bool)> = self
+            .vols
+            .iter()
+            .map(|v| (v.rec.size_bytes, v.log.enabled.unwrap_or(any_log)))
+            .collect();
+        for vc in &self.cfg.volumes {
+            if !self.vols.iter().any(|v| v.rec.name == vc.name) {
+                out.push((vc.size_bytes, vc.log.unwrap_or(any_log)));
+            }
+        }
+        out
+    }
+
+    /// Chunks of the metadata pool that journals take, and the checkpoint reserve, for
+    /// volumes of these (size, logs).
+    pub(crate) fn checkpoint_reserve(&self, volumes: &[(u64, bool)]) -> (u64, u64) {
+        let cb = self.cfg.chunk_bytes;
+        let mut reserve = 4;
+        let mut journals = 0;
+        for &(size_bytes, logs) in volumes {
+            let chunks = size_bytes.div_ceil(cb);
+            // A logging volume's checkpoint also carries its overlay, which is bounded.
+            let overlay = if logs {
+                2 * crate::log::max_extents_for(size_bytes) * 32
+            } else {
+                0
+            };
+            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + overlay, cb);
+            journals += self.cfg.journal_bytes.div_ceil(cb);
+        }
+        (journals, reserve)
     }
 
     pub(crate) fn startup_io_done(

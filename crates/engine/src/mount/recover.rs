@@ -121,13 +121,8 @@ impl Engine {
         for vc in self.cfg.volumes.clone() {
             match known.iter().position(|n| *n == vc.name) {
                 Some(i) => {
+                    self.configured_size(i, vc.size_bytes, out)?;
                     let rec = &mut self.vols[i].rec;
-                    if rec.size_bytes != vc.size_bytes {
-                        return Err(format!(
-                            "volume {}: {} bytes on disk but {} configured; resizing is not supported",
-                            vc.name, rec.size_bytes, vc.size_bytes
-                        ));
-                    }
                     if rec.provisioning != vc.provisioning {
                         out.events.push(EngineEvent::Warning {
                             message: format!(
@@ -160,6 +155,8 @@ impl Engine {
                 }
             }
         }
+        // Volumes created or grown at run time are in the table, not the configuration.
+        self.set_reserves()?;
         self.startup = Some(Startup {
             retry: Default::default(),
             phase: Phase::Allocating,
@@ -329,4 +326,57 @@ fn apply_record(
         }
     }
     Ok(())
+}
+
+impl Engine {
+    /// Mount: a configured volume whose size differs from the table's. A thin volume grows
+    /// to a bigger configured size (the mount's table write records it; a crash before
+    /// that leaves the old size). A smaller configured size is what an online resize
+    /// leaves behind in an unedited file: the table's size stays, with a warning.
+    fn configured_size(
+        &mut self,
+        v: usize,
+        configured: u64,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        let vol = &mut self.vols[v];
+        let on_disk = vol.rec.size_bytes;
+        let name = vol.rec.name.clone();
+        if configured == on_disk {
+            return Ok(());
+        }
+        if configured < on_disk {
+            out.events.push(EngineEvent::Warning {
+                message: format!(
+                    "volume {name}: {on_disk} bytes on disk (grown at run time) but {configured} \
+                     configured; it stays {on_disk} bytes (shrinking is not supported): set \
+                     size to {on_disk} in the configuration"
+                ),
+            });
+            return Ok(());
+        }
+        if vol.rec.provisioning == crate::config::Provisioning::Thick {
+            return Err(format!(
+                "volume {name}: {on_disk} bytes on disk but {configured} configured; a thick \
+                 volume cannot grow (its home region is one contiguous run)"
+            ));
+        }
+        if configured > crate::resize::MAX_VOLUME_BYTES {
+            return Err(format!(
+                "volume {name}: {configured} bytes configured, more than the {} a volume may \
+                 grow to",
+                crate::resize::MAX_VOLUME_BYTES
+            ));
+        }
+        let chunks = configured.div_ceil(self.cfg.chunk_bytes);
+        vol.reserve_growth(chunks).map_err(|_| {
+            format!("volume {name}: no memory for the mapping table of {configured} bytes")
+        })?;
+        vol.grow(configured, self.cfg.chunk_bytes);
+        out.events.push(EngineEvent::VolumeResized {
+            volume: name,
+            size_bytes: configured,
+        });
+        Ok(())
+    }
 }

@@ -6,6 +6,7 @@ mod create;
 mod device;
 mod pattern;
 mod reference;
+mod resize;
 mod runner;
 mod space;
 mod status;
@@ -68,6 +69,7 @@ pub fn run_range(
                             t.volumes_created += st.volumes_created;
                             t.sharded_seeds += st.sharded_seeds;
                             t.shards += st.shards;
+                            t.volumes_resized += st.volumes_resized;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

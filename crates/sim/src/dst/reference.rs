@@ -69,6 +69,14 @@ impl RefDisk {
         }
     }
 
+    /// The volume grew to `sectors`: the new ones read as zeros until written.
+    pub fn grow(&mut self, sectors: u64) {
+        if sectors as usize > self.sectors.len() {
+            self.sectors
+                .resize(sectors as usize, SmallVec::from_elem(Ver::initial(), 1));
+        }
+    }
+
     pub fn sectors(&self) -> u64 {
         self.sectors.len() as u64
     }

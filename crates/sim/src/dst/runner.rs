@@ -75,6 +75,8 @@ pub struct DstStats {
     /// Seeds run as several engines (`draw_shards`), and the engines of all seeds.
     pub sharded_seeds: u64,
     pub shards: u64,
+    /// Volumes grown while running and announced (`Control::ResizeVolume`).
+    pub volumes_resized: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -150,6 +152,8 @@ struct Sim {
     last_flush: Vec<Option<Result<(), Errno>>>,
     /// Volumes created at run time, in the seeds that do (`create.rs`).
     creates: Option<super::create::CreateDraws>,
+    /// Volumes grown at run time, in the seeds that create them (`resize.rs`).
+    resizes: Option<super::resize::ResizeDraws>,
 }
 
 type Fail = String;
@@ -487,6 +491,7 @@ impl Sim {
         let logged = engine_cfg.pools.iter().any(|p| p.log)
             || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
         let creates = super::create::CreateDraws::draw(cfg.seed, logged, mrng.is_some());
+        let resizes = super::resize::ResizeDraws::draw(cfg.seed, creates.is_some());
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
@@ -514,6 +519,7 @@ impl Sim {
             space,
             last_flush: vec![None; nv],
             creates,
+            resizes,
         })
     }
 
@@ -556,6 +562,83 @@ impl Sim {
         }
         self.pump(&mut out)?;
         Ok(true)
+    }
+
+    /// Now and then, in the seeds that grow volumes: ask for one to grow.
+    fn resize_action(&mut self) -> Result<bool, Fail> {
+        let sizes: Vec<u64> = self
+            .refs
+            .iter()
+            .map(|r| r.sectors() * SECTOR as u64)
+            .collect();
+        let Some((v, new)) = self
+            .resizes
+            .as_mut()
+            .filter(|_| !self.recovering)
+            .and_then(|r| r.maybe(&sizes))
+        else {
+            return Ok(false);
+        };
+        let mut out = Outputs::default();
+        let res = self.engine.control(
+            self.now_ns,
+            tiervisor_engine::Control::ResizeVolume {
+                volume: VolumeId(v as u32),
+                size_bytes: new,
+            },
+            &mut out,
+        );
+        if self.trace {
+            eprintln!("[{}] resize volume {v} to {new}: {res:?}", self.step);
+        }
+        if res.is_ok()
+            && let Some(r) = self.resizes.as_mut()
+        {
+            r.started(v, sizes[v], new);
+        }
+        self.pump(&mut out)?;
+        Ok(true)
+    }
+
+    /// The engine announced a grown volume: the reference grows with it.
+    fn volume_resized(&mut self, name: &str, size: u64) -> Result<(), Fail> {
+        let v = self
+            .engine
+            .volume_id(name)
+            .map(|v| v.0 as usize)
+            .ok_or_else(|| format!("volume {name} announced as resized, but it is unknown"))?;
+        if !self.resizes.as_mut().is_some_and(|r| r.announced(v, size)) {
+            return Err(format!(
+                "volume {name} announced as {size} bytes, but no such resize was asked for"
+            ));
+        }
+        self.refs[v].grow(size / SECTOR as u64);
+        Ok(())
+    }
+
+    /// After a recovery: every volume has the size announced before the crash, and a
+    /// resize the crash interrupted left the old size or the new one.
+    fn reconcile_resized(&mut self) -> Result<(), Fail> {
+        let interrupted = self.resizes.as_mut().and_then(|r| r.interrupted());
+        for v in 0..self.refs.len() {
+            let before = self.refs[v].sectors() * SECTOR as u64;
+            let now = (self.engine.engine_for(VolumeId(v as u32)))
+                .and_then(|(e, local)| e.volume_size(local))
+                .unwrap_or(0);
+            match interrupted {
+                Some((iv, old, new)) if iv == v && old == before && now == new => {
+                    self.refs[v].grow(new / SECTOR as u64);
+                }
+                _ if now != before => {
+                    return Err(format!(
+                        "volume {v} is {now} bytes after recovery, {before} before (a resize \
+                         was lost or invented)"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The engine announced a created volume: it is the next index, and usable.
@@ -665,6 +748,11 @@ impl Sim {
                 && !self.recovering
             {
                 self.volume_announced(volume)?;
+            }
+            if let EngineEvent::VolumeResized { volume, size_bytes } = &e
+                && !self.recovering
+            {
+                self.volume_resized(volume, *size_bytes)?;
             }
         }
         let comps: Vec<_> = out.completions.drain(..).collect();
@@ -1085,6 +1173,7 @@ impl Sim {
             return Err(format!("recovery failed on a state a crash can leave: {r}"));
         }
         self.reconcile_created()?;
+        self.reconcile_resized()?;
         self.engine
             .check_invariants()
             .map_err(|e| format!("after recovery: {e}"))?;
@@ -1193,7 +1282,7 @@ impl Sim {
             let roll = below(&mut self.rng, 1000);
             if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 {
                 self.crash()?;
-            } else if self.migration_action()? || self.create_action()? {
+            } else if self.migration_action()? || self.create_action()? || self.resize_action()? {
             } else if self.reqs.len() < self.max_in_flight && (roll < 450 || self.heap.is_empty()) {
                 self.random_request()?;
             } else {
@@ -1220,6 +1309,7 @@ impl Sim {
         self.stats.volumes_created = self.creates.as_ref().map_or(0, |c| c.created);
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
+        self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;
