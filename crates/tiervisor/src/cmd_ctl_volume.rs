@@ -66,8 +66,7 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             wait,
             target,
         } => {
-            let size_bytes = tiervisor_conf::parse_size(&size)
-                .map_err(|e| Failure::input(format!("--size {size}: {e}")))?;
+            let size_bytes = size_arg(&size)?;
             let req = json!({
                 "cmd": "volume",
                 "action": "create",
@@ -78,11 +77,9 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             });
             let answer = ask(&target, req)?;
             if !wait {
-                if target.json {
-                    println!("{answer}");
-                } else {
-                    println!("{name}: being created (ctl volume list shows when it is ready)");
-                }
+                let text =
+                    format!("{name}: being created (ctl volume list shows when it is ready)");
+                started(&target, &answer, &text);
                 return Ok(());
             }
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -122,8 +119,7 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             wait,
             target,
         } => {
-            let size_bytes = tiervisor_conf::parse_size(&size)
-                .map_err(|e| Failure::input(format!("--size {size}: {e}")))?;
+            let size_bytes = size_arg(&size)?;
             let req = json!({
                 "cmd": "volume",
                 "action": "resize",
@@ -132,13 +128,10 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             });
             let answer = ask(&target, req)?;
             if !wait {
-                if target.json {
-                    println!("{answer}");
-                } else {
-                    println!(
-                        "{name}: growing to {size_bytes} bytes (ctl volume list shows when it is done)"
-                    );
-                }
+                let text = format!(
+                    "{name}: growing to {size_bytes} bytes (ctl volume list shows when it is done)"
+                );
+                started(&target, &answer, &text);
                 return Ok(());
             }
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -196,6 +189,19 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
+    }
+}
+
+fn size_arg(size: &str) -> Result<u64, Failure> {
+    tiervisor_conf::parse_size(size).map_err(|e| Failure::input(format!("--size {size}: {e}")))
+}
+
+/// A command that returns without waiting: the server's answer (`--json`) or `text`.
+fn started(target: &Target, answer: &Value, text: &str) {
+    if target.json {
+        println!("{answer}");
+    } else {
+        println!("{text}");
     }
 }
 
