@@ -252,6 +252,9 @@ impl Engine {
         let (journals, reserve) = self.checkpoint_reserve(&self.reserve_inputs());
         let meta = self.cfg.meta_pool.0 as usize;
         let total = self.pools[meta].alloc.chunks();
+        // Set even when it does not fit: data then gets no room rather than the
+        // checkpoints' (the caller decides whether the misfit stops the start).
+        self.pools[meta].alloc.set_reserve(reserve);
         if journals + reserve > total {
             return Err(format!(
                 "the metadata pool {} is too small: its journals and checkpoint reserve need {} bytes, it has {}",
@@ -260,7 +263,6 @@ impl Engine {
                 self.cfg.pools[meta].capacity_bytes
             ));
         }
-        self.pools[meta].alloc.set_reserve(reserve);
         Ok(())
     }
 

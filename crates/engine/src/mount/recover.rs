@@ -156,7 +156,16 @@ impl Engine {
             }
         }
         // Volumes created or grown at run time are in the table, not the configuration.
-        self.set_reserves()?;
+        // Earlier builds created volumes without checking this room: say so
+        // rather than refuse to mount what they made.
+        if let Err(e) = self.set_reserves() {
+            out.events.push(EngineEvent::Warning {
+                message: format!(
+                    "{e} (volumes created while running took the room); new data is refused \
+                     on that pool so checkpoints keep theirs"
+                ),
+            });
+        }
         self.startup = Some(Startup {
             retry: Default::default(),
             phase: Phase::Allocating,
