@@ -115,8 +115,10 @@ impl Engine {
             return false;
         }
         let fill = match (op.kind, &op.payload) {
-            // A buffered punch is written back as zeros (kept allocated).
-            (DevKind::WriteZeroes | DevKind::Punch, _) => Fill::Zeros,
+            (DevKind::WriteZeroes, _) => Fill::Zeros,
+            // A buffered punch is written back as a punch: a thin volume's trim gives its
+            // space back also on a buffered pool.
+            (DevKind::Punch, _) => Fill::Hole,
             (_, Some(d)) => Fill::Data(d.clone()),
             (_, None) => Fill::Untracked,
         };
@@ -190,7 +192,8 @@ impl Engine {
                     return EmitAction::Held;
                 }
                 let fill = match (op.kind, &op.payload) {
-                    (DevKind::WriteZeroes | DevKind::Punch, _) => Some(Fill::Zeros),
+                    (DevKind::WriteZeroes, _) => Some(Fill::Zeros),
+                    (DevKind::Punch, _) => Some(Fill::Hole),
                     (DevKind::Write, Some(d)) => Some(Fill::Data(d.clone())),
                     (DevKind::Write, None) => Some(Fill::Untracked),
                     _ => None,
@@ -364,6 +367,7 @@ impl Engine {
             let (kind, payload) = match &p.fill {
                 Fill::Data(d) => (DevKind::Write, Some(d.clone())),
                 Fill::Zeros => (DevKind::WriteZeroes, None),
+                Fill::Hole => (DevKind::Punch, None),
                 Fill::Untracked => (DevKind::Write, None),
             };
             if background {
@@ -481,7 +485,7 @@ fn patch(buf: &mut BytesMut, s: u64, overlay: &[(u64, u64, Fill)]) {
         let r = (a - s) as usize..(b - s) as usize;
         match f {
             Fill::Data(d) => buf[r].copy_from_slice(d),
-            Fill::Zeros => buf[r].fill(0),
+            Fill::Zeros | Fill::Hole => buf[r].fill(0),
             Fill::Untracked => {}
         }
     }

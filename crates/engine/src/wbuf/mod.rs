@@ -42,7 +42,11 @@ impl WriteBufferConfig {
 #[derive(Clone, Debug)]
 pub(crate) enum Fill {
     Data(Bytes),
+    /// Zeros kept allocated (a write-zeroes with NO_HOLE, or of a thick volume).
     Zeros,
+    /// Zeros that give the space back (a thin volume's trim or write-zeroes): written back
+    /// as a punch, as the same request is when it goes straight to the device.
+    Hole,
     /// Timing-only simulation: a length and no bytes.
     Untracked,
 }
@@ -53,6 +57,7 @@ impl Fill {
         match self {
             Fill::Data(d) => Fill::Data(d.slice(a as usize..b as usize)),
             Fill::Zeros => Fill::Zeros,
+            Fill::Hole => Fill::Hole,
             Fill::Untracked => Fill::Untracked,
         }
     }

@@ -21,7 +21,7 @@ impl Rng {
 fn apply(buf: &mut [u8], s: u64, e: u64, fill: &Fill) {
     match fill {
         Fill::Data(d) => buf[s as usize..e as usize].copy_from_slice(d),
-        Fill::Zeros => buf[s as usize..e as usize].fill(0),
+        Fill::Zeros | Fill::Hole => buf[s as usize..e as usize].fill(0),
         Fill::Untracked => panic!("tests track data"),
     }
 }
@@ -69,7 +69,11 @@ fn reads_writebacks_and_flushes_match_a_reference() {
                     let e = (s + 1 + r.below(24)).min(SPAN);
                     let vol = r.below(3) as u32;
                     let fill = if r.below(5) == 0 {
-                        Fill::Zeros
+                        if r.below(2) == 0 {
+                            Fill::Zeros
+                        } else {
+                            Fill::Hole
+                        }
                     } else {
                         let byte = (step % 251 + 1) as u8;
                         Fill::Data(Bytes::from(vec![byte; (e - s) as usize]))
