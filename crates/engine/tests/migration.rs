@@ -1280,3 +1280,57 @@ fn the_pivot_test_catches_a_flush_completed_before_the_switch_is_durable() {
         assert!(msg.contains(want), "check_wait {check_wait}: {msg}");
     }
 }
+
+/// A cancel's copy back to a source pool that stays full is retried once per commit
+/// interval, not at once: DST seed 3736 (faults 3, a lasting ENOSPC spell on the HDD)
+/// retried an SLR cancel's copy back as fast as the devices answered, and grew past 6 GB.
+#[test]
+fn a_copy_back_that_fails_for_space_is_retried_after_the_commit_interval() {
+    let (mut r, mut reference) = setup();
+    let v = vid(&r);
+    r.hold = true;
+    start(&mut r, params(Scheme::Slr));
+    while r.engine.migration_status(v).unwrap().chunks_done == 0 {
+        assert!(r.release_one().is_some(), "the copy stalled");
+    }
+    // A write to the copied region lands on the destination only: the cancel must copy
+    // it back to the HDD, which is now full.
+    held_write(&mut r, &mut reference, 4096, 61, 4096);
+    r.fail_writes = Some(Errno::NoSpc);
+    let mut out = Outputs::default();
+    r.engine.cancel_migration(r.now, v, &mut out).unwrap();
+    r.drain(out);
+    let from = r.now;
+    let span_ns = 3_500_000_000;
+    let mut copy_backs = 0;
+    for _ in 0..20_000 {
+        if r.now >= from + span_ns {
+            break;
+        }
+        match r.release_one() {
+            Some(op) => {
+                copy_backs += u32::from(
+                    op.pool == HDD && op.kind == DevKind::Write && op.class == IoClass::Migration,
+                );
+            }
+            None => r.tick(1_000_000),
+        }
+    }
+    let elapsed = r.now - from;
+    let interval = config(1 << 20).commit_interval_ns;
+    assert!(
+        u64::from(copy_backs) <= elapsed / interval + 2,
+        "{copy_backs} copy backs in {elapsed} ns of virtual time (commit interval {interval} ns)"
+    );
+    assert!(copy_backs >= 2, "retried: {copy_backs}");
+    // Space returns: the cancel completes (failed, as a copy back failed) and the volume
+    // holds every write.
+    r.fail_writes = None;
+    r.hold = false;
+    while r.release_one().is_some() {}
+    finish(&mut r);
+    assert_eq!(phase(&r), MigrationPhase::Failed);
+    assert_eq!(pools(&r), vec![Some(HDD); CHUNKS as usize]);
+    check(&mut r, &reference, "after the cancel");
+    r.engine.check_invariants().unwrap();
+}

@@ -328,6 +328,10 @@ pub(crate) struct Job {
     /// DBT: dirty bytes when the last pass began.
     pub last_dirty_bytes: u64,
     pub cancel_wanted: bool,
+    /// After a copy back failed (a full or failing source pool), no copy back before
+    /// this: retried at once, it failed again at once while the pool stayed full, as fast
+    /// as the devices answered (DST seed 3736 grew past 6 GB in such a spell).
+    pub copy_back_retry_at_ns: Option<u64>,
     /// The volume runs again on the switched map while the pivot's commit is made
     /// durable (or retried, after a failure for space) (`pass.rs`, `resume_before_durable`).
     pub resumed_before_durable: bool,
@@ -469,6 +473,7 @@ impl Engine {
             delayed: VecDeque::new(),
             last_dirty_bytes: u64::MAX,
             cancel_wanted: false,
+            copy_back_retry_at_ns: None,
             resumed_before_durable: false,
             pause_began_ns: None,
             presync: presync::PreSync::NotYet,

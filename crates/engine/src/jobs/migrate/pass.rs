@@ -458,6 +458,14 @@ impl Engine {
             return;
         }
         let cp = job.copying.take().expect("checked");
+        if cp.failed && cp.back {
+            // The destination data must still go back: try again after the commit
+            // interval (the period of every retry of what failed for space), not at once.
+            let at = now + self.cfg.commit_interval_ns.max(1);
+            job.copy_back_retry_at_ns = Some(at);
+            self.migration_wake_at(at);
+        }
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
         if cp.failed {
             job.error
                 .get_or_insert(format!("copying chunk {c} failed (I/O error)"));
@@ -673,6 +681,10 @@ impl Engine {
     fn cancel_step(&mut self, now: u64, v: u32, out: &mut Outputs) -> bool {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        if job.copy_back_retry_at_ns.is_some_and(|t| now < t) {
+            return false; // the timer steps again
+        }
+        job.copy_back_retry_at_ns = None;
         if job.copying.is_some()
             || job.dups_in_flight > 0
             || !job.dup_queue.is_empty()
