@@ -5,7 +5,7 @@
 use clap::Args;
 use std::path::PathBuf;
 
-use tiervisor_sim::reproduce::migration::{GAMMAS, MigrationOptions, MigrationResult};
+use tiervisor_sim::reproduce::migration::{DowntimeRow, GAMMAS, MigrationOptions, MigrationResult};
 use tiervisor_sim::reproduce::migration_mix::MIX_SCHEMES;
 use tiervisor_sim::reproduce::points::BAND;
 
@@ -66,6 +66,31 @@ pub fn run(a: MigrationArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Tables 3 and 5: one line per pair and scheme.
+fn downtime_rows(s: &mut String, rows: &[DowntimeRow]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        s,
+        "{:<11} {:<7} {:>9} {:>9} {:>7} {:<8} {:>10} {:>8} {:>6}",
+        "pair", "scheme", "paper", "ours", "ratio", "verdict", "durable", "time s", "passes"
+    );
+    for d in rows {
+        let _ = writeln!(
+            s,
+            "{:<11} {:<7} {:>9.0} {:>9.1} {:>7.3} {:<8} {:>10.1} {:>8.2} {:>6}",
+            d.pair,
+            d.scheme,
+            d.paper_ms,
+            d.ours_ms,
+            d.ratio,
+            verdict(d.ratio),
+            d.durable_ms,
+            d.migration_time_s,
+            d.passes
+        );
+    }
+}
+
 fn verdict(ratio: f64) -> &'static str {
     if (BAND.0..=BAND.1).contains(&ratio) {
         "within"
@@ -88,51 +113,13 @@ pub(crate) fn tables(r: &MigrationResult) -> String {
         "\nTable 3, downtime (ms), a {} MiB image (the paper's 30 GB), workload {}; band [{}, {}]. Ours is the pause (requests wait); the switch is made durable after it, by \"durable\" (FLUSH and FUA wait that long)",
         r.table3_image_mib, r.table3_load, BAND.0, BAND.1
     );
-    let _ = writeln!(
-        s,
-        "{:<11} {:<7} {:>9} {:>9} {:>7} {:<8} {:>10} {:>8} {:>6}",
-        "pair", "scheme", "paper", "ours", "ratio", "verdict", "durable", "time s", "passes"
-    );
-    for d in &r.table3 {
-        let _ = writeln!(
-            s,
-            "{:<11} {:<7} {:>9.0} {:>9.1} {:>7.3} {:<8} {:>10.1} {:>8.2} {:>6}",
-            d.pair,
-            d.scheme,
-            d.paper_ms,
-            d.ours_ms,
-            d.ratio,
-            verdict(d.ratio),
-            d.durable_ms,
-            d.migration_time_s,
-            d.passes
-        );
-    }
+    downtime_rows(&mut s, &r.table3);
     let _ = writeln!(
         s,
         "\nTable 5, downtime (ms), workload {}; band [{}, {}]; ours is the pause, durable as in Table 3",
         r.downtime_load, BAND.0, BAND.1
     );
-    let _ = writeln!(
-        s,
-        "{:<11} {:<7} {:>9} {:>9} {:>7} {:<8} {:>10} {:>8} {:>6}",
-        "pair", "scheme", "paper", "ours", "ratio", "verdict", "durable", "time s", "passes"
-    );
-    for d in &r.downtime {
-        let _ = writeln!(
-            s,
-            "{:<11} {:<7} {:>9.0} {:>9.1} {:>7.3} {:<8} {:>10.1} {:>8.2} {:>6}",
-            d.pair,
-            d.scheme,
-            d.paper_ms,
-            d.ours_ms,
-            d.ratio,
-            verdict(d.ratio),
-            d.durable_ms,
-            d.migration_time_s,
-            d.passes
-        );
-    }
+    downtime_rows(&mut s, &r.downtime);
     let _ = writeln!(
         s,
         "\nTable 6, share of the VM's writes issued to an SSD, workload {}; the paper's formula at our alpha and beta = 1",

@@ -284,20 +284,8 @@ pub struct DowntimeRow {
     pub passes: u32,
 }
 
-/// Table 3: DBT's or IO Mirroring's downtime for one pair.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Table3Row {
-    pub pair: &'static str,
-    pub scheme: &'static str,
-    pub paper_ms: f64,
-    /// The pause (requests wait), as the paper's downtime.
-    pub ours_ms: f64,
-    pub ratio: f64,
-    /// From the pause until the switch was durable (a FLUSH waits that long at most).
-    pub durable_ms: f64,
-    pub migration_time_s: f64,
-    pub passes: u32,
-}
+/// Table 3: DBT's or IO Mirroring's downtime for one pair (Table 5's fields).
+pub type Table3Row = DowntimeRow;
 
 /// Table 6: one scheme's SSD share for one pair.
 #[derive(Clone, Debug, Serialize, PartialEq)]
