@@ -44,7 +44,7 @@ impl Engine {
         let last_seq = vol.journal.next_seq - 1;
         let first_seq = last_seq + 1 - records.len() as u64;
         let blocks = Journal::blocks_for(records.len());
-        let mut work = if vol.checkpoint_wanted || !vol.journal.fits(blocks) {
+        let work = if vol.checkpoint_wanted || !vol.journal.fits(blocks) {
             let payload = encode_state(&vol.map, &vol.overlay);
             let n = pieces_needed(payload.len() as u64, cb);
             let hint = vol.rec.journal_first_chunk;
@@ -68,12 +68,15 @@ impl Engine {
                 for &(_, c) in &chunks {
                     alloc.release(c);
                 }
-                out.events.push(EngineEvent::Warning {
-                    message: format!(
-                        "volume {}: no room on the metadata pool for a checkpoint",
-                        vol.rec.name
-                    ),
-                });
+                // Once per spell (until a commit of the volume succeeds), not per attempt.
+                if self.nospace.no_room_began(v) {
+                    out.events.push(EngineEvent::Warning {
+                        message: format!(
+                            "volume {}: no room on the metadata pool for a checkpoint",
+                            vol.rec.name
+                        ),
+                    });
+                }
                 CommitWork::Blocks {
                     records,
                     image: Vec::new(),
@@ -92,18 +95,26 @@ impl Engine {
                 new_crc,
             }
         };
-        // A round that could neither checkpoint nor fit its blocks fails now.
+        // A round that could neither checkpoint nor fit its blocks fails now, as a round
+        // that failed with ENOSPC does (finish_commit): its records go back, its waiters
+        // fail, and the volume backs off until the commit timer retries. Before, callers
+        // that back off only after a failed round (a write waiting for log space, the
+        // migration's commit step) started it again at every event, each time encoding
+        // the whole map for a checkpoint that could not be placed.
         let no_room = matches!(&work, CommitWork::Blocks { image, .. } if image.is_empty());
         if no_room {
-            if let CommitWork::Blocks { records, .. } = &mut work {
-                let mut rs = mem::take(records);
-                rs.append(&mut vol.journal.pending);
-                vol.journal.pending = rs;
-            }
-            for w in waiters {
-                self.finish_req(now, w, Err(Errno::NoSpc), out);
-            }
-            return;
+            vol.commit = Some(Commit {
+                phase: CommitPhase::LogWait,
+                pending_ops: 0,
+                failed: Some(Errno::NoSpc),
+                waiters,
+                work,
+                last_seq,
+                flushed_pools: 0,
+                log_wait_upto: vol.log.next_id,
+                started_ns: now,
+            });
+            return self.finish_commit(now, v, Err(Errno::NoSpc), out);
         }
         let flushed_pools = mem::take(&mut vol.dirty_pools);
         vol.stats.journal_commits += 1;

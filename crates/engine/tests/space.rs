@@ -112,3 +112,164 @@ fn writes_behind_appends_waiting_for_space_end_instead_of_waiting_forever() {
         .check_invariants()
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// The metadata pool has no room for a checkpoint a volume must write (here another
+/// volume's chains, whose header writes failed, stay claimed until none fits): the round
+/// fails at once with ENOSPC and counts as a failed round, so the volume backs off like
+/// after any other. Before the fix it did not count, so a migration's pre-sync and then
+/// its commit step started the round again at every tick, each time encoding the whole
+/// map and warning: 3003 attempts in 3 virtual seconds of 1 ms ticks. Now the commit timer
+/// retries once a commit interval (the migration's pre-sync waits for it), the warning
+/// comes once per spell, FLUSH still fails while there is no room, and once there is,
+/// the checkpoints land and the migration ends.
+#[test]
+fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase};
+    const NO_ROOM: &str = "no room on the metadata pool for a checkpoint";
+    let no_room_for = |e: &EngineEvent, vol: &str| {
+        matches!(e, EngineEvent::Warning { message }
+            if message.contains(NO_ROOM) && message.starts_with(&format!("volume {vol}:")))
+    };
+
+    // A small ring (checkpoints are soon wanted); on the metadata pool thick data and a
+    // thin volume "c" that fill its data room, and a small volume "b" whose checkpoints
+    // will fill the rest; a second HDD pool for the thin volume to migrate to.
+    let mut cfg = config(64 << 10);
+    cfg.chunk_bytes = 64 << 10;
+    cfg.volumes[1].size_bytes = 40 * MIB;
+    let mut b = cfg.volumes[0].clone();
+    b.name = "b".into();
+    b.size_bytes = MIB;
+    let mut c = cfg.volumes[0].clone();
+    c.name = "c".into();
+    c.size_bytes = 30 * MIB;
+    c.home_pool = PoolId(0);
+    cfg.volumes.extend([b, c]);
+    let mut hdd2 = cfg.pools[1].clone();
+    hdd2.name = "hdd2".into();
+    cfg.pools.push(hdd2);
+    let mut r = Rig::new(cfg);
+    let cb = r.cfg.chunk_bytes;
+    let mut c_chunks = 0;
+    for i in 0..30 * MIB / cb {
+        let d = Bytes::from(pattern(i as u8, 4096));
+        if r.req("c", ReqKind::Write, i * cb, 4096, Some(d))
+            .result
+            .is_ok()
+        {
+            c_chunks += 1;
+        }
+    }
+    r.flush("c");
+    assert!(c_chunks < 30 * MIB / cb, "c did not fill the data room");
+
+    // Volume b's journal chunk: where its commit writes its record block.
+    r.write("b", 0, &pattern(1, 4096));
+    r.hold = true;
+    let f = r.submit("b", ReqKind::Flush, 0, None, 0);
+    let mut ring_write = None;
+    while let Some(op) = r.release_one() {
+        if op.pool == PoolId(0) && op.kind == DevKind::Write {
+            ring_write = Some(op.offset_bytes);
+        }
+    }
+    r.hold = false;
+    assert_eq!(r.take_done(f).unwrap().result, Ok(()));
+    let ring = ring_write.expect("the flush wrote a record block on the metadata pool");
+    let region = ring - (ring - MIB) % cb;
+    // Its header writes fail: every chain b writes stays claimed (the slot may name it).
+    let fail_headers = Rc::new(Cell::new(true));
+    let on = fail_headers.clone();
+    r.fail_write_if = Some(Box::new(move |op: &DeviceOp| {
+        let header = op.pool == PoolId(0)
+            && (op.offset_bytes == region || op.offset_bytes == region + 4096)
+            && op.len_bytes == 4096;
+        (on.get() && header).then_some(Errno::NoSpc)
+    }));
+    let mut rounds = 0;
+    while !r.events.iter().any(|e| no_room_for(e, "b")) {
+        rounds += 1;
+        assert!(rounds < 2000, "the metadata pool never ran out of room");
+        let d = Bytes::from(pattern(rounds as u8, 4096));
+        let _ = r.req("b", ReqKind::Write, (rounds % 16) * cb, 4096, Some(d));
+        let _ = r.req("b", ReqKind::Flush, 0, 0, None);
+    }
+
+    // The thin volume commits (its records fit) until it wants a checkpoint, which it
+    // tries at once after that commit: there is no room for it.
+    let mut rounds = 0;
+    while !r.events.iter().any(|e| no_room_for(e, "thin")) {
+        rounds += 1;
+        assert!(rounds < 100, "the thin volume never wanted a checkpoint");
+        r.write("thin", rounds * MIB, &pattern(rounds as u8, 4096));
+        r.flush("thin");
+    }
+    // A FLUSH now fails: nothing is acknowledged that is not durable.
+    assert_eq!(
+        r.req("thin", ReqKind::Flush, 0, 0, None).result,
+        Err(Errno::NoSpc)
+    );
+
+    // Migrate it: the copy needs no metadata room, the pre-sync and pivot commits do.
+    let v = r.engine.volume_id("thin").unwrap();
+    let params = MigrationParams {
+        rate_bytes_per_s: 1 << 40,
+        ..MigrationParams::new(PoolId(2))
+    };
+    let mut out = Outputs::default();
+    r.engine
+        .start_migration(r.now, v, params, &mut out)
+        .unwrap();
+    r.drain(out);
+    r.events.clear();
+    for _ in 0..3000 {
+        r.tick(1_000_000);
+    }
+    let warnings = r.events.iter().filter(|e| no_room_for(e, "thin")).count();
+    let failed_rounds = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, EngineEvent::CommitFailed { volume, .. } if volume == "thin"))
+        .count();
+    let attempts = warnings + failed_rounds;
+    // One round per commit interval (1 s) over 3 s, and maybe one for the migration.
+    assert!(
+        attempts <= 5,
+        "{attempts} checkpoint attempts in 3 virtual seconds ({warnings} warnings)"
+    );
+    assert!(
+        warnings == 0,
+        "{warnings} more no-room warnings in one spell"
+    );
+    assert_eq!(
+        r.req("thin", ReqKind::Flush, 0, 0, None).result,
+        Err(Errno::NoSpc)
+    );
+
+    // Room returns (c gives chunks back, b's headers land again): the timer's retries
+    // checkpoint, the migration ends, and every flushed write survives a crash.
+    fail_headers.set(false);
+    r.req("c", ReqKind::Trim, 0, 4 * MIB, None);
+    r.flush("c");
+    for _ in 0..1000 {
+        if r.engine.migration_status(v).unwrap().phase == MigrationPhase::Done {
+            break;
+        }
+        r.tick(10_000_000);
+    }
+    assert_eq!(
+        r.engine.migration_status(v).unwrap().phase,
+        MigrationPhase::Done
+    );
+    r.flush("thin");
+    r.flush("b");
+    r.crash_and_mount();
+    for i in 1..=rounds {
+        assert_eq!(r.read("thin", i * MIB, 4096), pattern(i as u8, 4096));
+    }
+    r.engine
+        .check_invariants()
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -28,6 +28,9 @@ pub(crate) struct NoSpace {
     retry_at: Option<u64>,
     /// Volumes whose last commit round failed (cleared when one succeeds).
     failed_commits: BTreeSet<u32>,
+    /// Volumes warned that the metadata pool has no room for their checkpoint (cleared
+    /// when one of their commits succeeds, so the warning comes once per spell).
+    no_room_warned: BTreeSet<u32>,
 }
 
 impl NoSpace {
@@ -45,9 +48,15 @@ impl NoSpace {
     pub(crate) fn commit_ended(&mut self, v: u32, ok: bool) {
         if ok {
             self.failed_commits.remove(&v);
+            self.no_room_warned.remove(&v);
         } else {
             self.failed_commits.insert(v);
         }
+    }
+
+    /// Volume `v` found no room for a checkpoint: true the first time in a spell.
+    pub(crate) fn no_room_began(&mut self, v: u32) -> bool {
+        self.no_room_warned.insert(v)
     }
 
     /// Whether volume `v`'s commits wait for the commit timer (its last one failed).

@@ -9,6 +9,9 @@ use tiervisor_engine::*;
 
 pub const MIB: u64 = 1 << 20;
 
+/// Picks the device writes that fail, and with what error.
+pub type FailWriteIf = Box<dyn Fn(&DeviceOp) -> Option<Errno>>;
+
 pub struct Rig {
     pub engine: Engine,
     pub cfg: EngineConfig,
@@ -23,6 +26,8 @@ pub struct Rig {
     /// While set, every device write (data, zeroing, journal) fails with this error and
     /// changes nothing, as on a full or failing disk; reads, flushes and discards succeed.
     pub fail_writes: Option<Errno>,
+    /// While set, device writes it picks fail with the error it gives and change nothing.
+    pub fail_write_if: Option<FailWriteIf>,
     /// A defect every engine of this rig gets (also after `crash_and_mount`).
     pub bug: Option<InjectedBug>,
     /// While set, devices have a volatile write cache: what a write replaced is kept
@@ -110,6 +115,7 @@ impl Rig {
             hold: false,
             held: VecDeque::new(),
             fail_writes: None,
+            fail_write_if: None,
             bug,
             volatile: false,
             unflushed: Vec::new(),
@@ -219,7 +225,8 @@ impl Rig {
                 op.kind,
                 DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
             );
-            if let Some(e) = self.fail_writes.filter(|_| is_write) {
+            let picked = self.fail_write_if.as_ref().and_then(|f| f(&op));
+            if let Some(e) = self.fail_writes.or(picked).filter(|_| is_write) {
                 let done = DeviceCompletion {
                     id: op.id,
                     result: Err(e),
