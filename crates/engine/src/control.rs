@@ -134,12 +134,6 @@ impl Engine {
             }
             Control::StartMigration { volume, params } => {
                 self.refuse_same_pool(volume, params.to)?;
-                // The job's per-chunk state is sized on the volume as it is now.
-                if self.resizes.in_progress().map(|(v, _)| v) == Some(volume.0 as usize) {
-                    return Err(ControlError::Busy(
-                        "the volume is being resized; migrate it once that is done".into(),
-                    ));
-                }
                 self.try_start_migration(now, volume, params, out)
                     .map(|_| ())
             }

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use tiervisor_engine::jobs::migrate::MigrationParams;
 use tiervisor_engine::*;
 
 fn resize(r: &mut Rig, name: &str, size_bytes: u64) -> Result<(), ControlError> {
@@ -206,4 +207,35 @@ fn a_resize_announced_before_it_is_durable_is_lost_by_a_crash() {
     assert_eq!(resized(&r, "thin"), Some(64 * MIB), "announced at once");
     r.crash_and_mount();
     assert_eq!(size(&r, "thin"), 40 * MIB, "the crash took the size back");
+}
+
+/// A migration's per-chunk state is sized on the volume when it starts: while a resize of
+/// the volume is being written, a migration is refused (DST seed 6846 started one through
+/// `Engine::start_migration`, and indexed past its arrays once the volume grew), and a
+/// resize of a migrating volume is refused the other way round.
+#[test]
+fn a_volume_is_not_migrated_and_resized_at_once() {
+    let mut r = Rig::new(config(1 << 20));
+    r.write("thin", 0, &pattern(8, 4096));
+    r.flush("thin");
+    r.hold = true;
+    resize(&mut r, "thin", 48 * MIB).unwrap();
+    let v = r.engine.volume_id("thin").unwrap();
+    let mut out = Outputs::default();
+    let e = r
+        .engine
+        .start_migration(r.now, v, MigrationParams::new(PoolId(0)), &mut out)
+        .unwrap_err();
+    r.drain(out);
+    assert!(e.contains("being resized"), "{e}");
+    while r.release_one().is_some() {}
+    assert_eq!(size(&r, "thin"), 48 * MIB);
+    // The job stays under way while its copies are held.
+    let mut out = Outputs::default();
+    r.engine
+        .start_migration(r.now, v, MigrationParams::new(PoolId(0)), &mut out)
+        .unwrap();
+    r.drain(out);
+    let e = resize(&mut r, "thin", 56 * MIB).unwrap_err();
+    assert!(e.to_string().contains("migrating"), "{e}");
 }

@@ -431,6 +431,14 @@ impl Engine {
         params: MigrationParams,
         out: &mut Outputs,
     ) -> Result<MigrationStatus, ControlError> {
+        // The job's per-chunk state is sized on the volume as it is now (DST seed 6846:
+        // a job started while a resize was being written indexed past its arrays once
+        // the volume grew).
+        if self.resizes.in_progress().map(|(r, _)| r) == Some(v.0 as usize) {
+            return Err(ControlError::Busy(
+                "the volume is being resized; migrate it once that is done".into(),
+            ));
+        }
         let (scheme, why) = self.check_migration(v, &params)?;
         let vi = v.0;
         let vol = &self.vols[vi as usize];
