@@ -217,6 +217,10 @@ fn regression_seeds_pass() {
     // power loss (not replayed) was completed by a torn write at the next and replayed.
     // 3338 and 3581: writes parked behind a FLUSH's write-backs on a buffered CFQ pool
     // held their queue's quantum, so the write-backs never went out (never settled).
+    // 6120 (3 shards): a write parked behind a write-back of its own range on a full,
+    // slowly throttled pool lost the range to each retry of that write-back, for ever.
+    // 6846 (3 shards): a migration started while its volume's resize was being written
+    // indexed past its per-chunk state once the volume grew (a panic).
     for (seed, steps) in [
         (134, CI_STEPS),
         (174, CI_STEPS),
@@ -229,6 +233,8 @@ fn regression_seeds_pass() {
         (8634, 1443),
         (3338, 3730),
         (3581, 2191),
+        (6120, 3397),
+        (6846, 2528),
     ] {
         run_seed(&DstConfig {
             seed,

@@ -494,6 +494,11 @@ impl WriteBuffer {
     /// Whether a dirty piece starts at `start` with no write in flight under it: the
     /// candidates of a write-back round can be cut or covered by a write the scheduler
     /// dispatches while the round queues its write-backs.
+    /// The end of the dirty piece at `start`, if there is one.
+    pub fn piece_end(&self, start: u64) -> Option<u64> {
+        self.dirty.get(&start).map(|p| p.end)
+    }
+
     pub fn can_write_back(&self, start: u64) -> bool {
         self.dirty
             .get(&start)
