@@ -1,8 +1,8 @@
 //! The volume table writer. Whatever changes the volumes' durable records while the engine
 //! runs asks it to write the table again: a migration's pivot (the volume's new home pool)
-//! or job record, a volume created (`create.rs`) or grown (`resize.rs`). It writes the slot the newest copy is not
-//! in, with the next generation, FUA, one write at a time so a torn write can never take
-//! both copies; `Engine::voltab` becomes the written table only once it is durable, and
+//! or job record, a volume created (`create.rs`) or grown (`resize.rs`). It writes the
+//! slot the newest copy is not in, with the next generation, FUA, one write at a time so a
+//! torn write can never take both copies; `Engine::voltab` becomes the written table only once it is durable, and
 //! `volume_table_durable` tells those waiting for it.
 
 use crate::devop::{OpSpec, Owner};

@@ -284,6 +284,22 @@ pub struct DowntimeRow {
     pub passes: u32,
 }
 
+impl DowntimeRow {
+    /// Migration `m`'s pause beside the paper's `paper_ms`.
+    fn of(pair: &'static str, scheme: &'static str, paper_ms: f64, m: &MigrationReport) -> Self {
+        DowntimeRow {
+            pair,
+            scheme,
+            paper_ms,
+            ours_ms: m.downtime_ms,
+            ratio: m.downtime_ms / paper_ms,
+            durable_ms: m.pivot_durable_ms,
+            migration_time_s: m.migration_time_s.unwrap_or(0.0),
+            passes: m.passes,
+        }
+    }
+}
+
 /// Table 3: DBT's or IO Mirroring's downtime for one pair (Table 5's fields).
 pub type Table3Row = DowntimeRow;
 
@@ -488,31 +504,21 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         let alpha = mirror.mirrored_bytes as f64 / mirror.vm_write_bytes.max(1) as f64;
         for scheme in TABLE3_SCHEMES {
             let m = migration_of(find(pair, Some(IOMETER_5050.name), Some(scheme))?)?;
-            let paper_ms = paper_table3_ms(pair, scheme);
-            table3.push(Table3Row {
-                pair: pair.name(),
+            table3.push(DowntimeRow::of(
+                pair.name(),
                 scheme,
-                paper_ms,
-                ours_ms: m.downtime_ms,
-                ratio: m.downtime_ms / paper_ms,
-                durable_ms: m.pivot_durable_ms,
-                migration_time_s: m.migration_time_s.unwrap_or(0.0),
-                passes: m.passes,
-            });
+                paper_table3_ms(pair, scheme),
+                m,
+            ));
         }
         for scheme in SCHEMES {
             let m = migration_of(find(pair, Some(KERNEL_COMPILE.name), Some(scheme))?)?;
-            let paper_ms = paper_downtime_ms(pair, scheme);
-            downtime.push(DowntimeRow {
-                pair: pair.name(),
+            downtime.push(DowntimeRow::of(
+                pair.name(),
                 scheme,
-                paper_ms,
-                ours_ms: m.downtime_ms,
-                ratio: m.downtime_ms / paper_ms,
-                durable_ms: m.pivot_durable_ms,
-                migration_time_s: m.migration_time_s.unwrap_or(0.0),
-                passes: m.passes,
-            });
+                paper_downtime_ms(pair, scheme),
+                m,
+            ));
             let m = migration_of(find(pair, Some(DISTINCT_WRITES.name), Some(scheme))?)?;
             let mut ssd = m.ssd_write_bytes as f64;
             if scheme == "lr" && pair.models().1 == "intel-520" {
