@@ -221,6 +221,8 @@ fn regression_seeds_pass() {
     // slowly throttled pool lost the range to each retry of that write-back, for ever.
     // 6846 (3 shards): a migration started while its volume's resize was being written
     // indexed past its per-chunk state once the volume grew (a panic).
+    // 8423: a write queued on the HDD behind BFQ marked its block dirty for a resumed DBT
+    // job, whose second pass copied the block (clearing the bit) before the write landed.
     for (seed, steps) in [
         (134, CI_STEPS),
         (174, CI_STEPS),
@@ -235,6 +237,7 @@ fn regression_seeds_pass() {
         (3581, 2191),
         (6120, 3397),
         (6846, 2528),
+        (8423, 3139),
     ] {
         run_seed(&DstConfig {
             seed,

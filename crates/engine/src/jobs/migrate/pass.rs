@@ -104,7 +104,13 @@ impl Engine {
                     }
                     let next = match self.next_left_uncopied(v) {
                         Some(c) => Some(c),
-                        None => self.next_dirty(v).map(|r| r.unwrap_or_else(|c| c)),
+                        None => match self.next_dirty(v) {
+                            Some(Ok(c)) => Some(c),
+                            // Nothing is in flight once drained, but a chunk in
+                            // transition waits: its completion steps again.
+                            Some(Err(_)) => return false,
+                            None => None,
+                        },
                     };
                     let Some(c) = next else {
                         self.start_pivot(now, v, out);
@@ -256,17 +262,42 @@ impl Engine {
         None
     }
 
-    /// DBT: the next chunk with dirty blocks.
+    /// DBT: the next chunk with dirty blocks: Ok(chunk), Err if only busy ones are left. A
+    /// write marks its blocks dirty when it is routed but may wait in the pool's queue:
+    /// copying the blocks before it lands would clear its bits and copy the old data, so a
+    /// busy chunk is passed over (`late`) and taken once its writes are done.
     fn next_dirty(&mut self, v: u32) -> Option<Result<u64, u64>> {
-        let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        while job.cursor < job.dirty.len() as u64 {
-            let c = job.cursor;
-            job.cursor += 1;
-            if job.dirty[c as usize] != 0 {
-                return Some(Ok(c));
+        let late: Vec<u64> = self.migrations.jobs[&v].late.iter().copied().collect();
+        for c in late {
+            if !self.chunk_busy(v, c) {
+                let job = self.migrations.jobs.get_mut(&v).expect("exists");
+                job.late.remove(&c);
+                if job.dirty[c as usize] != 0 {
+                    return Some(Ok(c));
+                }
             }
         }
-        None
+        loop {
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            let c = job.cursor;
+            if c >= job.dirty.len() as u64 {
+                return if job.late.is_empty() {
+                    None
+                } else {
+                    Some(Err(c))
+                };
+            }
+            job.cursor += 1;
+            if job.dirty[c as usize] == 0 {
+                continue;
+            }
+            if self.chunk_busy(v, c) {
+                let job = self.migrations.jobs.get_mut(&v).expect("exists");
+                job.late.insert(c);
+                continue;
+            }
+            return Some(Ok(c));
+        }
     }
 
     /// Whether chunk `c` cannot be copied now: writes in flight or a chunk state in
