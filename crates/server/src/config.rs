@@ -57,6 +57,7 @@ struct RawConfig {
     listen: Option<Spanned<String>>,
     unix_socket: Option<String>,
     admin_socket: Option<String>,
+    vhost_user_dir: Option<String>,
     metrics: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
@@ -152,6 +153,8 @@ pub struct ServerConfig {
     pub listen: Option<String>,
     pub unix_socket: Option<PathBuf>,
     pub admin_socket: PathBuf,
+    /// vhost-user-blk: one socket per volume, `<dir>/<volume>.sock`; off unless set.
+    pub vhost_user_dir: Option<PathBuf>,
     pub metrics: Option<String>,
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
@@ -402,6 +405,7 @@ impl ServerConfig {
             listen,
             unix_socket: rel(raw.unix_socket),
             admin_socket: rel(raw.admin_socket).unwrap_or_else(|| data_dir.join("admin.sock")),
+            vhost_user_dir: rel(raw.vhost_user_dir),
             metrics,
             chunk_bytes: engine.chunk_bytes,
             journal_bytes: engine.journal_bytes,
@@ -432,6 +436,7 @@ impl ServerConfig {
         }
         self.unix_socket = self.unix_socket.as_ref().map(move_path);
         self.admin_socket = move_path(&self.admin_socket);
+        self.vhost_user_dir = self.vhost_user_dir.as_ref().map(move_path);
         self.data_dir = dir.to_path_buf();
         self
     }
@@ -498,6 +503,26 @@ mod tests {
         let moved = ServerConfig::default_config().with_data_dir(Path::new("/tmp/x"));
         assert_eq!(moved.pools[0].path, Path::new("/tmp/x/ssd.pool"));
         assert_eq!(moved.admin_socket, Path::new("/tmp/x/admin.sock"));
+        assert!(moved.vhost_user_dir.is_none());
+    }
+
+    #[test]
+    fn vhost_user_dir_is_relative_to_the_data_directory() {
+        let text = DEFAULT_CONFIG.replacen(
+            "admin_socket = ",
+            "vhost_user_dir = \"vhost\"\nadmin_socket = ",
+            1,
+        );
+        let c = ServerConfig::parse("c.toml", &text).unwrap();
+        assert_eq!(
+            c.vhost_user_dir.as_deref(),
+            Some(Path::new("./tiervisor-data/vhost"))
+        );
+        let moved = c.with_data_dir(Path::new("/tmp/x"));
+        assert_eq!(
+            moved.vhost_user_dir.as_deref(),
+            Some(Path::new("/tmp/x/vhost"))
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod admin_volume;
 pub mod budget;
 pub mod config;
 pub mod io;
+pub mod local;
 pub mod nbd;
 pub mod pools;
 pub mod preflight;
@@ -15,6 +16,7 @@ pub mod ratelimit;
 pub mod server;
 mod slowlog;
 pub mod space;
+pub mod vhost;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};
 pub use preflight::StartOptions;

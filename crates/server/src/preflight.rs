@@ -63,7 +63,20 @@ pub fn bind_tcp(cfg: &ServerConfig) -> Result<Bound, String> {
 /// Unix socket paths must fit `sockaddr_un`; checked before pools are created.
 pub fn check_socket_paths(cfg: &ServerConfig) -> Result<(), String> {
     let nbd = cfg.unix_socket.iter().map(|p| (p, "NBD socket"));
-    for (p, what) in nbd.chain([(&cfg.admin_socket, "admin socket")]) {
+    let vhost: Vec<_> = cfg
+        .vhost_user_dir
+        .iter()
+        .flat_map(|d| {
+            cfg.volumes
+                .iter()
+                .map(|v| crate::vhost::socket_path(d, &v.name))
+        })
+        .collect();
+    let vhost = vhost.iter().map(|p| (p, "vhost-user socket"));
+    for (p, what) in nbd
+        .chain([(&cfg.admin_socket, "admin socket")])
+        .chain(vhost)
+    {
         if p.as_os_str().len() >= 108 {
             return Err(format!(
                 "{what} path {} is too long for a Unix socket (expected at most 107 bytes; use a shorter data directory)",

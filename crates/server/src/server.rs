@@ -32,6 +32,8 @@ const TOK_METRICS: Token = Token(3);
 const TOK_IO: Token = Token(4);
 const TOK_SIGNAL: Token = Token(5);
 const TOK_HUP: Token = Token(6);
+/// In-process requests (vhost-user-blk queue workers) are waiting.
+const TOK_LOCAL: Token = Token(7);
 /// How often the pool files' identity (path still names the open file) is checked.
 const POOL_CHECK_EVERY: Duration = Duration::from_secs(2);
 const CONN_BASE: usize = 16;
@@ -143,6 +145,9 @@ pub struct Server {
     /// Device errors and failed commits, logged through `tracing`, rate-limited.
     error_log: crate::ratelimit::RateLimit,
     slow: SlowLog,
+    /// In-process requests (vhost-user-blk) and their sockets; `None` unless configured.
+    local: Option<crate::local::LocalSource>,
+    vhost: Option<crate::vhost::VhostUser>,
 }
 
 fn random_uuid() -> [u8; 16] {
@@ -339,6 +344,8 @@ impl Server {
             log: Box::new(|_| {}),
             error_log: crate::ratelimit::RateLimit::new(20, Duration::from_secs(10)),
             slow: SlowLog::new(),
+            local: None,
+            vhost: None,
         };
         s.engine.start(s.now(), mode, &mut s.out);
         let mut events = Events::with_capacity(64);
@@ -387,6 +394,7 @@ impl Server {
             .collect();
         s.per_export = vec![0; s.exports.len()];
         s.listen(bound)?;
+        s.start_vhost(&mut log)?;
         s.log = log;
         Ok(s)
     }
@@ -430,6 +438,39 @@ impl Server {
             self.metrics = Some(l);
         }
         Ok(())
+    }
+
+    /// Serve every volume over vhost-user-blk, if `vhost_user_dir` is set.
+    fn start_vhost(&mut self, log: &mut dyn FnMut(&str)) -> Result<(), String> {
+        let Some(dir) = self.cfg.vhost_user_dir.clone() else {
+            return Ok(());
+        };
+        let (source, submit) = crate::local::LocalSource::new(self.poll.registry(), TOK_LOCAL)
+            .map_err(|e| format!("vhost-user: {e}"))?;
+        let mut v = crate::vhost::VhostUser::new(&dir, submit)?;
+        for e in &self.exports {
+            v.add(e)?;
+        }
+        log(&format!(
+            "vhost-user-blk: {} volume(s) on {}/<volume>.sock",
+            self.exports.len(),
+            dir.display()
+        ));
+        self.local = Some(source);
+        self.vhost = Some(v);
+        Ok(())
+    }
+
+    /// Hand the engine the in-process requests waiting (within the budget).
+    fn take_local(&mut self) {
+        let Some(l) = &mut self.local else { return };
+        let mut reqs = Vec::new();
+        l.take(&mut self.budget, &mut reqs);
+        let now = self.now();
+        self.stats.requests += reqs.len() as u64;
+        for r in reqs {
+            self.engine.submit(now, r, &mut self.out);
+        }
     }
 
     /// Local address of the TCP listener (tests bind to port 0).
@@ -492,6 +533,11 @@ impl Server {
             return;
         };
         let e = self.export_for(name.to_string(), vol.0 as usize, size);
+        if let Some(v) = &mut self.vhost
+            && let Err(why) = v.add(&e)
+        {
+            (self.log)(&format!("volume {name}: no vhost-user socket: {why}"));
+        }
         self.exports.push(e);
         self.per_export.push(0);
     }
@@ -515,6 +561,9 @@ impl Server {
                     // address the whole of it.
                     if let Some(e) = self.exports.iter_mut().find(|e| e.name == volume) {
                         e.size_bytes = size_bytes;
+                    }
+                    if let Some(v) = &self.vhost {
+                        v.resized(&volume, size_bytes);
                     }
                     format!("volume {volume} is now {size_bytes} bytes")
                 }
@@ -607,6 +656,12 @@ impl Server {
     }
 
     fn route_completion(&mut self, now: u64, c: tiervisor_engine::VmCompletion) {
+        if crate::local::LocalSource::owns(c.id) {
+            if let Some(l) = &mut self.local {
+                l.complete(c, &mut self.budget);
+            }
+            return;
+        }
         let Some(r) = self.routes.try_remove(c.id as usize) else {
             return;
         };
@@ -933,6 +988,7 @@ impl Server {
                     TOK_IO => self.backend.clear_wake(),
                     TOK_SIGNAL => self.on_stop_signal()?,
                     TOK_HUP => self.on_hangup(),
+                    TOK_LOCAL => self.take_local(),
                     Token(t) if t >= CLIENT_BASE => self.client_event(t - CLIENT_BASE),
                     Token(t) => {
                         let key = t - CONN_BASE;
@@ -982,6 +1038,9 @@ impl Server {
                 left_out = self.error_log.pending(),
                 "device errors and failed commits not logged since the last one shown"
             );
+        }
+        if let Some(mut v) = self.vhost.take() {
+            v.stop();
         }
         let _ = std::fs::remove_file(&self.cfg.admin_socket);
         if let Some(p) = &self.cfg.unix_socket {

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// I/O backend: uring (default) or threads.
     #[arg(long)]
     io: Option<String>,
+    /// Serve every volume over vhost-user-blk too, on DIR/<volume>.sock; overrides the
+    /// configuration's `vhost_user_dir` ("" turns it off).
+    #[arg(long, value_name = "DIR")]
+    vhost_user_dir: Option<PathBuf>,
     /// Shards (one thread each) to run; overrides the configuration's `threads`. Only 1
     /// is available so far (issue 18).
     #[arg(long)]
@@ -84,6 +88,7 @@ pub fn pool(cmd: PoolCmd) -> Result<(), Failure> {
     cfg.listen = None;
     cfg.metrics = None;
     cfg.unix_socket = None;
+    cfg.vhost_user_dir = None;
     let opts = StartOptions { format_new: true };
     let mut server = Server::start(cfg, opts, Box::new(log_line)).map_err(Failure::input)?;
     server.stop().map_err(Failure::run)?;
@@ -113,6 +118,9 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
             tiervisor_server::config::parse_address(addr)
                 .map_err(|e| Failure::input(format!("{flag} {addr:?}: {e}")))?;
         }
+    }
+    if let Some(d) = a.vhost_user_dir {
+        cfg.vhost_user_dir = Some(d).filter(|d| !d.as_os_str().is_empty());
     }
     if let Some(io) = &a.io {
         cfg.io = IoKind::parse(io)

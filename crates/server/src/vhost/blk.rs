@@ -1,0 +1,344 @@
+//! One volume's virtio-blk device behind vhost-user: the features and configuration space
+//! the guest sees, and the queue workers. A worker pops descriptor chains, parses the
+//! virtio-blk header ([`super::request`]), copies write payloads out of guest memory and
+//! hands the request to the server's thread ([`crate::local`]); the completion comes back
+//! through a channel and an eventfd this worker's epoll watches, and the worker writes read
+//! data and the status byte into guest memory, adds the used element and signals the guest.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_blk::*;
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
+use virtio_queue::QueueOwnedT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+
+use super::request::{self, Parsed, Region};
+use crate::local::{LocalRequest, Submitter};
+
+pub type Mem = GuestMemoryAtomic<GuestMemoryMmap<()>>;
+pub type Vring = VringRwLock<Mem>;
+
+/// Queues offered (the guest may use fewer: QEMU's `num-queues`).
+pub const MAX_QUEUES: usize = 4;
+/// The largest virtqueue a frontend may set up.
+pub const MAX_QUEUE_SIZE: usize = 1024;
+/// Segments per request (`seg_max`): Linux sizes its requests by it.
+pub const SEG_MAX: u32 = 128;
+/// Discard and write-zeroes requests carry one range each, of at most 1 GiB.
+const MAX_RANGE_SECTORS: u32 = (1 << 30) / 512;
+/// How long a GET_VRING_BASE (guest reset, VM stop) waits for the queue's requests in the
+/// engine before reporting the ring position without them.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// The volume a socket serves, as the guest sees it.
+#[derive(Clone, Debug)]
+pub struct BlkDevice {
+    pub name: String,
+    pub volume: tiervisor_engine::VolumeId,
+    /// Current size (a resize is seen by the next connection).
+    pub size_bytes: Arc<AtomicU64>,
+    pub read_only: bool,
+}
+
+/// A finished request on its way back to the worker.
+struct Done {
+    /// The queue's stop count when the request was popped: a reply that outlived a
+    /// ring reset must not touch the new ring.
+    epoch: u64,
+    head: u16,
+    writable: Vec<Region>,
+    status: u8,
+    data: Option<Bytes>,
+}
+
+struct QueueCtx {
+    done_tx: Sender<Done>,
+    done_rx: Mutex<Receiver<Done>>,
+    /// Written by the server's thread for each completion; this queue's worker watches it.
+    done_fd: Arc<EventFd>,
+    /// Requests handed to the server and not yet in the used ring.
+    in_flight: AtomicUsize,
+    epoch: AtomicU64,
+}
+
+pub struct BlkBackend {
+    dev: BlkDevice,
+    mem: Mem,
+    submit: Submitter,
+    queues: Vec<QueueCtx>,
+}
+
+/// The epoll event id of a queue worker's completion eventfd (ids up to `MAX_QUEUES` are the
+/// library's).
+pub const DONE_EVENT: u64 = MAX_QUEUES as u64 + 1;
+
+impl BlkBackend {
+    pub fn new(dev: BlkDevice, mem: Mem, submit: Submitter) -> std::io::Result<BlkBackend> {
+        let mut queues = Vec::with_capacity(MAX_QUEUES);
+        for _ in 0..MAX_QUEUES {
+            let (done_tx, done_rx) = channel();
+            queues.push(QueueCtx {
+                done_tx,
+                done_rx: Mutex::new(done_rx),
+                done_fd: Arc::new(EventFd::new(EFD_NONBLOCK)?),
+                in_flight: AtomicUsize::new(0),
+                epoch: AtomicU64::new(0),
+            });
+        }
+        Ok(BlkBackend {
+            dev,
+            mem,
+            submit,
+            queues,
+        })
+    }
+
+    /// The eventfd queue `q`'s worker must watch (as [`DONE_EVENT`]).
+    pub fn done_fd(&self, q: usize) -> i32 {
+        self.queues[q].done_fd.as_raw_fd()
+    }
+
+    /// The virtio-blk configuration space (`struct virtio_blk_config`, 60 bytes).
+    fn config_space(&self) -> [u8; 60] {
+        let mut c = [0u8; 60];
+        let sectors = self.dev.size_bytes.load(Ordering::Relaxed) / 512;
+        c[0..8].copy_from_slice(&sectors.to_le_bytes());
+        c[12..16].copy_from_slice(&SEG_MAX.to_le_bytes());
+        // 512-byte logical blocks, as the NBD export, so a disk moved between the two keeps
+        // its partition table; 4 KiB physical blocks steer the guest to 4 KiB I/O.
+        c[20..24].copy_from_slice(&512u32.to_le_bytes());
+        c[24] = 3; // physical_block_exp: 512 << 3
+        c[26..28].copy_from_slice(&8u16.to_le_bytes()); // min_io_size, sectors
+        c[34..36].copy_from_slice(&(MAX_QUEUES as u16).to_le_bytes());
+        c[36..40].copy_from_slice(&MAX_RANGE_SECTORS.to_le_bytes());
+        c[40..44].copy_from_slice(&1u32.to_le_bytes()); // max_discard_seg
+        c[44..48].copy_from_slice(&8u32.to_le_bytes()); // discard_sector_alignment
+        c[48..52].copy_from_slice(&MAX_RANGE_SECTORS.to_le_bytes());
+        c[52..56].copy_from_slice(&1u32.to_le_bytes()); // max_write_zeroes_seg
+        c[56] = 1; // write_zeroes_may_unmap
+        c
+    }
+
+    /// The guest kicked queue `q`: take every available chain.
+    fn process_queue(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
+        let mem = self.mem.memory();
+        let chains: Vec<_> = vring
+            .get_mut()
+            .get_queue_mut()
+            .iter(self.mem.memory())
+            .map_err(std::io::Error::other)?
+            .collect();
+        if chains.is_empty() {
+            return Ok(());
+        }
+        let ctx = &self.queues[q];
+        let epoch = ctx.epoch.load(Ordering::Acquire);
+        let mut sent = false;
+        let mut answered = false;
+        for chain in chains {
+            let head = chain.head_index();
+            let target = request::Target {
+                size_bytes: self.dev.size_bytes.load(Ordering::Relaxed),
+                read_only: self.dev.read_only,
+                id: &self.dev.name,
+            };
+            match request::parse(&*mem, chain, &target) {
+                Parsed::Now {
+                    writable,
+                    status,
+                    data,
+                } => {
+                    let used = request::finish(&*mem, &writable, status, data.as_deref());
+                    vring.add_used(head, used).map_err(std::io::Error::other)?;
+                    answered = true;
+                }
+                Parsed::Engine {
+                    kind,
+                    offset_bytes,
+                    len_bytes,
+                    no_hole,
+                    payload,
+                    writable,
+                } => {
+                    let tx = ctx.done_tx.clone();
+                    let fd = ctx.done_fd.clone();
+                    ctx.in_flight.fetch_add(1, Ordering::AcqRel);
+                    let reply = Box::new(move |r: Result<(), tiervisor_engine::Errno>, data| {
+                        let status = if r.is_ok() {
+                            VIRTIO_BLK_S_OK
+                        } else {
+                            VIRTIO_BLK_S_IOERR
+                        } as u8;
+                        let done = Done {
+                            epoch,
+                            head,
+                            writable,
+                            status,
+                            data,
+                        };
+                        if tx.send(done).is_ok() {
+                            let _ = fd.write(1);
+                        }
+                    });
+                    let sent_ok = self.submit.send(LocalRequest {
+                        volume: self.dev.volume,
+                        kind,
+                        offset_bytes,
+                        len_bytes,
+                        no_hole,
+                        payload,
+                        reply,
+                    });
+                    if let Err(r) = sent_ok {
+                        // The server is gone: answer the guest with an I/O error.
+                        (r.reply)(Err(tiervisor_engine::Errno::Shutdown), None);
+                    }
+                    sent = true;
+                }
+            }
+        }
+        if sent {
+            self.submit.wake();
+        }
+        if answered {
+            vring.signal_used_queue()?;
+        }
+        Ok(())
+    }
+
+    /// Completions came back for queue `q`: fill in the guest's buffers and the used ring.
+    fn complete(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
+        let ctx = &self.queues[q];
+        let _ = ctx.done_fd.read();
+        let mem = self.mem.memory();
+        let epoch = ctx.epoch.load(Ordering::Acquire);
+        let mut any = false;
+        let rx = ctx
+            .done_rx
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?;
+        while let Ok(d) = rx.try_recv() {
+            if d.epoch == epoch {
+                let used = request::finish(&*mem, &d.writable, d.status, d.data.as_deref());
+                vring
+                    .add_used(d.head, used)
+                    .map_err(std::io::Error::other)?;
+                any = true;
+            }
+            ctx.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        drop(rx);
+        if any {
+            vring.signal_used_queue()?;
+        }
+        Ok(())
+    }
+}
+
+impl VhostUserBackend for BlkBackend {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        MAX_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        let mut f = 1 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | 1 << VIRTIO_BLK_F_SEG_MAX
+            | 1 << VIRTIO_BLK_F_BLK_SIZE
+            | 1 << VIRTIO_BLK_F_TOPOLOGY
+            | 1 << VIRTIO_BLK_F_FLUSH
+            | 1 << VIRTIO_BLK_F_MQ;
+        if self.dev.read_only {
+            f |= 1 << VIRTIO_BLK_F_RO;
+        } else {
+            f |= 1 << VIRTIO_BLK_F_DISCARD | 1 << VIRTIO_BLK_F_WRITE_ZEROES;
+        }
+        f
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {
+        // VIRTIO_RING_F_EVENT_IDX is not offered: every batch signals the guest.
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let c = self.config_space();
+        let start = (offset as usize).min(c.len());
+        let end = start.saturating_add(size as usize).min(c.len());
+        let mut v = c[start..end].to_vec();
+        v.resize(size as usize, 0);
+        v
+    }
+
+    fn update_memory(&self, _mem: Mem) -> std::io::Result<()> {
+        // `self.mem` is the same atomic the library just updated.
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        // One worker thread per queue: a queue's chains and completions stay on its thread.
+        (0..MAX_QUEUES).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        vmm_sys_util::event::new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+    }
+
+    /// GET_VRING_BASE (a guest reset, a VM stop): requests of this queue still in the
+    /// engine complete into the used ring before the ring position is reported, so the
+    /// frontend neither loses nor repeats them.
+    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
+        let Some(ctx) = self.queues.get(queue_index as usize) else {
+            return Ok(());
+        };
+        let until = Instant::now() + STOP_WAIT;
+        while ctx.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Whatever is still out now is dropped when it comes back.
+        ctx.epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[Vring],
+        thread_id: usize,
+    ) -> std::io::Result<()> {
+        // One queue per worker thread: its vring is `vrings[0]`, its index the thread's.
+        let Some(vring) = vrings.first() else {
+            return Ok(());
+        };
+        if u64::from(device_event) == DONE_EVENT {
+            self.complete(thread_id, vring)
+        } else {
+            self.process_queue(thread_id, vring)
+        }
+    }
+}

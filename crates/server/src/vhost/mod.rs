@@ -1,0 +1,205 @@
+//! vhost-user-blk: each volume on its own Unix socket (`<vhost_user_dir>/<volume>.sock`),
+//! so QEMU attaches it with `-device vhost-user-blk-pci` and the guest's virtqueues are read
+//! and written here directly, in shared guest memory. rust-vmm's crates speak the protocol
+//! (`vhost`, `vhost-user-backend`) and walk the rings (`virtio-queue`, `vm-memory`).
+//!
+//! Threads: one per socket accepts a frontend and runs its vhost-user message loop; the
+//! library adds one worker per virtqueue ([`blk`]). The engine stays on the server's
+//! thread: workers hand it requests through [`crate::local`]. A frontend that goes away
+//! (VM killed, QEMU restarted) loses nothing acknowledged: its requests still in the engine
+//! complete there and their replies are dropped; the socket takes the next frontend.
+
+pub mod blk;
+pub mod client;
+pub mod request;
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+use crate::local::Submitter;
+use crate::nbd::conn::Export;
+use blk::{BlkBackend, BlkDevice, DONE_EVENT, MAX_QUEUES};
+
+/// How often an idle socket thread checks for the server stopping.
+const ACCEPT_POLL_MS: i32 = 100;
+
+struct Socket {
+    name: String,
+    path: PathBuf,
+    size_bytes: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+    /// The connected frontend, to disconnect at stop.
+    current: Arc<Mutex<Option<ShutdownHandle>>>,
+}
+
+/// Every volume's socket.
+pub struct VhostUser {
+    dir: PathBuf,
+    submit: Submitter,
+    stop: Arc<AtomicBool>,
+    sockets: Vec<Socket>,
+}
+
+/// The socket path of `volume` under `dir`.
+pub fn socket_path(dir: &Path, volume: &str) -> PathBuf {
+    dir.join(format!("{volume}.sock"))
+}
+
+impl VhostUser {
+    pub fn new(dir: &Path, submit: Submitter) -> Result<VhostUser, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("vhost_user_dir {}: cannot create it: {e}", dir.display()))?;
+        Ok(VhostUser {
+            dir: dir.to_path_buf(),
+            submit,
+            stop: Arc::new(AtomicBool::new(false)),
+            sockets: Vec::new(),
+        })
+    }
+
+    /// Serve `export` on its socket (a stale socket file from an earlier run is replaced).
+    pub fn add(&mut self, export: &Export) -> Result<(), String> {
+        let path = socket_path(&self.dir, &export.name);
+        if path.as_os_str().len() >= 108 {
+            return Err(format!(
+                "vhost-user socket path {} is too long for a Unix socket (expected at most 107 bytes; use a shorter vhost_user_dir)",
+                path.display()
+            ));
+        }
+        let listener = Listener::new(&path, true)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let size_bytes = Arc::new(AtomicU64::new(export.size_bytes));
+        let dev = BlkDevice {
+            name: export.name.clone(),
+            volume: export.volume,
+            size_bytes: size_bytes.clone(),
+            read_only: export.read_only,
+        };
+        let current = Arc::new(Mutex::new(None));
+        let (submit, stop, cur) = (self.submit.clone(), self.stop.clone(), current.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("vhost-{}", export.name))
+            .spawn(move || serve_socket(listener, dev, submit, stop, cur))
+            .map_err(|e| format!("cannot start the vhost-user thread: {e}"))?;
+        self.sockets.push(Socket {
+            name: export.name.clone(),
+            path,
+            size_bytes,
+            thread: Some(thread),
+            current,
+        });
+        Ok(())
+    }
+
+    /// The paths served, for the log.
+    pub fn paths(&self) -> Vec<&Path> {
+        self.sockets.iter().map(|s| s.path.as_path()).collect()
+    }
+
+    /// A volume was resized: frontends that connect from now on see the new size.
+    pub fn resized(&self, volume: &str, size_bytes: u64) {
+        for s in self.sockets.iter().filter(|s| s.name == volume) {
+            s.size_bytes.store(size_bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Disconnect every frontend, stop the threads and remove the sockets.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for s in &self.sockets {
+            if let Ok(c) = s.current.lock()
+                && let Some(h) = c.as_ref()
+            {
+                h.shutdown();
+            }
+        }
+        for s in &mut self.sockets {
+            if let Some(t) = s.thread.take() {
+                let _ = t.join();
+            }
+            let _ = std::fs::remove_file(&s.path);
+        }
+    }
+}
+
+impl Drop for VhostUser {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Wait up to `ms` for a frontend to connect.
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// One socket: a frontend at a time, each on a fresh device (its rings, features and
+/// memory table are per connection).
+fn serve_socket(
+    mut listener: Listener,
+    dev: BlkDevice,
+    submit: Submitter,
+    stop: Arc<AtomicBool>,
+    current: Arc<Mutex<Option<ShutdownHandle>>>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS) {
+            continue;
+        }
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<()>::new());
+        let backend = match BlkBackend::new(dev.clone(), mem.clone(), submit.clone()) {
+            Ok(b) => Arc::new(b),
+            Err(e) => {
+                tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
+                return;
+            }
+        };
+        let mut daemon = match VhostUserDaemon::new(dev.name.clone(), backend.clone(), mem) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
+                return;
+            }
+        };
+        let handlers = daemon.get_epoll_handlers();
+        for (q, h) in handlers.iter().enumerate().take(MAX_QUEUES) {
+            if let Err(e) = h.register_listener(backend.done_fd(q), EventSet::IN, DONE_EVENT) {
+                tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
+                return;
+            }
+        }
+        drop(handlers);
+        if let Err(e) = daemon.start(&mut listener) {
+            tracing::warn!(volume = dev.name.as_str(), "vhost-user: {e}");
+            continue;
+        }
+        if let Ok(mut c) = current.lock() {
+            *c = daemon.shutdown_handle();
+        }
+        if stop.load(Ordering::Acquire) {
+            daemon.request_shutdown();
+        }
+        if let Err(e) = daemon.wait() {
+            tracing::info!(volume = dev.name.as_str(), "vhost-user frontend gone: {e}");
+        }
+        if let Ok(mut c) = current.lock() {
+            *c = None;
+        }
+        // Dropping the daemon stops its queue workers; requests of this frontend still in
+        // the engine complete there, and their replies go nowhere.
+    }
+}
