@@ -6,7 +6,7 @@
 //! data and the status byte into guest memory, adds the used element and signals the guest.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,8 +65,12 @@ struct Done {
 struct QueueCtx {
     done_tx: Sender<Done>,
     done_rx: Mutex<Receiver<Done>>,
-    /// Written by the server's thread for each completion; this queue's worker watches it.
+    /// Written by the server's thread when completions arrive; this queue's worker
+    /// watches it.
     done_fd: Arc<EventFd>,
+    /// Set by the first completion after the worker last looked: later ones in the same
+    /// batch need no eventfd write (one syscall per batch, not per request).
+    done_signalled: Arc<AtomicBool>,
     /// Requests handed to the server and not yet in the used ring.
     in_flight: AtomicUsize,
     epoch: AtomicU64,
@@ -92,6 +96,7 @@ impl BlkBackend {
                 done_tx,
                 done_rx: Mutex::new(done_rx),
                 done_fd: Arc::new(EventFd::new(EFD_NONBLOCK)?),
+                done_signalled: Arc::new(AtomicBool::new(false)),
                 in_flight: AtomicUsize::new(0),
                 epoch: AtomicU64::new(0),
             });
@@ -173,6 +178,7 @@ impl BlkBackend {
                 } => {
                     let tx = ctx.done_tx.clone();
                     let fd = ctx.done_fd.clone();
+                    let signalled = ctx.done_signalled.clone();
                     ctx.in_flight.fetch_add(1, Ordering::AcqRel);
                     let reply = Box::new(move |r: Result<(), tiervisor_engine::Errno>, data| {
                         let status = if r.is_ok() {
@@ -187,7 +193,7 @@ impl BlkBackend {
                             status,
                             data,
                         };
-                        if tx.send(done).is_ok() {
+                        if tx.send(done).is_ok() && !signalled.swap(true, Ordering::AcqRel) {
                             let _ = fd.write(1);
                         }
                     });
@@ -221,6 +227,8 @@ impl BlkBackend {
     fn complete(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
         let ctx = &self.queues[q];
         let _ = ctx.done_fd.read();
+        // Cleared before draining: a completion sent after this point signals again.
+        ctx.done_signalled.store(false, Ordering::Release);
         let mem = self.mem.memory();
         let epoch = ctx.epoch.load(Ordering::Acquire);
         let mut any = false;
