@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tiervisor's whole test suite. Installs the real NBD clients and peers the tests use
-# (fio, qemu-utils, libnbd-bin, nbdkit) from Debian when they are missing.
+# (fio, qemu-utils, libnbd-bin, nbdkit) and what the booted-guest test needs
+# (qemu-system-x86, busybox-static, linux-image-cloud-amd64) from Debian when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,12 +10,22 @@ command -v fio >/dev/null || need+=(fio)
 { command -v qemu-io >/dev/null && command -v qemu-img >/dev/null && command -v qemu-nbd >/dev/null; } || need+=(qemu-utils)
 command -v nbdinfo >/dev/null || need+=(libnbd-bin)
 command -v nbdkit >/dev/null || need+=(nbdkit)
+# The booted-guest test (crates/tiervisor/tests/guest_vhost.rs): QEMU, a static busybox and
+# a kernel for the guest's initramfs.
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v xz >/dev/null || need+=(xz-utils)
+{ [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need+=(busybox-static)
+ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # One command, so qemu-system-x86 and qemu-utils come from the same release; where
+  # qemu-utils came from backports, qemu-system-x86 must too.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      -t "$(. /etc/os-release && echo "$VERSION_CODENAME")-backports" "${need[@]}" >/dev/null
 fi
 
 cargo fmt --all -- --check

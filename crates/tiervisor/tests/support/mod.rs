@@ -16,7 +16,14 @@ pub fn bin() -> PathBuf {
 /// The tools `scripts/test.sh` installs: in CI (`CI=true`) a missing one fails the test
 /// instead of skipping it.
 pub const INSTALLED_BY_TEST_SH: &[&str] = &[
-    "fio", "qemu-io", "qemu-img", "qemu-nbd", "nbdinfo", "nbdkit",
+    "fio",
+    "qemu-io",
+    "qemu-img",
+    "qemu-nbd",
+    "nbdinfo",
+    "nbdkit",
+    "qemu-system-x86_64",
+    "xz",
 ];
 
 /// Whether an external tool is installed; if not, the test says it is skipped (or, in CI,
