@@ -1,5 +1,6 @@
 //! The `tiervisor` command.
 
+mod cmd_blk_bench;
 mod cmd_ctl_migrate;
 mod cmd_ctl_volume;
 mod cmd_dst;
@@ -55,6 +56,9 @@ enum Cmd {
     /// Replay a scenario's VM workloads against real NBD exports (this server's or any
     /// other's) and report what `sim` reports, to check a simulated prediction for real.
     Load(cmd_load::LoadArgs),
+    /// Random reads at a fixed depth over NBD or vhost-user-blk (a host-side vhost-user
+    /// frontend, no VM): the transport's cost per request.
+    BlkBench(cmd_blk_bench::BlkBenchArgs),
     /// Deterministic simulation testing: random workloads, crashes and device faults,
     /// every read and recovery checked against a reference disk.
     Dst(cmd_dst::DstArgs),
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
         Cmd::Ctl { cmd } => cmd_serve::ctl(cmd),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Load(a) => cmd_load::run(a),
+        Cmd::BlkBench(a) => cmd_blk_bench::run(a),
         Cmd::Dst(a) => cmd_dst::run(a),
         Cmd::Trace { cmd } => cmd_trace::run(cmd),
         Cmd::Model { cmd } => cmd_model::run(cmd),

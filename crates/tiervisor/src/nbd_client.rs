@@ -277,6 +277,11 @@ impl Requests {
 }
 
 impl Replies {
+    /// Reply bytes already read from the socket and not yet taken.
+    pub fn buffered_bytes(&self) -> usize {
+        self.r.buffer().len()
+    }
+
     /// The next reply; `read_len` gives the data length of a read's handle.
     pub fn next(&mut self, read_len: impl Fn(u64) -> Option<u32>) -> Result<Reply, String> {
         let mut h = [0u8; 16];

@@ -279,3 +279,32 @@ fn a_volume_created_at_run_time_gets_a_socket() {
     drop(c);
     assert_eq!(server.term(), Some(0));
 }
+
+#[test]
+fn blk_bench_drives_both_transports_and_refuses_bad_input() {
+    let dir = TempDir::new("vhost-bench");
+    let server = start(&dir);
+    let vhost = format!("vhost-user:{}", sock(dir.path(), "disk0").display());
+    let nbd = server.uri("disk0");
+    for target in [vhost.as_str(), nbd.as_str()] {
+        let out = support::run(std::process::Command::new(support::bin()).args([
+            "blk-bench",
+            target,
+            "--qd",
+            "8",
+            "--runtime-s",
+            "0.2",
+        ]));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert!(v["requests"].as_u64().unwrap() > 0, "{out}");
+        assert_eq!(v["errors"], 0, "{out}");
+    }
+    let (ok, out) = support::try_run(std::process::Command::new(support::bin()).args([
+        "blk-bench",
+        &vhost,
+        "--bs",
+        "100",
+    ]));
+    assert!(!ok && out.contains("multiple of 512"), "{out}");
+    assert_eq!(server.term(), Some(0));
+}
