@@ -33,6 +33,11 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 # Release optimisation without LTO ([profile.ci-release]): the tests need the speed, not the
 # whole-program link per test binary.
 cargo test --profile ci-release --workspace
+# The serve tests once more with two shards in every server (issue 18: --threads 2). The
+# binaries are built by now, so this adds only their run time (docs/TESTING.md).
+serve_tests=()
+for f in crates/tiervisor/tests/serve*.rs; do serve_tests+=(--test "$(basename "$f" .rs)"); done
+TIERVISOR_TEST_THREADS=2 cargo test --profile ci-release -p tiervisor "${serve_tests[@]}"
 # The engine, model, workload and simulator tests (DST included) once more with overflow
 # checks and debug assertions, which the run above leaves out ([profile.ci-checked]).
 cargo test --profile ci-checked -p tiervisor-engine -p tiervisor-model -p tiervisor-workload -p tiervisor-sim

@@ -683,6 +683,37 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "gauge",
         space(&|p| p.fs_free_bytes as f64),
     );
+    let shard = |f: &dyn Fn(&crate::server::ShardFigures) -> f64| {
+        server
+            .shards
+            .iter()
+            .map(|s| (format!("shard=\"{}\"", s.shard), f(s)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_shard_requests_total",
+        "NBD requests taken per shard (issue 18: one engine and thread per shard).",
+        "counter",
+        shard(&|s| s.requests as f64),
+    );
+    family(
+        "tiervisor_shard_cpu_seconds_total",
+        "CPU time of each shard's thread (with one shard, also the front's).",
+        "counter",
+        shard(&|s| s.cpu_s),
+    );
+    family(
+        "tiervisor_shard_requests_in_flight",
+        "Requests each shard has taken and not yet answered.",
+        "gauge",
+        shard(&|s| s.requests_in_flight as f64),
+    );
+    family(
+        "tiervisor_shard_device_ops_in_flight",
+        "Device operations each shard's I/O backend has not yet completed.",
+        "gauge",
+        shard(&|s| s.device_ops_in_flight as f64),
+    );
     family(
         "tiervisor_protocol_errors_total",
         "Connections closed for protocol violations.",
@@ -708,7 +739,11 @@ fn label(value: &str) -> String {
 }
 
 pub fn metrics_reply(engine: &Engine, server: &ServerStats) -> Reply {
-    let body = metrics_text(engine, server);
+    metrics_http(metrics_text(engine, server))
+}
+
+/// The HTTP answer carrying a metrics exposition.
+pub fn metrics_http(body: String) -> Reply {
     let mut out = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
     out.extend_from_slice(body.as_bytes());
     Reply {

@@ -442,17 +442,13 @@ impl ServerConfig {
     }
 }
 
-/// `threads = N` / `--threads N`: the shards `serve` runs (issue 18). The engine side of
-/// sharding exists (`engine::shard`, run by the simulator and DST); the threaded server
-/// does not yet, so more than one is refused rather than quietly served by one thread.
+/// `threads = N` / `--threads N`: the shards `serve` runs (issue 18), each a thread with
+/// its own engine over its slice of every pool (`threaded.rs`). The default stays 1.
 pub fn check_threads(n: u64) -> Result<u16, String> {
     let max = tiervisor_engine::shard::MAX_SHARDS;
     match n {
-        1 => Ok(1),
         n if n == 0 || n > u64::from(max) => Err(format!("threads = {n}: expected 1..={max}")),
-        n => Err(format!(
-            "threads = {n}: serving with more than one shard is not available yet (issue 18: the sharded engine runs in the simulator and DST; the threaded server is a later step); use threads = 1"
-        )),
+        n => Ok(n as u16),
     }
 }
 
@@ -461,7 +457,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn threads_is_one_by_default_and_more_is_refused_for_now() {
+    fn threads_is_one_by_default_and_out_of_range_is_refused() {
         assert_eq!(ServerConfig::default_config().threads, 1);
         let with =
             |n: &str| DEFAULT_CONFIG.replacen("io = \"uring\"", &format!("threads = {n}"), 1);
@@ -472,9 +468,12 @@ mod tests {
         let e = ServerConfig::parse("c.toml", &with("0")).unwrap_err();
         assert_eq!(e.line, Some(10), "{e}");
         assert!(e.message.contains("expected 1..=64"), "{e}");
-        let e = ServerConfig::parse("c.toml", &with("4")).unwrap_err();
+        assert_eq!(
+            ServerConfig::parse("c.toml", &with("4")).unwrap().threads,
+            4
+        );
+        let e = ServerConfig::parse("c.toml", &with("65")).unwrap_err();
         assert!(e.to_string().starts_with("c.toml:10"), "{e}");
-        assert!(e.message.contains("not available yet"), "{e}");
         assert!(ServerConfig::parse("c.toml", &with("-1")).is_err());
     }
 

@@ -14,8 +14,10 @@ pub mod pools;
 pub mod preflight;
 pub mod ratelimit;
 pub mod server;
+pub mod shard;
 mod slowlog;
 pub mod space;
+mod threaded;
 pub mod vhost;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};

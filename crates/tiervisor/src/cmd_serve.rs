@@ -165,15 +165,23 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         vols.join(", "),
         server.backend_name()
     ));
+    let per_shard = server.volumes_per_shard();
     log_line(&format!(
-        "{} shard(s): shard 0 owns {}",
-        cfg.threads,
-        server
-            .exports()
+        "{} shard(s): {}",
+        per_shard.len(),
+        per_shard
             .iter()
-            .map(|e| e.name.as_str())
+            .enumerate()
+            .map(|(k, v)| format!(
+                "shard {k} owns {}",
+                if v.is_empty() {
+                    "no volume".to_string()
+                } else {
+                    v.join(", ")
+                }
+            ))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join("; ")
     ));
     let first = server
         .exports()
@@ -490,6 +498,7 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                 );
             }
             print_throttles(&v);
+            print_shards(&v);
             let running: Vec<&serde_json::Value> = v["migrations"]
                 .as_array()
                 .into_iter()
@@ -507,6 +516,44 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
+    }
+}
+
+/// One `ctl stat` line per shard (issue 18): its volumes, requests, its thread's CPU
+/// time and what it has in flight, so an overloaded shard shows.
+fn print_shards(v: &serde_json::Value) {
+    let shards: Vec<&serde_json::Value> = v["server"]["shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    if !shards.is_empty() {
+        println!();
+    }
+    for s in shards {
+        let n = |k: &str| s[k].as_u64().unwrap_or(0);
+        let cpu_s = s["cpu_s"].as_f64().unwrap_or(0.0);
+        let vols: Vec<&str> = s["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str())
+            .collect();
+        println!(
+            "shard {}  volumes {}; {} requests, CPU {:.2} s ({:.1} us/request); {} connections, {} requests and {} device ops in flight",
+            n("shard"),
+            if vols.is_empty() {
+                "-".to_string()
+            } else {
+                vols.join(", ")
+            },
+            n("requests"),
+            cpu_s,
+            cpu_s * 1e6 / n("requests").max(1) as f64,
+            n("connections_open"),
+            n("requests_in_flight"),
+            n("device_ops_in_flight"),
+        );
     }
 }
 

@@ -310,13 +310,13 @@ fn reproduce_all_writes_report_points_and_plots() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// `--threads` is parsed and checked before anything is created: only one shard is served
-/// so far (issue 18), and asking for more is an input error, not a quiet single thread.
+/// `--threads` is parsed and checked before anything is created: out of 1..=64 is an
+/// input error.
 #[test]
-fn serve_refuses_more_than_one_thread_for_now_and_creates_nothing() {
+fn serve_refuses_a_thread_count_out_of_range_and_creates_nothing() {
     let dir = std::env::temp_dir().join(format!("tiervisor-cli-threads-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    for (n, want) in [("2", "not available yet"), ("0", "expected 1..=64")] {
+    for (n, want) in [("65", "expected 1..=64"), ("0", "expected 1..=64")] {
         let o = bin()
             .args(["serve", "--threads", n, "--listen", "", "--data-dir"])
             .arg(&dir)

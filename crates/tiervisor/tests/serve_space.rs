@@ -1,6 +1,10 @@
 //! `tiervisor serve` on a filesystem that runs out of space: clients see ENOSPC (not EIO),
 //! other volumes keep working, and once space is freed writes and FLUSH succeed again
 //! and a restart finds every flushed write.
+//!
+//! Always one shard (`--threads 1`, whatever `TIERVISOR_TEST_THREADS` says): the pools and
+//! filesystems here are sized to the byte for one engine's layout (a 16 MiB metadata pool
+//! cut in two cannot hold its journals), and the assertions name offsets in the pool file.
 
 mod support;
 
@@ -62,7 +66,7 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     let conf = d.path().join("c.toml");
     std::fs::write(&conf, TWO_VOLUMES).unwrap();
     let c = conf.to_str().unwrap();
-    let s = ServerProc::start(&fs.0, &["--config", c]);
+    let s = ServerProc::start(&fs.0, &["--threads", "1", "--config", c]);
     let (mut v1, mut v2) = (handshake(&s.addr, "vm1"), handshake(&s.addr, "vm2"));
     let a = vec![0xA1u8; 65536];
     let b = vec![0xB2u8; 65536];
@@ -105,7 +109,7 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     assert_eq!(s.term(), Some(0));
 
     // Every flushed write is found after a restart.
-    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    let s = ServerProc::start_plain(&fs.0, &["--threads", "1", "--config", c]);
     let (mut v1, mut v2) = (handshake(&s.addr, "vm1"), handshake(&s.addr, "vm2"));
     assert_eq!(read(&mut v1, 0, a.len()), a);
     assert_eq!(read(&mut v1, 2 * MIB, c2.len()), c2);
@@ -162,7 +166,10 @@ fn pools_that_may_outgrow_their_filesystem_are_warned_about_and_thick_volumes_mu
     // One that fits starts, but the sparse pools (272 MiB) may outgrow the 40 MiB
     // filesystem: the log says so, and so do ctl stat and Prometheus.
     std::fs::write(&conf, THICK.replace("{size}", "8m")).unwrap();
-    let s = ServerProc::start(&fs.0, &["--config", conf.to_str().unwrap()]);
+    let s = ServerProc::start(
+        &fs.0,
+        &["--threads", "1", "--config", conf.to_str().unwrap()],
+    );
     let log = s.log();
     assert!(
         log.contains("warning: pool hdd") && log.contains("ENOSPC once it is full"),
@@ -205,7 +212,7 @@ fn a_thick_volume_whose_region_has_holes_is_allocated_again_at_start() {
     std::fs::write(&conf, THICK.replace("{size}", "16m")).unwrap();
     let c = conf.to_str().unwrap();
     let hdd = d.path().join("hdd.pool");
-    let s = ServerProc::start(d.path(), &["--config", c]);
+    let s = ServerProc::start(d.path(), &["--threads", "1", "--config", c]);
     let mut v1 = handshake(&s.addr, "vm1");
     let a = vec![0xA7u8; 65536];
     assert_eq!(write(&mut v1, 3 * MIB, &a), 0);
@@ -216,7 +223,7 @@ fn a_thick_volume_whose_region_has_holes_is_allocated_again_at_start() {
     sparse_copy(&hdd);
     assert!(allocated(&hdd) < 2 * MIB, "{}", allocated(&hdd));
     // The next start finds the holes and allocates them; the data is still there.
-    let s = ServerProc::start_plain(d.path(), &["--config", c]);
+    let s = ServerProc::start_plain(d.path(), &["--threads", "1", "--config", c]);
     let log = s.log();
     assert!(
         log.contains("thick volume vm1's region") && log.contains("had holes"),
@@ -239,7 +246,7 @@ fn a_thick_volume_whose_holes_cannot_be_allocated_is_refused() {
     let conf = d.path().join("c.toml");
     std::fs::write(&conf, THICK.replace("{size}", "16m")).unwrap();
     let c = conf.to_str().unwrap();
-    let s = ServerProc::start(&fs.0, &["--config", c]);
+    let s = ServerProc::start(&fs.0, &["--threads", "1", "--config", c]);
     assert_eq!(s.term(), Some(0));
     let hdd = fs.0.join("hdd.pool");
     sparse_copy(&hdd);
@@ -261,7 +268,7 @@ fn a_thick_volume_whose_holes_cannot_be_allocated_is_refused() {
     );
     // With room again it starts and allocates the region.
     std::fs::remove_file(fs.0.join("filler")).unwrap();
-    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    let s = ServerProc::start_plain(&fs.0, &["--threads", "1", "--config", c]);
     assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
     assert_eq!(s.term(), Some(0));
 }
@@ -280,7 +287,7 @@ fn a_new_thick_volume_that_cannot_be_allocated_is_refused_and_leaves_nothing_beh
     let one = THICK.replace("{size}", "8m");
     std::fs::write(&conf, &one).unwrap();
     let c = conf.to_str().unwrap();
-    let s = ServerProc::start(&fs.0, &["--config", c]);
+    let s = ServerProc::start(&fs.0, &["--threads", "1", "--config", c]);
     let mut v1 = handshake(&s.addr, "vm1");
     let a = vec![0x3Cu8; 65536];
     assert_eq!(write(&mut v1, MIB, &a), 0);
@@ -307,7 +314,7 @@ fn a_new_thick_volume_that_cannot_be_allocated_is_refused_and_leaves_nothing_beh
     );
     // (Configured thin now: provisioning is fixed at creation, and the log says so.)
     std::fs::write(&conf, one.replace("\"thick\"", "\"thin\"")).unwrap();
-    let s = ServerProc::start_plain(&fs.0, &["--config", c]);
+    let s = ServerProc::start_plain(&fs.0, &["--threads", "1", "--config", c]);
     assert!(!s.log().contains("vm2"), "{}", s.log());
     assert!(
         s.log()

@@ -5,6 +5,7 @@
 //! sandboxes without io_uring). Both report completions through `reap`.
 
 pub mod direct;
+mod offset;
 mod threads;
 mod uring;
 mod zeroing;
@@ -14,6 +15,7 @@ use std::os::fd::RawFd;
 use tiervisor_engine::{DeviceCompletion, DeviceOp, Errno};
 
 pub use direct::PoolFds;
+pub use offset::Offset;
 pub use threads::ThreadBackend;
 pub use uring::UringBackend;
 

@@ -96,6 +96,9 @@ pub struct Conn {
     meta_export: Option<usize>,
     /// Block-status queries for the server to answer (then `status_reply`).
     pub status_queries: Vec<StatusQuery>,
+    /// Stop parsing on entering transmission: the front ran the handshake and hands the
+    /// connection to the shard that owns its export (which parses the rest).
+    pub handoff: bool,
 }
 
 impl Default for Conn {
@@ -123,6 +126,7 @@ impl Conn {
             closing: None,
             meta_export: None,
             status_queries: Vec::new(),
+            handoff: false,
         };
         c.send(greeting());
         c
@@ -134,6 +138,14 @@ impl Conn {
 
     pub fn in_transmission(&self) -> bool {
         self.phase == Phase::Transmission
+    }
+
+    /// The export chosen is number `i` in the list the connection is served from now on
+    /// (a handed-off connection negotiated against the front's list of every shard's).
+    pub fn set_export(&mut self, i: usize) {
+        let meta_same = self.meta_export.is_some() && self.meta_export == self.export;
+        self.export = self.export.map(|_| i);
+        self.meta_export = meta_same.then_some(i);
     }
 
     fn send(&mut self, b: Bytes) {
@@ -155,6 +167,9 @@ impl Conn {
     pub fn process(&mut self, exports: &[Export], reqs: &mut Vec<WireRequest>) {
         self.over_budget = false;
         while self.closing.is_none() {
+            if self.handoff && self.phase == Phase::Transmission {
+                break;
+            }
             let progressed = match self.phase {
                 Phase::ClientFlags => self.client_flags(),
                 Phase::Options => self.option(exports),

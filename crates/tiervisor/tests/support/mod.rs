@@ -46,6 +46,33 @@ pub fn have(tool: &str) -> bool {
     ok
 }
 
+/// `TIERVISOR_TEST_THREADS=N`: run the serve tests with N shards (issue 18).
+pub fn test_threads() -> Option<String> {
+    std::env::var("TIERVISOR_TEST_THREADS")
+        .ok()
+        .filter(|n| !n.is_empty() && n != "1")
+}
+
+/// A metrics exposition without its `shard` labels (a server with several shards labels
+/// every sample with its shard; one line per shard then stays, to be summed).
+pub fn unshard_metrics(body: &str) -> String {
+    body.lines()
+        .map(|l| {
+            let mut l = l.to_string();
+            while let Some(i) = l.find("shard=\"") {
+                let end = l[i + 7..].find('"').map_or(l.len(), |j| i + 8 + j);
+                let end = if l[end..].starts_with(',') {
+                    end + 1
+                } else {
+                    end
+                };
+                l.replace_range(i..end, "");
+            }
+            format!("{}\n", l.replace("{}", ""))
+        })
+        .collect()
+}
+
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
@@ -114,7 +141,8 @@ impl ServerProc {
         Self::start_plain(data_dir, &args)
     }
 
-    /// Start `tiervisor serve` with exactly these extra arguments.
+    /// Start `tiervisor serve` with exactly these extra arguments (and `--threads N`
+    /// when `TIERVISOR_TEST_THREADS=N` is set and the test does not choose).
     pub fn start_plain(data_dir: &Path, extra: &[&str]) -> ServerProc {
         let mut cmd = Command::new(bin());
         cmd.arg("serve")
@@ -122,6 +150,11 @@ impl ServerProc {
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
             .args(extra);
+        if let Some(n) = test_threads()
+            && !extra.contains(&"--threads")
+        {
+            cmd.args(["--threads", &n]);
+        }
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
