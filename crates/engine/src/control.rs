@@ -42,6 +42,11 @@ pub enum Control {
     /// Grow a thin volume (`resize.rs`): the volume table with the new size is written,
     /// then the volume grows; `EngineEvent::VolumeResized` says when it is durable.
     ResizeVolume { volume: VolumeId, size_bytes: u64 },
+    /// Delete a volume (`delete.rs`): it stops taking requests (they fail), waits until
+    /// nothing of it is in flight, then the volume table with its tombstone is written;
+    /// `EngineEvent::VolumeDeleted` says when that is durable and its space given back.
+    /// Refused while it migrates, is resized, or another volume is created or deleted.
+    DeleteVolume { volume: VolumeId },
 }
 
 /// Why a command was refused (nothing changed).
@@ -146,6 +151,7 @@ impl Engine {
             Control::ResizeVolume { volume, size_bytes } => {
                 self.try_resize_volume(now, volume, size_bytes, out)
             }
+            Control::DeleteVolume { volume } => self.try_delete_volume(now, volume, out),
         }
     }
 }

@@ -88,18 +88,29 @@ impl Engine {
         if self.state != EngineState::Ready {
             return Err(ControlError::NotReady);
         }
+        if let Some(d) = self.deletes.in_progress() {
+            return Err(ControlError::Busy(format!(
+                "volume {} is being deleted; try again when it is done",
+                self.vols[d].rec.name
+            )));
+        }
         if let Some(other) = self.creations.in_progress() {
             return Err(ControlError::Busy(format!(
                 "volume {other} is being created; try again when it is done"
             )));
         }
-        if self.vols.iter().any(|v| v.rec.name == vc.name) {
+        if self
+            .vols
+            .iter()
+            .any(|v| v.rec.name == vc.name && !v.rec.deleted)
+        {
             return Err(ControlError::Invalid(format!(
                 "a volume named {} exists",
                 vc.name
             )));
         }
-        if self.vols.len() >= crate::config::MAX_VOLUMES {
+        // Tombstones keep their entries in the table.
+        if self.vols.len() + self.deletes.tombstones.len() >= crate::config::MAX_VOLUMES {
             return Err(ControlError::Invalid(format!(
                 "at most {} volumes are supported",
                 crate::config::MAX_VOLUMES
@@ -270,7 +281,7 @@ impl Engine {
             .creations
             .recording
             .as_ref()
-            .is_some_and(|n| self.voltab.volumes.iter().any(|r| &r.name == n));
+            .is_some_and(|n| (self.voltab.volumes.iter()).any(|r| &r.name == n && !r.deleted));
         if recorded && let Some(volume) = self.creations.recording.take() {
             out.events.push(EngineEvent::VolumeCreated { volume });
         }

@@ -131,6 +131,7 @@ pub struct Engine {
     pub(crate) creations: crate::create::Creations,
     /// A volume being grown at run time (`resize.rs`).
     pub(crate) resizes: crate::resize::Resizes,
+    pub(crate) deletes: crate::delete::Deletes,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
     pub(crate) bug: Option<InjectedBug>,
     /// Operations the write buffer answered, completed at the end of the entry point.
@@ -200,6 +201,7 @@ impl Engine {
             voltab_writer: Default::default(),
             creations: Default::default(),
             resizes: Default::default(),
+            deletes: Default::default(),
             bug: None,
             local: Default::default(),
         })
@@ -221,7 +223,7 @@ impl Engine {
     pub fn volume_id(&self, name: &str) -> Option<VolumeId> {
         self.vols
             .iter()
-            .position(|v| v.rec.name == name)
+            .position(|v| v.rec.name == name && !v.rec.deleted)
             .map(|i| VolumeId(i as u32))
     }
 
@@ -263,6 +265,19 @@ impl Engine {
         self.resizes
             .in_progress()
             .map(|(v, size)| (VolumeId(v as u32), size))
+    }
+
+    /// The volume being deleted, if any (`Control::DeleteVolume`): it refuses requests.
+    pub fn volume_being_deleted(&self) -> Option<VolumeId> {
+        self.deletes.in_progress().map(|v| VolumeId(v as u32))
+    }
+
+    /// Whether volume `v` was deleted while running: its index is a hollow slot until
+    /// the next start (which leaves it out).
+    pub fn volume_deleted(&self, v: VolumeId) -> bool {
+        self.vols
+            .get(v.0 as usize)
+            .is_some_and(|vol| vol.rec.deleted)
     }
 
     /// The volume being created at run time, if any (`Control::CreateVolume`).
@@ -614,6 +629,7 @@ impl Engine {
         }
         self.log_resume_all(now, out);
         self.migration_step(now, out);
+        self.delete_step(now, out);
         self.maybe_stopped(out);
     }
 
@@ -737,7 +753,7 @@ impl Engine {
         }
     }
 
-    fn frees_wait_on(&self, v: u32) -> bool {
+    pub(crate) fn frees_wait_on(&self, v: u32) -> bool {
         self.frees.iter().any(|(_, f)| {
             f.needs
                 .iter()

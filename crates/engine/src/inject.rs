@@ -74,6 +74,10 @@ pub enum InjectedBug {
     /// A volume grown at run time serves (and announces) its new size at once, before the
     /// volume table recording it is durable, so a crash shrinks it under written data.
     ResizeBeforeDurable,
+    /// A volume deleted at run time gives its chunks back as soon as it is quiet, before
+    /// the volume table with its tombstone is durable: a crash brings the volume back
+    /// over chunks other volumes may have taken meanwhile.
+    DeleteBeforeDurable,
 }
 
 impl InjectedBug {
@@ -135,18 +139,20 @@ impl InjectedBug {
             InjectedBug::CreateSkipsTable => "create-skips-table",
             InjectedBug::ShardOverlap => "shard-overlap",
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
+            InjectedBug::DeleteBeforeDurable => "delete-before-durable",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
     pub fn space() -> [InjectedBug; 1] {
         [InjectedBug::NoSpaceAsEio]
     }
-    /// Caught by DST's seeds that create and grow volumes while running (CI DST must
-    /// catch both).
-    pub fn create() -> [InjectedBug; 2] {
+    /// Caught by DST's seeds that create, grow and delete volumes while running (CI DST
+    /// must catch each).
+    pub fn create() -> [InjectedBug; 3] {
         [
             InjectedBug::CreateSkipsTable,
             InjectedBug::ResizeBeforeDurable,
+            InjectedBug::DeleteBeforeDurable,
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).

@@ -117,6 +117,14 @@ impl Engine {
             return Err(Errno::Shutdown);
         }
         let vol = self.vols.get(req.volume.0 as usize).ok_or(Errno::Inval)?;
+        // A deleted volume (a hollow slot) is no volume; one being deleted takes nothing
+        // new while it waits for what is in flight.
+        if vol.rec.deleted {
+            return Err(Errno::Inval);
+        }
+        if self.deletes.refuses(req.volume.0 as usize) {
+            return Err(Errno::Shutdown);
+        }
         if req.kind == ReqKind::Flush {
             return Ok(());
         }

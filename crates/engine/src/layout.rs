@@ -194,6 +194,9 @@ pub struct VolumeRecord {
     pub journal_chunks: u32,
     /// The migration job running on the volume, resumed at mount (`jobs/migrate/resume.rs`).
     pub migration: Option<crate::jobs::migrate::MigrationParams>,
+    /// A tombstone (`delete.rs`): the volume was deleted; its id is never reused and it
+    /// owns nothing. Stored in the entry's last byte, zero in tables written before.
+    pub deleted: bool,
 }
 
 /// The table of volumes, stored twice on the metadata pool; the newest valid copy wins.
@@ -250,7 +253,8 @@ impl VolumeTable {
             encode_placement(&mut e, &v.placement);
             e.u16(v.fast_pool.map_or(u16::MAX, |p| p.0));
             crate::jobs::migrate::encode_job(&mut e, v.migration.as_ref());
-            e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES);
+            e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES - 1);
+            e.u8(u8::from(v.deleted));
         }
         e.seal(VOLTAB_SLOT_BYTES as usize)
     }
@@ -293,7 +297,9 @@ impl VolumeTable {
                 p => Some(PoolId(p)),
             };
             let migration = crate::jobs::migrate::decode_job(&mut d)?;
+            let deleted = *buf.get(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES - 1)? != 0;
             volumes.push(VolumeRecord {
+                deleted,
                 migration,
                 fast_pool,
                 id,
@@ -514,6 +520,8 @@ mod tests {
                         gamma: 0.3,
                         ..crate::jobs::migrate::MigrationParams::new(PoolId(1))
                     }),
+                    // A tombstone keeps its flag (the entry's last byte).
+                    deleted: i == 3,
                 })
                 .collect(),
         };

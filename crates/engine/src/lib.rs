@@ -14,6 +14,7 @@ mod commit;
 pub mod config;
 mod control;
 mod create;
+mod delete;
 mod devop;
 mod engine;
 pub mod extents;

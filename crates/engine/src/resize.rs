@@ -68,12 +68,16 @@ impl Engine {
             return Err(ControlError::NotReady);
         }
         let v = volume.0 as usize;
-        let vol = self
-            .vols
-            .get(v)
+        let vol = (self.vols.get(v))
+            .filter(|vol| !vol.rec.deleted)
             .ok_or(ControlError::UnknownVolume(volume))?;
         let name = vol.rec.name.clone();
         let old = vol.rec.size_bytes;
+        if self.deletes.refuses(v) {
+            return Err(ControlError::Busy(format!(
+                "volume {name} is being deleted"
+            )));
+        }
         if let Some((other, _)) = self.resizes.in_progress() {
             return Err(ControlError::Busy(format!(
                 "volume {} is being resized; try again when it is done",

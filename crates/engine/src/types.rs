@@ -230,6 +230,11 @@ pub enum EngineEvent {
         volume: String,
         size_bytes: u64,
     },
+    /// A volume was deleted (`Control::DeleteVolume`): its tombstone is durable and its
+    /// space is given back; requests to it fail from now on.
+    VolumeDeleted {
+        volume: String,
+    },
     Ready,
     Stopped,
     Failed {

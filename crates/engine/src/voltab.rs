@@ -1,6 +1,7 @@
 //! The volume table writer. Whatever changes the volumes' durable records while the engine
 //! runs asks it to write the table again: a migration's pivot (the volume's new home pool)
-//! or job record, a volume created (`create.rs`) or grown (`resize.rs`). It writes the
+//! or job record, a volume created (`create.rs`), grown (`resize.rs`) or deleted
+//! (`delete.rs`). It writes the
 //! slot the newest copy is not in, with the next generation, FUA, one write at a time so a
 //! torn write can never take both copies; `Engine::voltab` becomes the written table only once it is durable, and
 //! `volume_table_durable` tells those waiting for it.
@@ -31,6 +32,20 @@ impl TableWriter {
 }
 
 impl Engine {
+    /// The records the volume table should hold: every volume's (as a resize or deletion
+    /// being written wants it), then the tombstones of volumes deleted before the mount.
+    /// The table's indexes match `vols`' for the volumes, so resizes and deletions find
+    /// their entries by index.
+    pub(crate) fn table_records(&self) -> Vec<crate::layout::VolumeRecord> {
+        (self.vols.iter().enumerate())
+            .map(|(i, v)| {
+                self.deletes
+                    .record_for(i, self.resizes.record_for(i, &v.rec))
+            })
+            .chain(self.deletes.tombstones.iter().cloned())
+            .collect()
+    }
+
     /// Write the volume table if the volumes' records differ from its durable copy.
     pub(crate) fn write_volume_table(&mut self, now: u64, out: &mut Outputs) {
         let tw = &mut self.voltab_writer;
@@ -40,9 +55,7 @@ impl Engine {
         }
         tw.again = false;
         tw.retry = false;
-        let volumes: Vec<_> = (self.vols.iter().enumerate())
-            .map(|(i, v)| self.resizes.record_for(i, &v.rec))
-            .collect();
+        let volumes = self.table_records();
         if volumes == self.voltab.volumes {
             return;
         }
@@ -53,7 +66,7 @@ impl Engine {
         let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
         let img = table.encode();
         let len = img.len() as u64;
-        tw.in_flight = Some(table);
+        self.voltab_writer.in_flight = Some(table);
         let spec = OpSpec::new(
             Owner::VolTab,
             self.cfg.meta_pool,
@@ -83,6 +96,7 @@ impl Engine {
             self.voltab = table;
             self.volume_table_durable(out);
             self.resize_table_durable(out);
+            self.delete_table_durable(now, out);
         } else {
             tw.retry = true;
             self.arm_commit_timer(now);

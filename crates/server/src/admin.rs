@@ -38,6 +38,8 @@ pub struct Client {
 pub struct Reply {
     pub body: Vec<u8>,
     pub shutdown: bool,
+    /// `ctl volume delete --force`: close the connections to this export.
+    pub disconnect: Option<String>,
 }
 
 const MAX_REQUEST_BYTES: usize = 16 << 10;
@@ -169,7 +171,7 @@ pub fn admin_reply(
             false,
         ),
         "volume" => (
-            crate::admin_volume::volume(parsed.as_ref(), engine, now, out)
+            crate::admin_volume::volume(parsed.as_ref(), engine, now, out, server)
                 .unwrap_or_else(|e| json!({ "error": e })),
             false,
         ),
@@ -178,9 +180,16 @@ pub fn admin_reply(
             false,
         ),
     };
+    let disconnect = (v["disconnect"].as_bool() == Some(true))
+        .then(|| v["volume"].as_str().map(str::to_string))
+        .flatten();
     let mut body = serde_json::to_vec(&v).unwrap_or_default();
     body.push(b'\n');
-    Reply { body, shutdown }
+    Reply {
+        body,
+        shutdown,
+        disconnect,
+    }
 }
 
 /// `{"cmd": "qos", "volume": NAME, "limit_iops": N, "reservation_iops": N, "weight": W}`:
@@ -749,6 +758,7 @@ pub fn metrics_http(body: String) -> Reply {
     Reply {
         body: out,
         shutdown: false,
+        disconnect: None,
     }
 }
 

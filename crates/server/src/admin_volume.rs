@@ -1,6 +1,11 @@
-//! `tiervisor ctl volume`: create, grow and list volumes of a running server.
+//! `tiervisor ctl volume`: create, grow, delete and list volumes of a running server.
 //!
-//! Requests are JSON, `{"cmd": "volume", "action": "create" | "resize" | "list", ...}`.
+//! Requests are JSON, `{"cmd": "volume", "action": "create" | "resize" | "delete" |
+//! "list", ...}`. A delete is refused while clients are connected to the volume, unless
+//! `force` (the server then closes those connections: their requests in flight still
+//! complete in the engine, their replies are dropped); the engine refuses new requests to
+//! it, waits for those in flight, and the export goes once the tombstone is durable
+//! (`EngineEvent::VolumeDeleted`); `list` shows it as `deleting` until then.
 //! A resize goes through `Engine::control` too; the export takes the new size once the
 //! engine says it is durable (`EngineEvent::VolumeResized`), and `list` shows the volume
 //! as `resizing` until then. A create goes
@@ -18,6 +23,7 @@ pub fn volume(
     engine: &mut Engine,
     now: u64,
     out: &mut Outputs,
+    server: &crate::server::ServerStats,
 ) -> Result<Value, String> {
     let req = req.ok_or("volume: expected a JSON request {\"cmd\": \"volume\", ...}")?;
     match req["action"].as_str().unwrap_or("list") {
@@ -45,10 +51,47 @@ pub fn volume(
                 .map_err(|e| format!("volume resize: {e}"))?;
             Ok(json!({ "ok": true, "volume": name, "size_bytes": size_bytes, "state": "resizing" }))
         }
+        "delete" => delete(req, engine, now, out, server),
         other => Err(format!(
-            "volume: unknown action {other:?}; expected create, resize or list"
+            "volume: unknown action {other:?}; expected create, resize, delete or list"
         )),
     }
+}
+
+/// `name`, `force`: delete a volume (refused while clients are connected, unless forced).
+fn delete(
+    req: &Value,
+    engine: &mut Engine,
+    now: u64,
+    out: &mut Outputs,
+    server: &crate::server::ServerStats,
+) -> Result<Value, String> {
+    let name = req["name"]
+        .as_str()
+        .ok_or("volume delete: expected \"name\": the volume to delete")?;
+    let force = req["force"].as_bool().unwrap_or(false);
+    let volume = engine
+        .volume_id(name)
+        .ok_or_else(|| format!("volume delete: no volume {name:?} (ctl volume list shows them)"))?;
+    let connected = (server.connections_per_export.iter())
+        .find(|(n, _)| n == name)
+        .map_or(0, |&(_, n)| n);
+    if connected > 0 && !force {
+        return Err(format!(
+            "volume delete: {name} has {connected} client connection(s); disconnect them \
+             first, or use --force to close them (their requests in flight still complete)"
+        ));
+    }
+    engine
+        .control(now, Control::DeleteVolume { volume }, out)
+        .map_err(|e| format!("volume delete: {e}"))?;
+    Ok(json!({
+        "ok": true,
+        "volume": name,
+        "state": "deleting",
+        "disconnect": connected > 0,
+        "connections_closed": connected,
+    }))
 }
 
 fn list(engine: &Engine) -> Value {
@@ -63,6 +106,7 @@ fn list(engine: &Engine) -> Value {
         .volumes
         .iter()
         .enumerate()
+        .filter(|&(i, _)| !engine.volume_deleted(tiervisor_engine::VolumeId(i as u32)))
         .map(|(i, v)| {
             let id = tiervisor_engine::VolumeId(i as u32);
             json!({
@@ -75,6 +119,8 @@ fn list(engine: &Engine) -> Value {
                     "creating"
                 } else if engine.volume_being_resized().is_some_and(|(r, _)| r == id) {
                     "resizing"
+                } else if engine.volume_being_deleted() == Some(id) {
+                    "deleting"
                 } else {
                     "ready"
                 },
@@ -82,7 +128,7 @@ fn list(engine: &Engine) -> Value {
         })
         .collect();
     if let Some(name) = engine.volume_being_created()
-        && !report.volumes.iter().any(|v| v.name == name)
+        && !vols.iter().any(|v| v["name"] == name)
     {
         vols.push(json!({ "name": name, "state": "creating" }));
     }

@@ -734,7 +734,11 @@ impl Server {
                     stats.uptime_s = front.uptime_s;
                     stats.pool_space = front.pool_space;
                     if kind == admin::ClientKind::Admin {
-                        admin::admin_reply(&req, &mut s.engine, now, &mut s.out, &stats)
+                        let r = admin::admin_reply(&req, &mut s.engine, now, &mut s.out, &stats);
+                        if let Some(name) = &r.disconnect {
+                            s.disconnect_export(name);
+                        }
+                        r
                     } else {
                         admin::metrics_reply(&s.engine, &stats)
                     }

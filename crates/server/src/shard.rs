@@ -415,6 +415,7 @@ impl Shard {
             size_bytes: size,
             rotational: pool.is_some_and(|p| self.cfg.pools[p].medium == Medium::Hdd),
             read_only: def.is_some_and(|d| d.read_only),
+            deleted: false,
         }
     }
 
@@ -422,7 +423,8 @@ impl Shard {
     /// says it is durable.
     fn export_created(&mut self, name: &str) {
         // While mounting, every volume is exported once the mount is done.
-        if self.engine.state() != &EngineState::Ready || self.exports.iter().any(|e| e.name == name)
+        if self.engine.state() != &EngineState::Ready
+            || (self.exports.iter()).any(|e| e.name == name && !e.deleted)
         {
             return;
         }
@@ -473,7 +475,9 @@ impl Shard {
                     // New connections see the new size; those already open keep the size
                     // they negotiated (NBD has no standard resize notice) and may now
                     // address the whole of it.
-                    if let Some(e) = self.exports.iter_mut().find(|e| e.name == volume) {
+                    if let Some(e) =
+                        (self.exports.iter_mut()).find(|e| e.name == volume && !e.deleted)
+                    {
                         e.size_bytes = size_bytes;
                         if let Some(d) = &self.directory {
                             d.upsert(e, self.index);
@@ -483,6 +487,19 @@ impl Shard {
                         v.resized(&volume, size_bytes);
                     }
                     format!("volume {volume} is now {size_bytes} bytes")
+                }
+                EngineEvent::VolumeDeleted { volume } => {
+                    // Its slot stays (connections count exports by index); it is no longer
+                    // listed, negotiated or handed to.
+                    if let Some(e) =
+                        (self.exports.iter_mut()).find(|e| e.name == volume && !e.deleted)
+                    {
+                        e.deleted = true;
+                        if let Some(d) = &self.directory {
+                            d.upsert(e, self.index);
+                        }
+                    }
+                    format!("deleted volume {volume}")
                 }
                 EngineEvent::Ready => "ready".into(),
                 EngineEvent::Stopped if pools_lost => {
@@ -622,7 +639,8 @@ impl Shard {
 
     /// A connection whose handshake the front ran, for one of this shard's exports.
     pub(crate) fn adopt(&mut self, h: Handed) {
-        let Some(i) = self.exports.iter().position(|e| e.name == h.export_name) else {
+        let Some(i) = (self.exports.iter()).position(|e| e.name == h.export_name && !e.deleted)
+        else {
             // The directory named this shard, so this cannot happen; close rather than
             // serve another volume.
             self.lines.push(format!(
@@ -818,6 +836,22 @@ impl Shard {
             && slot.conn.held_bytes() < self.budget.per_conn_bytes
         {
             self.read_conn(key);
+        }
+    }
+
+    /// Close every connection to export `name` (`ctl volume delete --force`).
+    pub(crate) fn disconnect_export(&mut self, name: &str) {
+        let keys: Vec<usize> = (self.conns.iter())
+            .filter(|(_, c)| {
+                (c.counted_export.and_then(|e| self.exports.get(e))).is_some_and(|e| e.name == name)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            self.lines.push(format!(
+                "closing a connection to {name}: the volume is being deleted"
+            ));
+            self.close_conn(k);
         }
     }
 

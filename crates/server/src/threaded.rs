@@ -266,6 +266,9 @@ fn on_message(shard: &mut Shard, m: ToShard) {
             }
             let now = shard.now();
             let r = admin::admin_reply(&req, &mut shard.engine, now, &mut shard.out, &stats);
+            if let Some(name) = &r.disconnect {
+                shard.disconnect_export(name);
+            }
             let _ = reply.send(r.body);
         }
         ToShard::Metrics { pool_space, reply } => {
@@ -722,7 +725,11 @@ impl Threads {
         };
         let mut body = serde_json::to_vec(&v).unwrap_or_default();
         body.push(b'\n');
-        Reply { body, shutdown }
+        Reply {
+            body,
+            shutdown,
+            disconnect: None,
+        }
     }
 
     /// A merged `volume list` in the order one engine would give: configured volumes in

@@ -70,11 +70,18 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "volumes created: {}",
         s.volumes_created
     );
-    // The same seeds grow volumes now and then (thin ones; thick ones are refused).
+    // The same seeds grow volumes now and then (thin ones; thick ones are refused), and
+    // those with one shard delete their last volume now and then (52 in 0..256 at
+    // 372b68e's successor).
     assert!(
         s.volumes_resized > CI_SEEDS / 8,
         "volumes grown: {}",
         s.volumes_resized
+    );
+    assert!(
+        s.volumes_deleted > CI_SEEDS / 16,
+        "volumes deleted: {}",
+        s.volumes_deleted
     );
     // A third of the seeds give pools the host write-back buffer, a third (drawn
     // independently) have tag-aware devices (seed 001, issue 14).

@@ -1,4 +1,4 @@
-//! `tiervisor ctl volume`: create, grow and list volumes of a running server.
+//! `tiervisor ctl volume`: create, grow, delete and list volumes of a running server.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,24 @@ pub enum VolumeCmd {
         #[arg(long)]
         size: String,
         /// Wait until the new size is served (at most 60 s).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a volume while the server runs: its data is gone for good. Refused while
+    /// clients are connected to it, unless --force (which closes those connections; their
+    /// requests in flight still complete). It is gone once the volume table recording the
+    /// deletion is durable (with --wait, this command returns then); its space is given
+    /// back. A volume the configuration file still names is not created again at the
+    /// next start (the server warns): remove it from the file too.
+    Delete {
+        /// The volume (export) to delete.
+        name: String,
+        /// Close the connections to it first.
+        #[arg(long)]
+        force: bool,
+        /// Wait until it is gone (at most 60 s).
         #[arg(long)]
         wait: bool,
         #[command(flatten)]
@@ -159,6 +177,50 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                     return Err(Failure::run(format!(
                         "{name}: still being resized after 60 s"
                     )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        VolumeCmd::Delete {
+            name,
+            force,
+            wait,
+            target,
+        } => {
+            let req = json!({
+                "cmd": "volume",
+                "action": "delete",
+                "name": name,
+                "force": force,
+            });
+            let answer = ask(&target, req)?;
+            if !wait {
+                let text = format!("{name}: being deleted (ctl volume list shows when it is gone)");
+                started(&target, &answer, &text);
+                return Ok(());
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let v = list(&target)?;
+                match state_of(&v, &name) {
+                    None => {
+                        if target.json {
+                            println!(
+                                "{}",
+                                json!({ "ok": true, "volume": name, "state": "deleted" })
+                            );
+                        } else {
+                            println!("{name}: deleted");
+                        }
+                        return Ok(());
+                    }
+                    Some(_) if Instant::now() < deadline => {}
+                    Some(_) => {
+                        return Err(Failure::run(format!(
+                            "{name}: still being deleted after 60 s (requests or buffered \
+                             writes in flight; ctl volume list shows its state)"
+                        )));
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -1,7 +1,8 @@
-//! `tiervisor ctl volume create`, `resize` and `list` on a running server: a volume made
-//! while another is written to is exported once durable, keeps its data across restarts,
-//! and a kill -9 at any moment of its creation leaves it whole or absent, the others
-//! intact; a grown volume serves its new end and keeps it across a kill -9.
+//! `tiervisor ctl volume create`, `resize`, `delete` and `list` on a running server: a
+//! volume made while another is written to is exported once durable, keeps its data across
+//! restarts, and a kill -9 at any moment of its creation leaves it whole or absent, the
+//! others intact; a grown volume serves its new end and keeps it across a kill -9; a
+//! deleted one is gone for good (not even from the configuration), its space back.
 
 mod support;
 
@@ -135,6 +136,95 @@ fn a_volume_created_while_serving_is_exported_and_survives_a_restart() {
     assert_eq!(read_at(&mut c, 20 * MIB, b.len()), b);
     let mut c = handshake(&s.addr, "vm1");
     assert_eq!(read_at(&mut c, MIB, a.len()), a);
+    drop(c);
+    assert_eq!(s.term(), Some(0));
+}
+
+/// Whether the server refuses NBD_OPT_GO for `export` (no such export).
+fn go_refused(addr: &str, export: &str) -> bool {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut data = (export.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(export.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    send_opt(&mut s, 7, &data);
+    let (_, kind, _) = read_opt_reply(&mut s);
+    kind == (1 << 31) + 6 // NBD_REP_ERR_UNKNOWN
+}
+
+fn pool_bytes_on_disk(d: &TempDir, pool: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(d.path().join(pool)).unwrap().blocks() * 512
+}
+
+#[test]
+fn a_deleted_volume_is_gone_for_good_and_gives_its_space_back() {
+    let d = TempDir::new("vol-delete");
+    let mut s = start(&d, true);
+    let a = pattern(256 << 10, 0x66);
+    write_flush(&s.addr, "vm1", 0, &a);
+    let (ok, out) = ctl(
+        &d,
+        &[
+            "volume", "create", "gone", "--size", "32m", "--pool", "hdd", "--wait",
+        ],
+    );
+    assert!(ok, "{out}");
+    for c in 0..8 {
+        write_flush(&s.addr, "gone", c * MIB, &pattern(MIB as usize, c as u8));
+    }
+    let full = pool_bytes_on_disk(&d, "hdd.pool");
+    // A client attached: refused unless forced.
+    let attached = handshake(&s.addr, "gone");
+    let (ok, out) = ctl(&d, &["volume", "delete", "gone"]);
+    assert!(!ok && out.contains("client connection"), "{out}");
+    let (ok, out) = ctl(&d, &["volume", "delete", "nope"]);
+    assert!(!ok && out.contains("no volume \"nope\""), "{out}");
+    let (ok, out) = ctl(
+        &d,
+        &["volume", "delete", "gone", "--force", "--wait", "--json"],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("\"deleted\""), "{out}");
+    drop(attached);
+    let v = list(&d);
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert!(go_refused(&s.addr, "gone"));
+    // The freed chunks were punched out of the pool file (discards are on by default).
+    let after = pool_bytes_on_disk(&d, "hdd.pool");
+    assert!(after + 7 * MIB <= full, "{full} -> {after} bytes on disk");
+    // The name is free again: a new, empty volume.
+    let (ok, out) = ctl(
+        &d,
+        &[
+            "volume", "create", "gone", "--size", "8m", "--pool", "hdd", "--wait",
+        ],
+    );
+    assert!(ok, "{out}");
+    let mut c = handshake(&s.addr, "gone");
+    assert_eq!(read_at(&mut c, 0, MIB as usize), vec![0u8; MIB as usize]);
+    drop(c);
+    // A configured volume: deleted, then not created again at the next start.
+    let (ok, out) = ctl(&d, &["volume", "delete", "vm1", "--wait"]);
+    assert!(ok, "{out}");
+    s.kill9();
+    s = start(&d, false);
+    assert!(go_refused(&s.addr, "vm1"));
+    assert!(
+        s.log().contains("vm1 was deleted"),
+        "the start warns: {}",
+        s.log()
+    );
+    let v = list(&d);
+    let names: Vec<&str> = (v.as_array().unwrap().iter())
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    assert_eq!(names, ["gone"], "{v}");
+    let mut c = handshake(&s.addr, "gone");
+    assert_eq!(read_at(&mut c, 0, MIB as usize), vec![0u8; MIB as usize]);
     drop(c);
     assert_eq!(s.term(), Some(0));
 }

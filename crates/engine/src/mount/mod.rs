@@ -597,16 +597,24 @@ impl Engine {
             }
         };
         let cb = self.cfg.chunk_bytes;
-        for (i, r) in table.volumes.iter().enumerate() {
+        // Deleted volumes (`delete.rs`) own nothing and get no index: their tombstones are
+        // kept aside and written after the volumes, as `table_records` orders them.
+        let (tombstones, live): (Vec<_>, Vec<_>) =
+            table.volumes.iter().cloned().partition(|r| r.deleted);
+        for (i, r) in live.into_iter().enumerate() {
             let chunks = r.size_bytes.div_ceil(cb);
             let map = ChunkMap::new(chunks, ChunkLoc::Unmapped);
             let header = JournalHeader::default();
-            let v = self.volume_from(r.clone(), map, ExtentMap::new(), header);
+            let v = self.volume_from(r, map, ExtentMap::new(), header);
             self.vols.push(v);
             debug_assert_eq!(self.vols.len(), i + 1);
             self.apply_configured_qos(i);
         }
-        self.voltab = table;
+        self.deletes.tombstones = tombstones;
+        self.voltab = VolumeTable {
+            generation: table.generation,
+            volumes: self.table_records(),
+        };
         let n = self.vols.len();
         let s = self.startup.as_mut().ok_or("no startup")?;
         s.phase = Phase::Journals;
@@ -683,7 +691,7 @@ impl Engine {
         let created = std::mem::take(&mut s.created);
         let table = VolumeTable {
             generation: self.voltab.generation + 1,
-            volumes: self.vols.iter().map(|v| v.rec.clone()).collect(),
+            volumes: self.table_records(),
         };
         if table.volumes != self.voltab.volumes {
             let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];

@@ -199,6 +199,7 @@ impl Engine {
             journal_first_chunk: jfirst,
             journal_chunks: journal_chunks as u32,
             migration: None,
+            deleted: false,
         };
         let header = JournalHeader {
             volume_id: id,
@@ -223,7 +224,7 @@ impl Engine {
         ))
     }
 
-    pub(super) fn volume_from(
+    pub(crate) fn volume_from(
         &self,
         rec: VolumeRecord,
         map: ChunkMap,

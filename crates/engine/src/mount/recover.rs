@@ -138,6 +138,18 @@ impl Engine {
                     rec.placement = vc.placement.clone();
                     rec.fast_pool = vc.fast_pool;
                 }
+                None if self.deletes.tombstones.iter().any(|t| t.name == vc.name) => {
+                    // Deleted with `ctl volume delete`: not created again empty under a
+                    // name a VM may still be attached to by mistake.
+                    out.events.push(EngineEvent::Warning {
+                        message: format!(
+                            "volume {} was deleted (ctl volume delete) but the configuration \
+                             still names it: not created again; remove it from the \
+                             configuration, or create it anew with ctl volume create",
+                            vc.name
+                        ),
+                    });
+                }
                 None => {
                     let id = self
                         .voltab

@@ -210,6 +210,11 @@ impl WriteBuffer {
         self.dirty.is_empty() && self.flight_of.is_empty()
     }
 
+    /// Bytes volume `vol` holds in the buffer (dirty plus being written back).
+    pub fn volume_bytes(&self, vol: u32) -> u64 {
+        self.vol_bytes.get(&vol).copied().unwrap_or(0)
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
     }

@@ -20,6 +20,9 @@ pub struct Export {
     pub rotational: bool,
     /// Writes, trims and zeroing fail with EPERM.
     pub read_only: bool,
+    /// Deleted while serving (`ctl volume delete`): no longer listed or negotiated. Its
+    /// slot stays so the indexes connections hold stay valid.
+    pub deleted: bool,
 }
 
 /// A `NBD_CMD_BLOCK_STATUS` the server answers from the engine's mapping table.
@@ -221,9 +224,9 @@ impl Conn {
     fn find(exports: &[Export], name: &[u8]) -> Option<usize> {
         // The empty name selects the first (default) export.
         if name.is_empty() {
-            return (!exports.is_empty()).then_some(0);
+            return exports.iter().position(|e| !e.deleted);
         }
-        exports.iter().position(|e| e.name.as_bytes() == name)
+        (exports.iter()).position(|e| e.name.as_bytes() == name && !e.deleted)
     }
 
     fn option(&mut self, exports: &[Export]) -> bool {
@@ -281,7 +284,7 @@ impl Conn {
                         "NBD_OPT_LIST takes no data",
                     ));
                 } else {
-                    for e in exports {
+                    for e in exports.iter().filter(|e| !e.deleted) {
                         let mut d = BytesMut::with_capacity(4 + e.name.len() + e.description.len());
                         d.put_u32(e.name.len() as u32);
                         d.put_slice(e.name.as_bytes());
@@ -675,6 +678,7 @@ mod tests {
                 size_bytes: 1 << 30,
                 rotational: false,
                 read_only: false,
+                deleted: false,
             },
             Export {
                 name: "vm2".into(),
@@ -683,6 +687,7 @@ mod tests {
                 size_bytes: 2 << 30,
                 rotational: true,
                 read_only: false,
+                deleted: false,
             },
         ]
     }

@@ -70,6 +70,11 @@ impl CreateDraws {
         })
     }
 
+    /// Whether a creation was asked for and not yet announced.
+    pub fn pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// The engine took the command.
     pub fn started(&mut self, vc: &VolumeConfig) {
         self.pending = Some((vc.name.clone(), vc.size_bytes));

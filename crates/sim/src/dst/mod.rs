@@ -3,6 +3,7 @@
 //! recovery checked against reference disks. Same seed, same run.
 
 mod create;
+mod delete;
 mod device;
 mod pattern;
 mod reference;
@@ -70,6 +71,7 @@ pub fn run_range(
                             t.sharded_seeds += st.sharded_seeds;
                             t.shards += st.shards;
                             t.volumes_resized += st.volumes_resized;
+                            t.volumes_deleted += st.volumes_deleted;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

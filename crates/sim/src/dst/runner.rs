@@ -77,6 +77,8 @@ pub struct DstStats {
     pub shards: u64,
     /// Volumes grown while running and announced (`Control::ResizeVolume`).
     pub volumes_resized: u64,
+    /// Volumes deleted while running and announced (`Control::DeleteVolume`).
+    pub volumes_deleted: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -154,6 +156,7 @@ struct Sim {
     creates: Option<super::create::CreateDraws>,
     /// Volumes grown at run time, in the seeds that create them (`resize.rs`).
     resizes: Option<super::resize::ResizeDraws>,
+    deletes: Option<super::delete::DeleteDraws>,
 }
 
 type Fail = String;
@@ -492,6 +495,8 @@ impl Sim {
             || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
         let creates = super::create::CreateDraws::draw(cfg.seed, logged, mrng.is_some());
         let resizes = super::resize::ResizeDraws::draw(cfg.seed, creates.is_some());
+        let deletes =
+            super::delete::DeleteDraws::draw(cfg.seed, creates.is_some(), engine.shards());
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
@@ -520,6 +525,7 @@ impl Sim {
             last_flush: vec![None; nv],
             creates,
             resizes,
+            deletes,
         })
     }
 
@@ -533,15 +539,24 @@ impl Sim {
         self.last_flush.push(None);
     }
 
+    /// The last volume is gone (deleted): the reference forgets it.
+    fn remove_last_volume(&mut self) {
+        self.refs.pop();
+        self.last_end.pop();
+        self.hot.pop();
+        self.last_flush.pop();
+    }
+
     /// Now and then, in the seeds that create volumes: ask for a new one. Refusals (no
     /// room, one under way) are part of the test.
     fn create_action(&mut self) -> Result<bool, Fail> {
         let pools = self.engine_cfg.pools.len();
         let nv = self.refs.len();
+        let blocked = self.deletes.as_ref().is_some_and(|d| d.blocks_creation());
         let Some(vc) = self
             .creates
             .as_mut()
-            .filter(|_| !self.recovering)
+            .filter(|_| !self.recovering && !blocked)
             .and_then(|c| c.maybe(nv, pools))
         else {
             return Ok(false);
@@ -641,6 +656,79 @@ impl Sim {
         Ok(())
     }
 
+    /// Now and then, in the seeds that delete volumes: ask for the last one to go.
+    fn delete_action(&mut self) -> Result<bool, Fail> {
+        let nv = self.refs.len();
+        let creating = self.creates.as_ref().is_some_and(|c| c.pending());
+        let Some(v) = self
+            .deletes
+            .as_mut()
+            .filter(|_| !self.recovering && !creating)
+            .and_then(|d| d.maybe(nv))
+        else {
+            return Ok(false);
+        };
+        let Some((name, _)) = self.engine.volumes().get(v).cloned() else {
+            return Err(format!("volume {v} has no name"));
+        };
+        let mut out = Outputs::default();
+        let res = self.engine.control(
+            self.now_ns,
+            tiervisor_engine::Control::DeleteVolume {
+                volume: VolumeId(v as u32),
+            },
+            &mut out,
+        );
+        if self.trace {
+            eprintln!("[{}] delete volume {v} ({name}): {res:?}", self.at());
+        }
+        if res.is_ok()
+            && let Some(d) = self.deletes.as_mut()
+        {
+            d.started(v, name);
+        }
+        self.pump(&mut out)?;
+        Ok(true)
+    }
+
+    /// The engine announced a deleted volume: the reference forgets it (the last index;
+    /// the engine keeps a hollow slot there until the next mount, which DST never uses).
+    fn volume_deleted(&mut self, name: &str) -> Result<(), Fail> {
+        let v = (self.deletes.as_mut())
+            .and_then(|d| d.announced(name))
+            .ok_or_else(|| format!("volume {name} announced deleted, but none was asked"))?;
+        if v + 1 != self.refs.len() {
+            return Err(format!("volume {name} deleted at index {v}, not the last"));
+        }
+        self.remove_last_volume();
+        Ok(())
+    }
+
+    /// After a recovery: a volume announced deleted stays gone (the volume count says
+    /// so: `reconcile_created` checks it), and a deletion the crash interrupted left
+    /// the volume whole (verified with the rest) or gone.
+    fn reconcile_deleted(&mut self) -> Result<(), Fail> {
+        let Some(d) = self.deletes.as_mut() else {
+            return Ok(());
+        };
+        d.mounted();
+        let Some((v, name)) = d.interrupted() else {
+            return Ok(());
+        };
+        let vols = self.engine.volumes();
+        match vols.get(v) {
+            Some((n, _)) if *n == name => {}
+            None if vols.len() == v => self.remove_last_volume(),
+            other => {
+                return Err(format!(
+                    "volume {name} (index {v}) was being deleted; after recovery that index \
+                     holds {other:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The engine announced a created volume: it is the next index, and usable.
     fn volume_announced(&mut self, name: &str) -> Result<(), Fail> {
         let size = self
@@ -734,6 +822,7 @@ impl Sim {
         {
             self.push(t, EV_WAKE, 0);
         }
+        let mut deleted = Vec::new();
         for e in out.events.drain(..) {
             if let EngineEvent::Failed { reason } = e {
                 return Err(format!("the engine failed: {reason}"));
@@ -754,10 +843,17 @@ impl Sim {
             {
                 self.volume_resized(volume, *size_bytes)?;
             }
+            if let EngineEvent::VolumeDeleted { volume } = e {
+                // After this batch's completions: the volume's last ones may be in it.
+                deleted.push(volume);
+            }
         }
         let comps: Vec<_> = out.completions.drain(..).collect();
         for c in comps {
             self.completed(c.id, c.result, c.data)?;
+        }
+        for name in deleted {
+            self.volume_deleted(&name)?;
         }
         Ok(())
     }
@@ -839,7 +935,10 @@ impl Sim {
                         .engine
                         .engine_for(VolumeId(r.vol))
                         .ok_or("a read of a volume no shard holds")?;
-                    super::status::check(e, local, &self.refs[v], r.first, r.n, t)?;
+                    // A volume being deleted may be gone by now (its mapping with it).
+                    if !self.deletes.as_ref().is_some_and(|d| d.refuses(v)) {
+                        super::status::check(e, local, &self.refs[v], r.first, r.n, t)?;
+                    }
                     self.stats.reads_checked += 1;
                     self.stats.sectors_checked += r.n;
                 }
@@ -930,6 +1029,13 @@ impl Sim {
     fn random_request(&mut self) -> Result<(), Fail> {
         let nv = self.refs.len() as u64;
         let vol = below(&mut self.rng, nv) as u32;
+        if self
+            .deletes
+            .as_ref()
+            .is_some_and(|d| d.refuses(vol as usize))
+        {
+            return Ok(()); // the engine refuses requests to a volume being deleted
+        }
         let sectors = self.refs[vol as usize].sectors();
         let n = match below(&mut self.rng, 10) {
             0..=2 => 1,
@@ -1172,12 +1278,26 @@ impl Sim {
         if let EngineState::Failed(r) = self.engine.state() {
             return Err(format!("recovery failed on a state a crash can leave: {r}"));
         }
+        self.reconcile_deleted()?;
         self.reconcile_created()?;
         self.reconcile_resized()?;
         self.engine
             .check_invariants()
             .map_err(|e| format!("after recovery: {e}"))?;
         self.verify_all()
+    }
+
+    /// At the end of a run: a deletion under way must finish (its volume quiet, its
+    /// tombstone durable) before everything is flushed and checked.
+    fn finish_deletion(&mut self) -> Result<(), Fail> {
+        let mut guard = 0u64;
+        while self.deletes.as_ref().is_some_and(|d| d.is_pending()) {
+            if !self.next_event()? || guard > 1_000_000 {
+                return Err("a deletion never finished".into());
+            }
+            guard += 1;
+        }
+        Ok(())
     }
 
     /// Read every volume end to end and check it.
@@ -1280,9 +1400,16 @@ impl Sim {
                 sp.on_step(self.step);
             }
             let roll = below(&mut self.rng, 1000);
-            if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 {
+            let aimed = self.cfg.faults >= Faults::Crash
+                && self.deletes.as_mut().is_some_and(|d| d.crash_now());
+            if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 || aimed
+            {
                 self.crash()?;
-            } else if self.migration_action()? || self.create_action()? || self.resize_action()? {
+            } else if self.migration_action()?
+                || self.create_action()?
+                || self.resize_action()?
+                || self.delete_action()?
+            {
             } else if self.reqs.len() < self.max_in_flight && (roll < 450 || self.heap.is_empty()) {
                 self.random_request()?;
             } else {
@@ -1298,6 +1425,7 @@ impl Sim {
         if let Some(sp) = self.space.as_mut() {
             sp.end();
         }
+        self.finish_deletion()?;
         self.final_flush()?;
         self.verify_all()?;
         self.engine.check_invariants()?;
@@ -1310,6 +1438,7 @@ impl Sim {
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
+        self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;

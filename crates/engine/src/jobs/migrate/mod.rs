@@ -439,6 +439,12 @@ impl Engine {
                 "the volume is being resized; migrate it once that is done".into(),
             ));
         }
+        if (self.vols.get(v.0 as usize)).is_some_and(|vol| vol.rec.deleted) {
+            return Err(ControlError::UnknownVolume(v));
+        }
+        if self.deletes.refuses(v.0 as usize) {
+            return Err(ControlError::Busy("the volume is being deleted".into()));
+        }
         let (scheme, why) = self.check_migration(v, &params)?;
         let vi = v.0;
         let vol = &self.vols[vi as usize];

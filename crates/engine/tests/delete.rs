@@ -1,0 +1,320 @@
+//! Deleting a volume while the engine runs (`Control::DeleteVolume`): it stops taking
+//! requests, waits for those in flight, and is gone only once the volume table with its
+//! tombstone is durable; a crash at any point leaves the whole volume or nothing, its
+//! space comes back, and it is not created again from the configuration.
+
+mod common;
+
+use common::*;
+use tiervisor_engine::config::{LogConfig, Placement, Provisioning, VolumeConfig};
+use tiervisor_engine::jobs::migrate::MigrationParams;
+use tiervisor_engine::*;
+
+fn new_volume(name: &str, size_bytes: u64, pool: u16, provisioning: Provisioning) -> VolumeConfig {
+    VolumeConfig {
+        name: name.into(),
+        size_bytes,
+        home_pool: PoolId(pool),
+        fast_pool: None,
+        provisioning,
+        placement: Placement::Pinned,
+        log: None,
+        qos: Default::default(),
+    }
+}
+
+fn control(r: &mut Rig, c: Control) -> Result<(), ControlError> {
+    let mut out = Outputs::default();
+    let res = r.engine.control(r.now, c, &mut out);
+    r.drain(out);
+    res
+}
+
+fn delete(r: &mut Rig, name: &str) -> Result<(), ControlError> {
+    let volume = r.engine.volume_id(name).expect("volume exists");
+    control(r, Control::DeleteVolume { volume })
+}
+
+fn deleted(r: &Rig, name: &str) -> bool {
+    r.events
+        .iter()
+        .any(|e| matches!(e, EngineEvent::VolumeDeleted { volume } if volume == name))
+}
+
+fn free_chunks(r: &Rig) -> Vec<u64> {
+    r.engine
+        .report()
+        .pools
+        .iter()
+        .map(|p| p.free_chunks)
+        .collect()
+}
+
+/// Write `chunks` MiB of pattern to `name` from offset 0 and flush.
+fn fill(r: &mut Rig, name: &str, chunks: u64, seed: u8) {
+    for c in 0..chunks {
+        r.write(
+            name,
+            c * MIB,
+            &pattern(seed.wrapping_add(c as u8), MIB as usize),
+        );
+    }
+    r.flush(name);
+}
+
+#[test]
+fn a_deleted_volume_gives_its_space_back_and_stays_deleted_after_a_crash() {
+    for provisioning in [Provisioning::Thin, Provisioning::Thick] {
+        let mut r = Rig::new(config(1 << 20));
+        let empty = free_chunks(&r);
+        control(
+            &mut r,
+            Control::CreateVolume {
+                config: new_volume("gone", 8 * MIB, 1, provisioning),
+            },
+        )
+        .unwrap();
+        fill(&mut r, "gone", 4, 10);
+        fill(&mut r, "thin", 2, 20);
+        let before = free_chunks(&r);
+        assert!(
+            before[1] < empty[1],
+            "{provisioning:?}: the volume took chunks"
+        );
+        assert_eq!(delete(&mut r, "gone"), Ok(()));
+        assert!(deleted(&r, "gone"), "{provisioning:?}: {:?}", r.events);
+        assert_eq!(r.engine.volume_id("gone"), None);
+        r.engine.check_invariants().unwrap();
+        let after = free_chunks(&r);
+        // Its data chunks (or home region) on the HDD and its journal on the SSD.
+        assert!(
+            after[1] > before[1],
+            "{provisioning:?}: {before:?} -> {after:?}"
+        );
+        assert!(
+            after[0] > before[0],
+            "{provisioning:?}: {before:?} -> {after:?}"
+        );
+        r.crash_and_mount();
+        r.engine.check_invariants().unwrap();
+        assert_eq!(r.engine.volume_id("gone"), None, "{provisioning:?}");
+        assert_eq!(free_chunks(&r), after, "{provisioning:?}");
+        assert_eq!(
+            r.read("thin", 0, 2 * MIB)[..MIB as usize],
+            pattern(20, MIB as usize)
+        );
+        // The name can be used again: a new, empty volume.
+        control(
+            &mut r,
+            Control::CreateVolume {
+                config: new_volume("gone", 8 * MIB, 1, provisioning),
+            },
+        )
+        .unwrap();
+        assert_eq!(r.read("gone", 0, 4 * MIB), vec![0u8; 4 << 20]);
+        r.crash_and_mount();
+        r.engine.check_invariants().unwrap();
+        assert_eq!(r.read("gone", 0, MIB), vec![0u8; MIB as usize]);
+    }
+}
+
+/// Whichever device operation of the deletion a crash comes before, the volume mounts
+/// whole (every flushed write) or not at all, and its chunks are never owned twice.
+#[test]
+fn a_crash_at_any_point_of_a_deletion_leaves_the_whole_volume_or_nothing() {
+    let setup = || {
+        let mut r = Rig::new(config(1 << 20));
+        control(
+            &mut r,
+            Control::CreateVolume {
+                config: new_volume("gone", 8 * MIB, 1, Provisioning::Thin),
+            },
+        )
+        .unwrap();
+        fill(&mut r, "gone", 3, 30);
+        r
+    };
+    let mut r = setup();
+    r.hold = true;
+    delete(&mut r, "gone").unwrap();
+    let mut total = 0;
+    while r.release_one().is_some() {
+        total += 1;
+    }
+    assert!(total > 0);
+    assert!(deleted(&r, "gone"));
+    let mut saw = [false; 2];
+    for k in 0..=total {
+        let mut r = setup();
+        r.hold = true;
+        delete(&mut r, "gone").unwrap();
+        for _ in 0..k {
+            r.release_one();
+        }
+        let announced = deleted(&r, "gone");
+        assert_eq!(announced, k == total, "announced after {k} of {total}");
+        r.crash_and_mount();
+        r.engine.check_invariants().unwrap();
+        match r.engine.volume_id("gone") {
+            Some(_) => {
+                assert!(!announced, "announced, yet back after {k} of {total}");
+                for c in 0..3 {
+                    assert_eq!(
+                        r.read("gone", c * MIB, MIB),
+                        pattern(30 + c as u8, MIB as usize),
+                        "after {k} of {total}"
+                    );
+                }
+                saw[0] = true;
+            }
+            None => saw[1] = true,
+        }
+        // Whatever happened, the pools can be filled without a chunk owned twice.
+        fill(&mut r, "thin", 6, 40);
+        r.engine.check_invariants().unwrap();
+    }
+    assert_eq!(saw, [true, true], "both outcomes happen");
+}
+
+#[test]
+fn a_deletion_waits_for_requests_in_flight_and_refuses_new_ones() {
+    let mut r = Rig::new(config(1 << 20));
+    r.hold = true;
+    let data = pattern(5, 65536);
+    let id = r.submit("thin", ReqKind::Write, 0, Some(&data), 65536);
+    assert!(r.take_done(id).is_none(), "the write is held");
+    delete(&mut r, "thin").unwrap();
+    // New requests fail at once; the one in flight completes normally.
+    let late = r.submit("thin", ReqKind::Read, 0, None, 4096);
+    let c = r.take_done(late).expect("refused at once");
+    assert_eq!(c.result, Err(Errno::Shutdown));
+    assert!(!deleted(&r, "thin"), "deleted under a write in flight");
+    while r.release_one().is_some() {}
+    assert!(r.take_done(id).is_some_and(|c| c.result.is_ok()));
+    assert!(deleted(&r, "thin"), "{:?}", r.events);
+    r.engine.check_invariants().unwrap();
+}
+
+#[test]
+fn what_cannot_be_deleted_now_is_refused_with_nothing_changed() {
+    let mut r = Rig::new(config(1 << 20));
+    fill(&mut r, "thin", 2, 50);
+    let thin = r.engine.volume_id("thin").unwrap();
+    // A migrating volume: cancel first.
+    r.hold = true;
+    control(
+        &mut r,
+        Control::StartMigration {
+            volume: thin,
+            params: MigrationParams {
+                rate_bytes_per_s: 1,
+                ..MigrationParams::new(PoolId(0))
+            },
+        },
+    )
+    .unwrap();
+    let e = delete(&mut r, "thin").unwrap_err();
+    assert!(e.to_string().contains("migrate cancel"), "{e}");
+    control(&mut r, Control::CancelMigration { volume: thin }).unwrap();
+    r.hold = false;
+    while r.release_one().is_some() {}
+    for _ in 0..1000 {
+        r.tick(10_000_000);
+    }
+    // One deletion at a time; nothing else starts on a volume being deleted.
+    r.hold = true;
+    let id = r.submit("thin", ReqKind::Write, 0, Some(&pattern(1, 4096)), 4096);
+    delete(&mut r, "thin").unwrap();
+    assert!(matches!(
+        delete(&mut r, "thick"),
+        Err(ControlError::Busy(_))
+    ));
+    assert!(matches!(
+        control(
+            &mut r,
+            Control::ResizeVolume {
+                volume: thin,
+                size_bytes: 80 * MIB
+            }
+        ),
+        Err(ControlError::Busy(_))
+    ));
+    assert!(matches!(
+        control(
+            &mut r,
+            Control::CreateVolume {
+                config: new_volume("other", 8 * MIB, 1, Provisioning::Thin)
+            }
+        ),
+        Err(ControlError::Busy(_))
+    ));
+    r.hold = false;
+    while r.release_one().is_some() {}
+    assert!(r.take_done(id).is_some());
+    assert!(deleted(&r, "thin"));
+    // Deleted: unknown from now on.
+    assert_eq!(
+        control(&mut r, Control::DeleteVolume { volume: thin }),
+        Err(ControlError::UnknownVolume(thin))
+    );
+    assert_eq!(r.read("thick", 0, 4096), vec![0u8; 4096]);
+}
+
+/// A configured volume that was deleted is not created again, empty, at the next start
+/// (a VM attached to it by mistake would see an empty disk); the start warns.
+#[test]
+fn a_deleted_configured_volume_is_not_created_again_at_start() {
+    let mut r = Rig::new(config(1 << 20));
+    fill(&mut r, "thick", 1, 60);
+    delete(&mut r, "thin").unwrap();
+    r.crash_and_mount();
+    r.engine.check_invariants().unwrap();
+    assert_eq!(r.engine.volume_id("thin"), None);
+    assert!(
+        r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Warning { message }
+            if message.contains("thin was deleted"))),
+        "{:?}",
+        r.events
+    );
+    // The other volume's index moved up; its data did not.
+    assert_eq!(r.engine.volume_id("thick"), Some(VolumeId(0)));
+    assert_eq!(r.read("thick", 0, MIB), pattern(60, MIB as usize));
+}
+
+/// A logged volume's segments hold only its data: they are given back with it.
+#[test]
+fn a_logged_volume_gives_its_log_segments_back() {
+    let mut cfg = config(1 << 20);
+    for p in &mut cfg.pools {
+        p.log = true;
+    }
+    cfg.log = LogConfig {
+        segment_bytes: 2 * MIB,
+        append_bytes: 64 << 10,
+        ..LogConfig::default()
+    };
+    let mut r = Rig::new(cfg);
+    for i in 0..64u64 {
+        r.write("thin", (i * 37 % 4000) * 4096, &pattern(i as u8, 4096));
+    }
+    r.flush("thin");
+    let appends = r.engine.report().pools[1]
+        .log
+        .as_ref()
+        .map_or(0, |l| l.appends);
+    assert!(appends > 0, "the small writes went through the log");
+    let before = free_chunks(&r);
+    delete(&mut r, "thin").unwrap();
+    for _ in 0..100 {
+        r.tick(10_000_000);
+    }
+    assert!(deleted(&r, "thin"), "{:?}", r.events);
+    r.engine.check_invariants().unwrap();
+    let after = free_chunks(&r);
+    assert!(after[1] > before[1], "{before:?} -> {after:?}");
+    r.crash_and_mount();
+    r.engine.check_invariants().unwrap();
+    assert_eq!(free_chunks(&r), after);
+}
