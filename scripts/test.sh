@@ -12,7 +12,9 @@ command -v nbdinfo >/dev/null || need+=(libnbd-bin)
 command -v nbdkit >/dev/null || need+=(nbdkit)
 # The booted-guest test (crates/tiervisor/tests/guest_vhost.rs): QEMU, a static busybox and
 # a kernel for the guest's initramfs.
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+# qemu-utils with it, in the same command: installing qemu-system-x86 alone can replace a
+# newer qemu-utils (from backports) with the release's, or remove it.
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86 qemu-utils)
 command -v xz >/dev/null || need+=(xz-utils)
 { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need+=(busybox-static)
 ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64)
