@@ -49,6 +49,9 @@ pub struct BlkDevice {
     /// Current size (a resize is seen by the next connection).
     pub size_bytes: Arc<AtomicU64>,
     pub read_only: bool,
+    /// Set when the server stops: a ring stop no longer waits for requests that will not
+    /// be answered (those still in the channel when the server's loop ended).
+    pub stopping: Arc<AtomicBool>,
 }
 
 /// A finished request on its way back to the worker.
@@ -324,7 +327,10 @@ impl VhostUserBackend for BlkBackend {
             return Ok(());
         };
         let until = Instant::now() + STOP_WAIT;
-        while ctx.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        while ctx.in_flight.load(Ordering::Acquire) > 0
+            && Instant::now() < until
+            && !self.dev.stopping.load(Ordering::Acquire)
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
         // Whatever is still out now is dropped when it comes back.

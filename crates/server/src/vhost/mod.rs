@@ -82,6 +82,7 @@ impl VhostUser {
             volume: export.volume,
             size_bytes: size_bytes.clone(),
             read_only: export.read_only,
+            stopping: self.stop.clone(),
         };
         let current = Arc::new(Mutex::new(None));
         let (submit, stop, cur) = (self.submit.clone(), self.stop.clone(), current.clone());
