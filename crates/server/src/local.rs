@@ -24,6 +24,10 @@ pub const LOCAL_ID_BIT: u64 = 1 << 63;
 /// it must only hand the result over (a channel send and a wake-up), never block.
 pub type ReplyFn = Box<dyn FnOnce(Result<(), Errno>, Option<Bytes>) + Send>;
 
+/// Called on the server's thread once at the end of a pass in which replies carrying it were
+/// made (a vhost-user queue signals its guest once per batch, not per request).
+pub type NotifyFn = Arc<dyn Fn() + Send + Sync>;
+
 pub struct LocalRequest {
     pub volume: VolumeId,
     pub kind: ReqKind,
@@ -33,6 +37,7 @@ pub struct LocalRequest {
     pub no_hole: bool,
     pub payload: Option<Bytes>,
     pub reply: ReplyFn,
+    pub notify: Option<NotifyFn>,
 }
 
 /// The sending side, cloned into every worker thread.
@@ -56,6 +61,7 @@ impl Submitter {
 
 struct Route {
     reply: ReplyFn,
+    notify: Option<NotifyFn>,
     /// Payload bytes held against the budget until the reply.
     cost_bytes: u64,
 }
@@ -68,6 +74,8 @@ pub struct LocalSource {
     held_bytes: u64,
     /// Requests were left in the channel for the budget: wake once replies free it.
     held_back: bool,
+    /// Notifications owed at the end of this pass (each once).
+    to_notify: Vec<NotifyFn>,
 }
 
 impl LocalSource {
@@ -80,6 +88,7 @@ impl LocalSource {
             routes: Slab::new(),
             held_bytes: 0,
             held_back: false,
+            to_notify: Vec::new(),
         };
         Ok((source, Submitter { tx, waker }))
     }
@@ -113,6 +122,7 @@ impl LocalSource {
             };
             let id = self.routes.insert(Route {
                 reply: r.reply,
+                notify: r.notify,
                 cost_bytes,
             }) as u64;
             budget.adjust(self.held_bytes, self.held_bytes + cost_bytes);
@@ -138,9 +148,23 @@ impl LocalSource {
         budget.adjust(self.held_bytes, self.held_bytes - route.cost_bytes);
         self.held_bytes -= route.cost_bytes;
         (route.reply)(c.result, c.data);
+        if let Some(n) = route.notify
+            && !self.to_notify.iter().any(|m| Arc::ptr_eq(m, &n))
+        {
+            self.to_notify.push(n);
+        }
         if self.held_back {
             self.held_back = false;
             let _ = self.waker.wake();
+        }
+    }
+}
+
+impl LocalSource {
+    /// The server's pass is done: run the notifications its replies owe.
+    pub fn end_pass(&mut self) {
+        for n in self.to_notify.drain(..) {
+            n();
         }
     }
 }
@@ -159,6 +183,7 @@ mod tests {
             no_hole: false,
             payload: None,
             reply: Box::new(move |r, _| log.lock().unwrap().push(r)),
+            notify: None,
         }
     }
 
@@ -198,5 +223,41 @@ mod tests {
         src.take(&mut budget, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(src.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_pass_notifies_each_source_once_however_many_replies_it_got() {
+        let poll = mio::Poll::new().unwrap();
+        let (mut src, tx) = LocalSource::new(poll.registry(), mio::Token(9)).unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let c = calls.clone();
+        let notify: NotifyFn = Arc::new(move || {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for _ in 0..3 {
+            let mut r = req(ReqKind::Flush, 0, log.clone());
+            r.notify = Some(notify.clone());
+            assert!(tx.send(r).is_ok());
+        }
+        let mut budget = Budget::new(8192, 1 << 20);
+        let mut out = Vec::new();
+        src.take(&mut budget, &mut out);
+        for r in out {
+            let c = VmCompletion {
+                id: r.id,
+                volume: r.volume,
+                kind: r.kind,
+                result: Ok(()),
+                data: None,
+            };
+            src.complete(c, &mut budget);
+        }
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+        src.end_pass();
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        src.end_pass();
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(log.lock().unwrap().len(), 3);
     }
 }

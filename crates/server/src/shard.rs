@@ -350,6 +350,10 @@ impl Shard {
     /// End of a pass: timers, the engine's outputs, replies written.
     pub(crate) fn pass_end(&mut self) {
         self.tick_and_drive();
+        // One guest signal per vhost-user queue answered in this pass.
+        if let Some(l) = &mut self.local {
+            l.end_pass();
+        }
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         dirty.dedup();

@@ -22,11 +22,10 @@ use std::thread::JoinHandle;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
 
 use crate::local::Submitter;
 use crate::nbd::conn::Export;
-use blk::{BlkBackend, BlkDevice, DONE_EVENT, MAX_QUEUES};
+use blk::{BlkBackend, BlkDevice};
 
 /// How often an idle socket thread checks for the server stopping.
 const ACCEPT_POLL_MS: i32 = 100;
@@ -162,13 +161,7 @@ fn serve_socket(
             continue;
         }
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<()>::new());
-        let backend = match BlkBackend::new(dev.clone(), mem.clone(), submit.clone()) {
-            Ok(b) => Arc::new(b),
-            Err(e) => {
-                tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
-                return;
-            }
-        };
+        let backend = Arc::new(BlkBackend::new(dev.clone(), mem.clone(), submit.clone()));
         let mut daemon = match VhostUserDaemon::new(dev.name.clone(), backend.clone(), mem) {
             Ok(d) => d,
             Err(e) => {
@@ -176,14 +169,6 @@ fn serve_socket(
                 return;
             }
         };
-        let handlers = daemon.get_epoll_handlers();
-        for (q, h) in handlers.iter().enumerate().take(MAX_QUEUES) {
-            if let Err(e) = h.register_listener(backend.done_fd(q), EventSet::IN, DONE_EVENT) {
-                tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
-                return;
-            }
-        }
-        drop(handlers);
         if let Err(e) = daemon.start(&mut listener) {
             tracing::warn!(volume = dev.name.as_str(), "vhost-user: {e}");
             continue;
@@ -200,6 +185,7 @@ fn serve_socket(
         if let Ok(mut c) = current.lock() {
             *c = None;
         }
+        backend.disconnected();
         // Dropping the daemon stops its queue workers; requests of this frontend still in
         // the engine complete there, and their replies go nowhere.
     }
