@@ -7,7 +7,9 @@ serving K files of the same random bytes on page-cached storage. The server runs
 `taskset -c SERVER_CPUS`, fio under `taskset -c CLIENT_CPUS`. Prints per server and job:
 IOPS (sum over the K jobs), p99 (worst job) and the server's CPU seconds per million
 requests (utime + stime of its processes, from /proc, over the measured run), median of
---reps runs, and each one's ratio to tiervisor at --threads K.
+--reps runs, and each one's ratio to tiervisor at --threads K. Every server of one K is up
+at once and the runs interleave (rep 1 of each, then rep 2 of each), so load from
+elsewhere on the machine does not fall on one server only.
 
 Usage: bench/shard_peers.py [--volumes 1,2] [--reps 3] [--runtime 5] [--size 512m]
        [--server-cpus 0] [--client-cpus 1] [--workdir /tmp/tv-shard-bench]
@@ -60,7 +62,7 @@ provisioning = "thick"
 """ for i in range(k))
     # Each shard's slice of the pool holds its volumes and its metadata.
     pool_mib = k * (size_bytes(size) >> 20) + 96 * k + 64
-    d = os.path.join(work, f"tv-{threads}")
+    d = os.path.join(work, f"tv-{threads}-{os.path.basename(binary)}")
     os.environ["TIERVISOR_BIN"] = binary
     extra = f"threads = {threads}\n" if threads > 1 else ""
     p, port = peers.serve_config(d, f"""{extra}[[pool]]
@@ -158,19 +160,30 @@ def main():
             servers.append((f"tv-threads{k}", lambda: start_tiervisor(a.workdir, raws, k, a.size, a.server_cpus, binary)))
         servers.append(("nbdkit", lambda: start_nbdkit(a.workdir, raws, a.server_cpus)))
         servers.append(("qemu-nbd", lambda: start_qemu_nbd(a.workdir, raws, a.server_cpus)))
-        for name, start in servers:
-            procs, uris, cleanup = start()
-            pids = [p.pid for p in procs]
-            try:
-                for job, rw in JOBS:
-                    runs = [run_fio(uris, rw, a.size, a.runtime, a.client_cpus, pids, fio_dir) for _ in range(a.reps)]
-                    r = {m: statistics.median(x[m] for x in runs) for m in runs[0]}
+        # Every server runs at once (idle ones cost nothing), and the runs interleave:
+        # rep 1 of each server, then rep 2 of each, so a burst of load from elsewhere on
+        # the machine does not land on one server only.
+        started = []
+        try:
+            for name, start in servers:
+                procs, uris, cleanup = start()
+                started.append((name, procs, uris, cleanup))
+            for job, rw in JOBS:
+                runs = {name: [] for name, _, _, _ in started}
+                for _ in range(a.reps):
+                    for name, procs, uris, _ in started:
+                        pids = [p.pid for p in procs]
+                        runs[name].append(run_fio(uris, rw, a.size, a.runtime, a.client_cpus, pids, fio_dir))
+                for name, rs in runs.items():
+                    r = {m: statistics.median(x[m] for x in rs) for m in rs[0]}
                     results.setdefault(str(k), {}).setdefault(job, {})[name] = r
                     print(f"K={k} {name:12} {job:18} {r['iops']:10.0f} IOPS  p99 {r['p99_us']:8.1f} us  "
                           f"{r['cpu_s_per_mreq']:6.2f} CPU s/Mreq", file=sys.stderr)
-            finally:
+        finally:
+            for _, procs, _, _ in started:
                 for p in procs:
                     p.send_signal(signal.SIGTERM)
+            for _, procs, _, cleanup in started:
                 for p in procs:
                     p.wait(timeout=60)
                 cleanup()

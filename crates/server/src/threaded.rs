@@ -547,10 +547,18 @@ impl Threads {
             return;
         }
         if h.conn.in_transmission() {
-            let Some((e, k)) = h.conn.export().and_then(|i| union.get(i)).cloned() else {
+            let owner = h.conn.export().and_then(|i| union.get(i)).cloned();
+            let mut h = self.handshakes.remove(key);
+            let Some((e, k)) = owner else {
+                // The export chosen is gone from the list it was chosen from: cannot be,
+                // as volumes are never removed; close rather than serve the wrong one.
+                let _ = self.registry.deregister(h.stream.source());
+                self.lines.push(format!(
+                    "closed connection from {}: its export has no shard",
+                    h.peer
+                ));
                 return;
             };
-            let mut h = self.handshakes.remove(key);
             let _ = self.registry.deregister(h.stream.source());
             let handed = Handed {
                 stream: h.stream,
