@@ -503,6 +503,9 @@ impl Shard {
                             d.upsert(e, self.index);
                         }
                     }
+                    if let Some(v) = &mut self.vhost {
+                        v.remove(&volume);
+                    }
                     format!("deleted volume {volume}")
                 }
                 EngineEvent::Ready => "ready".into(),
@@ -880,11 +883,13 @@ impl Shard {
     pub(crate) fn server_stats(&self) -> ServerStats {
         let mut s = self.stats.clone();
         s.uptime_s = self.t0.elapsed().as_secs_f64();
+        // A VM attached over vhost-user counts as a connection to its volume.
+        let vhost = |name: &str| self.vhost.as_ref().map_or(0, |v| v.connected(name));
         s.connections_per_export = self
             .exports
             .iter()
-            .map(|e| e.name.clone())
             .zip(self.per_export.iter().copied())
+            .map(|(e, n)| (e.name.clone(), n + vhost(&e.name)))
             .collect();
         s.inflight_per_connection = self
             .conns

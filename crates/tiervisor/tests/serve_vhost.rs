@@ -251,7 +251,7 @@ fn a_frontend_that_vanishes_mid_flight_loses_no_flushed_write_and_the_socket_ser
 }
 
 #[test]
-fn a_volume_created_at_run_time_gets_a_socket() {
+fn a_volume_created_at_run_time_gets_a_socket_and_deleting_it_detaches_the_vm() {
     let dir = TempDir::new("vhost-create");
     let server = start(&dir);
     let out = support::run(
@@ -276,6 +276,28 @@ fn a_volume_created_at_run_time_gets_a_socket() {
     assert_eq!(c.capacity_bytes(), 8 << 20);
     assert_eq!(c.write(8, &pattern(5, 4096)).unwrap(), S_OK);
     assert_eq!(c.read(8, 4096).unwrap(), (S_OK, pattern(5, 4096)));
+    // A VM attached over vhost-user counts as a client: delete is refused unless forced,
+    // and a forced delete disconnects it and removes the socket.
+    let ctl = |args: &[&str]| {
+        support::try_run(
+            std::process::Command::new(support::bin())
+                .arg("ctl")
+                .args(args)
+                .arg("--data-dir")
+                .arg(dir.path()),
+        )
+    };
+    let (ok, out) = ctl(&["volume", "delete", "fresh"]);
+    assert!(!ok && out.contains("client connection"), "{out}");
+    let (ok, out) = ctl(&["volume", "delete", "fresh", "--force", "--wait"]);
+    assert!(ok, "{out}");
+    assert!(!path.exists(), "socket of a deleted volume left behind");
+    c.push(0, 0, T_IN, 0, &[], 4096);
+    let _ = c.kick(0);
+    assert!(
+        c.reap(0, 2000).is_err(),
+        "a deleted volume's frontend was still served"
+    );
     drop(c);
     assert_eq!(server.term(), Some(0));
 }

@@ -37,13 +37,31 @@ struct Socket {
     thread: Option<JoinHandle<()>>,
     /// The connected frontend, to disconnect at stop.
     current: Arc<Mutex<Option<ShutdownHandle>>>,
+    /// Set to stop this socket (server stop, volume deleted).
+    closing: Arc<AtomicBool>,
+}
+
+impl Socket {
+    /// Disconnect the frontend, end the thread (a ring stop waiting for requests of this
+    /// server's thread gives up at once: `closing`), remove the socket file.
+    fn close(&mut self) {
+        self.closing.store(true, Ordering::Release);
+        if let Ok(c) = self.current.lock()
+            && let Some(h) = c.as_ref()
+        {
+            h.shutdown();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Every volume's socket.
 pub struct VhostUser {
     dir: PathBuf,
     submit: Submitter,
-    stop: Arc<AtomicBool>,
     sockets: Vec<Socket>,
 }
 
@@ -59,7 +77,6 @@ impl VhostUser {
         Ok(VhostUser {
             dir: dir.to_path_buf(),
             submit,
-            stop: Arc::new(AtomicBool::new(false)),
             sockets: Vec::new(),
         })
     }
@@ -76,15 +93,16 @@ impl VhostUser {
         let listener = Listener::new(&path, true)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         let size_bytes = Arc::new(AtomicU64::new(export.size_bytes));
+        let closing = Arc::new(AtomicBool::new(false));
         let dev = BlkDevice {
             name: export.name.clone(),
             volume: export.volume,
             size_bytes: size_bytes.clone(),
             read_only: export.read_only,
-            stopping: self.stop.clone(),
+            stopping: closing.clone(),
         };
         let current = Arc::new(Mutex::new(None));
-        let (submit, stop, cur) = (self.submit.clone(), self.stop.clone(), current.clone());
+        let (submit, stop, cur) = (self.submit.clone(), closing.clone(), current.clone());
         let thread = std::thread::Builder::new()
             .name(format!("vhost-{}", export.name))
             .spawn(move || serve_socket(listener, dev, submit, stop, cur))
@@ -95,6 +113,7 @@ impl VhostUser {
             size_bytes,
             thread: Some(thread),
             current,
+            closing,
         });
         Ok(())
     }
@@ -111,21 +130,31 @@ impl VhostUser {
         }
     }
 
+    /// Frontends attached to `volume` (0 or 1), counted with its NBD connections: a
+    /// volume is not deleted under a VM unless forced.
+    pub fn connected(&self, volume: &str) -> u64 {
+        let attached = |s: &Socket| s.current.lock().is_ok_and(|c| c.is_some());
+        (self.sockets.iter())
+            .filter(|s| s.name == volume && attached(s))
+            .count() as u64
+    }
+
+    /// `volume` was deleted: disconnect its frontend and remove its socket.
+    pub fn remove(&mut self, volume: &str) {
+        for s in self.sockets.iter_mut().filter(|s| s.name == volume) {
+            s.close();
+        }
+        self.sockets.retain(|s| s.name != volume);
+    }
+
     /// Disconnect every frontend, stop the threads and remove the sockets.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        // Every socket told first, so the frontends are all disconnected before any join.
         for s in &self.sockets {
-            if let Ok(c) = s.current.lock()
-                && let Some(h) = c.as_ref()
-            {
-                h.shutdown();
-            }
+            s.closing.store(true, Ordering::Release);
         }
         for s in &mut self.sockets {
-            if let Some(t) = s.thread.take() {
-                let _ = t.join();
-            }
-            let _ = std::fs::remove_file(&s.path);
+            s.close();
         }
     }
 }
