@@ -297,8 +297,9 @@ fn bad_input_closes_only_that_connection() {
     g.write_all(&[0xff; 64]).unwrap();
     g.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert!(matches!(g.read(&mut b), Ok(0) | Err(_)));
-    let log = s.log();
-    assert!(log.contains("bad request magic"), "{log}");
+    // The line may follow the close by a moment: with several shards it is logged by the
+    // front, after the shard that closed the connection sends it over.
+    s.wait_log("bad request magic");
 }
 
 #[test]
