@@ -166,8 +166,17 @@ fn a_read_only_volume_says_so_and_refuses_writes() {
     assert_eq!(c.range(T_DISCARD, 0, 8, 0).unwrap(), S_UNSUPP);
     assert_eq!(c.read(0, 4096).unwrap().0, S_OK);
     assert_eq!(c.flush().unwrap(), S_OK);
-    drop(c);
+    // A clean stop with the frontend still attached: it is disconnected, the stop is clean
+    // and the socket is removed.
+    let t = std::time::Instant::now();
     assert_eq!(server.term(), Some(0));
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!sock(dir.path(), "golden").exists());
+    drop(c);
 }
 
 #[test]
