@@ -348,9 +348,14 @@ impl Server {
         };
         s.listen(bound)?;
         // With several shards each serves its own volumes' sockets (`threaded.rs`).
-        if let (Some(dir), Shards::One(shard)) = (s.cfg.vhost_user_dir.clone(), &mut s.shards) {
-            let line = shard.start_vhost(&dir)?;
-            (s.log)(&line);
+        if let Some(dir) = s.cfg.vhost_user_dir.clone() {
+            let lines = match &mut s.shards {
+                Shards::One(shard) => vec![shard.start_vhost(&dir)?],
+                Shards::Threads(t) => t.start_vhost(&dir)?,
+            };
+            for l in lines {
+                (s.log)(&l);
+            }
         }
         Ok(s)
     }

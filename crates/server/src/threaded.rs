@@ -57,6 +57,12 @@ enum ToShard {
         pool_space: Vec<PoolSpace>,
         reply: Sender<String>,
     },
+    /// Open the vhost-user sockets of the shard's volumes (once the front listens and
+    /// the thick volumes are allocated, as with one shard).
+    Vhost {
+        dir: std::path::PathBuf,
+        reply: Sender<Result<String, String>>,
+    },
     Stop,
 }
 
@@ -160,12 +166,6 @@ fn shard_main(
     let mut log = |l: &str| say(FromShard::Lines(vec![format!("shard {k}: {l}")]));
     if let Err(e) = mount(&mut shard, &mut poll, mode, &mut log) {
         return say(FromShard::Failed(format!("shard {k}: {e}")));
-    }
-    if let Some(dir) = cfg.vhost_user_dir.clone() {
-        match shard.start_vhost(&dir) {
-            Ok(line) => log(&line),
-            Err(e) => return say(FromShard::Failed(format!("shard {k}: {e}"))),
-        }
     }
     let thick = shard
         .engine
@@ -277,6 +277,9 @@ fn on_message(shard: &mut Shard, m: ToShard) {
                 stats.pool_space = pool_space;
             }
             let _ = reply.send(admin::metrics_text(&shard.engine, &stats));
+        }
+        ToShard::Vhost { dir, reply } => {
+            let _ = reply.send(shard.start_vhost(&dir));
         }
         ToShard::Stop => shard.begin_shutdown(),
     }
@@ -391,6 +394,26 @@ impl Threads {
             }
         }
         Ok((t, thick))
+    }
+
+    /// Every shard opens its volumes' vhost-user sockets in `dir`; the lines to log.
+    pub(crate) fn start_vhost(&self, dir: &std::path::Path) -> Result<Vec<String>, String> {
+        let mut lines = Vec::new();
+        for (k, h) in self.shards.iter().enumerate() {
+            let (tx, rx) = channel();
+            if !h.send(ToShard::Vhost {
+                dir: dir.to_path_buf(),
+                reply: tx,
+            }) {
+                return Err(format!("shard {k} is not running"));
+            }
+            match rx.recv_timeout(ANSWER_TIMEOUT) {
+                Ok(Ok(line)) => lines.push(format!("shard {k}: {line}")),
+                Ok(Err(e)) => return Err(format!("shard {k}: {e}")),
+                Err(_) => return Err(format!("shard {k} did not open its vhost-user sockets")),
+            }
+        }
+        Ok(lines)
     }
 
     /// Start failed: stop the shards already mounted (they have served nothing).
