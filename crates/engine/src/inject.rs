@@ -102,9 +102,8 @@ impl InjectedBug {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     /// One per live-migration scheme, and the pivot's: DST's CI seed set catches all but
-    /// `aio-unordered-dups`, `mirror-acks-early` and `pivot-flush-early`
-    /// (`crates/sim/tests/dst.rs` says why), `tests/migration.rs` catches every one at the
-    /// engine level (docs/TESTING.md).
+    /// `aio-unordered-dups`, which seeds 768..1024 catch (`crates/sim/tests/dst.rs` says
+    /// why); `tests/migration.rs` catches every one at the engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 6] {
         [
             InjectedBug::DbtMissesDirty,

@@ -6,6 +6,7 @@ mod create;
 mod delete;
 mod device;
 mod pattern;
+mod probe;
 mod reference;
 mod resize;
 mod runner;
@@ -72,6 +73,8 @@ pub fn run_range(
                             t.shards += st.shards;
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_deleted += st.volumes_deleted;
+                            t.probe_seeds += st.probe_seeds;
+                            t.probe_crashes += st.probe_crashes;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -24,6 +24,7 @@ use tiervisor_engine::{
 
 use super::device::{DataDevice, Faults, below};
 use super::pattern::{SECTOR, Seen, decode, sector_data};
+use super::probe::{Follow, Probe};
 use super::reference::RefDisk;
 use super::space::SpaceFaults;
 
@@ -79,6 +80,10 @@ pub struct DstStats {
     pub volumes_resized: u64,
     /// Volumes deleted while running and announced (`Control::DeleteVolume`).
     pub volumes_deleted: u64,
+    /// Seeds that ran the migration-heavy profile (`probe.rs`), and the power losses it
+    /// made right after a FLUSH completed or a pivot became durable.
+    pub probe_seeds: u64,
+    pub probe_crashes: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -157,6 +162,8 @@ struct Sim {
     /// Volumes grown at run time, in the seeds that create them (`resize.rs`).
     resizes: Option<super::resize::ResizeDraws>,
     deletes: Option<super::delete::DeleteDraws>,
+    /// The migration-heavy profile, in a share of the migrating seeds (`probe.rs`).
+    probe: Option<Probe>,
 }
 
 type Fail = String;
@@ -439,6 +446,30 @@ impl Sim {
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
         }
+        let mut mrng = Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x4d16_u64.rotate_left(36));
+        // Half the seeds start, cancel and crash live storage migrations (every scheme
+        // and `auto`); TIERVISOR_DST_NO_MIGRATE=1 leaves them out to compare counters.
+        let enabled = std::env::var_os("TIERVISOR_DST_NO_MIGRATE").is_none();
+        let mrng = (enabled && below(&mut mrng, 2) == 0).then_some(mrng);
+        let logged = engine_cfg.pools.iter().any(|p| p.log)
+            || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
+        // The migration-heavy profile (`probe.rs`), in a share of the migrating seeds
+        // that do not log: every volume there is thin and pinned, so every one may move.
+        let probe = Probe::draw(
+            cfg.seed,
+            mrng.is_some() && !logged,
+            cfg.faults >= Faults::Crash,
+        );
+        if probe.is_some() {
+            for v in &mut engine_cfg.volumes {
+                v.provisioning = Provisioning::Thin;
+                v.placement = Placement::Pinned;
+                v.fast_pool = None;
+            }
+        }
+        if probe.is_some() && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
+            eprintln!("the migration-heavy profile is on (probe.rs)");
+        }
         let engine =
             Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
         let mut devs: Vec<DataDevice> = engine_cfg
@@ -480,19 +511,12 @@ impl Sim {
             })
             .collect();
         let max_in_flight = 1 + below(&mut rng, 24) as usize;
-        let mut mrng = Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x4d16_u64.rotate_left(36));
-        // Half the seeds start, cancel and crash live storage migrations (every scheme
-        // and `auto`); TIERVISOR_DST_NO_MIGRATE=1 leaves them out to compare counters.
-        let enabled = std::env::var_os("TIERVISOR_DST_NO_MIGRATE").is_none();
-        let mrng = (enabled && below(&mut mrng, 2) == 0).then_some(mrng);
         // A share of the seeds run out of space (their own stream, so the others replay as
         // before); TIERVISOR_DST_NO_SPACE=1 leaves them out to compare counters.
         let space_on = std::env::var_os("TIERVISOR_DST_NO_SPACE").is_none();
         let space = (space_on && cfg.faults >= Faults::Crash)
             .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
             .flatten();
-        let logged = engine_cfg.pools.iter().any(|p| p.log)
-            || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
         let creates = super::create::CreateDraws::draw(cfg.seed, logged, mrng.is_some());
         let resizes = super::resize::ResizeDraws::draw(cfg.seed, creates.is_some());
         let deletes =
@@ -526,6 +550,7 @@ impl Sim {
             creates,
             resizes,
             deletes,
+            probe,
         })
     }
 
@@ -843,6 +868,22 @@ impl Sim {
             {
                 self.volume_resized(volume, *size_bytes)?;
             }
+            if let EngineEvent::MigrationPhase { volume, phase, .. } = &e
+                && let Some(v) = self.engine.volume_id(volume)
+                && self.probe.is_some()
+            {
+                let done_on = (*phase == "done")
+                    .then(|| self.engine.engine_for(v))
+                    .flatten()
+                    .and_then(|(e, l)| e.migration_status(l))
+                    .map(|st| st.to.0);
+                if let Some(p) = self.probe.as_mut() {
+                    if let Some(pool) = done_on {
+                        p.now_on(v.0, pool);
+                    }
+                    p.phase(v.0, phase, !self.recovering);
+                }
+            }
             if let EngineEvent::VolumeDeleted { volume } = e {
                 // After this batch's completions: the volume's last ones may be in it.
                 deleted.push(volume);
@@ -945,9 +986,20 @@ impl Sim {
             }
             ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes => {
                 self.refs[v].complete_write(r.first, r.n, r.version, result.is_ok(), r.fua, t);
+                if let Some(p) = self.probe.as_mut()
+                    && r.kind == ReqKind::Write
+                    && result.is_ok()
+                {
+                    p.write_done(r.vol, r.first, r.n);
+                }
             }
             ReqKind::Flush => {
                 self.last_flush[v] = Some(result);
+                if let Some(p) = self.probe.as_mut()
+                    && result.is_ok()
+                {
+                    p.flush_done(r.vol);
+                }
                 if result.is_ok() {
                     let oldest = self
                         .reqs
@@ -1028,7 +1080,13 @@ impl Sim {
     /// sequential runs, overlapping whatever is in flight.
     fn random_request(&mut self) -> Result<(), Fail> {
         let nv = self.refs.len() as u64;
-        let vol = below(&mut self.rng, nv) as u32;
+        let pick = below(&mut self.rng, nv);
+        let focused = self
+            .probe
+            .as_mut()
+            .and_then(|p| p.focus(pick))
+            .filter(|&v| u64::from(v) < nv);
+        let vol = focused.unwrap_or(pick as u32);
         if self
             .deletes
             .as_ref()
@@ -1051,6 +1109,11 @@ impl Sim {
             }
             4..=5 => self.last_end[vol as usize].min(sectors - n),
             _ => below(&mut self.rng, sectors - n + 1),
+        };
+        let chunk_sectors = self.engine_cfg.chunk_bytes / SECTOR as u64;
+        let first = match self.probe.as_mut().filter(|_| focused.is_some()) {
+            Some(p) => p.place(first, n, sectors, chunk_sectors),
+            None => first,
         };
         self.last_end[vol as usize] = (first + n) % sectors;
         let (kind, fua, no_hole) = match below(&mut self.rng, 100) {
@@ -1144,6 +1207,9 @@ impl Sim {
             );
         }
         self.stats.crashes += 1;
+        if let Some(p) = self.probe.as_mut() {
+            p.crashed();
+        }
         self.check_sched_wait()?;
         self.fold_engine_counters();
         for p in 0..self.devs.len() {
@@ -1204,6 +1270,10 @@ impl Sim {
     /// pool with a random scheme and parameters, cancel one, or change its rate. Refusals
     /// (ineligible volume, a job already running) are part of the test, not failures.
     fn migration_action(&mut self) -> Result<bool, Fail> {
+        // The migration-heavy profile (`probe.rs`) wants jobs that reach their pivot:
+        // no slow copy rates, a third of the cancels, and each to the pool the volume is
+        // not on (as far as its last job or its configuration says).
+        let heavy = self.probe.is_some();
         let Some(m) = self.mrng.as_mut() else {
             return Ok(false);
         };
@@ -1215,14 +1285,30 @@ impl Sim {
         let mut out = Outputs::default();
         let now = self.now_ns;
         if roll < 6 {
-            let to = PoolId(below(m, 2) as u16);
+            let mut to = PoolId(below(m, 2) as u16);
+            if let Some(on) = self.lives_on(vol) {
+                to = PoolId(1 - on);
+            }
+            let Some(m) = self.mrng.as_mut() else {
+                return Ok(false);
+            };
             let mut p = MigrationParams::new(to);
-            // Every scheme, and now and then `auto` (which picks by predicted cost).
-            let i = below(m, Scheme::ALL.len() as u64 + 1) as usize;
+            // Every scheme, and now and then `auto` (which picks by predicted cost); the
+            // profile draws mirror and AIO twice as often (their windows are the
+            // narrowest: one duplicate's flight).
+            let mut i = below(m, Scheme::ALL.len() as u64 + 1 + 2 * u64::from(heavy)) as usize;
+            if i > Scheme::ALL.len() {
+                i = [1, 4][i - Scheme::ALL.len() - 1];
+            }
             p.scheme = Scheme::ALL
                 .get(i)
                 .map_or(SchemeChoice::Auto, |&s| SchemeChoice::Fixed(s));
             p.rate_bytes_per_s = [256u64 << 10, 4 << 20, 1 << 30][below(m, 3) as usize];
+            if heavy {
+                // Slow enough that writes meet the copied region, fast enough to pivot
+                // between power losses.
+                p.rate_bytes_per_s = p.rate_bytes_per_s.max(1 << 20);
+            }
             let cb = self.engine_cfg.chunk_bytes;
             p.granularity_bytes = cb >> below(m, 5).min((cb / 512).ilog2() as u64);
             p.granularity_bytes = p.granularity_bytes.max(cb / 64);
@@ -1240,20 +1326,43 @@ impl Sim {
                     to.0
                 );
             }
-            if res.is_ok() {
+            if let Ok(st) = &res {
                 self.stats.migrations += 1;
+                if let Some(pr) = self.probe.as_mut() {
+                    // A job starts without a phase event.
+                    pr.phase(vol.0, st.phase.name(), true);
+                    if st.from == [to] {
+                        pr.now_on(vol.0, to.0);
+                    }
+                }
             }
         } else if roll < 9 {
+            if heavy && below(m, 3) != 0 {
+                return Ok(false);
+            }
             let res = self.engine.cancel_migration(now, vol, &mut out);
             if self.trace {
                 eprintln!("[{}] cancel migration of vol {}: {res:?}", self.at(), vol.0);
             }
         } else {
-            let rate = [128u64 << 10, 8 << 20, 1 << 30][below(m, 3) as usize];
+            let mut rate = [128u64 << 10, 8 << 20, 1 << 30][below(m, 3) as usize];
+            if heavy {
+                rate = rate.max(1 << 20);
+            }
             let _ = self.engine.set_migration_rate(now, vol, rate, &mut out);
         }
         self.pump(&mut out)?;
         Ok(true)
+    }
+
+    /// In the migration-heavy profile, the pool volume `vol` lives on, as the profile saw
+    /// it or else its configuration says.
+    fn lives_on(&self, vol: VolumeId) -> Option<u16> {
+        let p = self.probe.as_ref()?;
+        p.lives_on(vol.0).or_else(|| {
+            let v = self.engine_cfg.volumes.get(vol.0 as usize)?;
+            Some(v.home_pool.0)
+        })
     }
 
     fn recover(&mut self) -> Result<(), Fail> {
@@ -1399,21 +1508,46 @@ impl Sim {
             if let Some(sp) = self.space.as_mut() {
                 sp.on_step(self.step);
             }
-            let roll = below(&mut self.rng, 1000);
-            let aimed = self.cfg.faults >= Faults::Crash
-                && self.deletes.as_mut().is_some_and(|d| d.crash_now());
-            if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0 || aimed
-            {
-                self.crash()?;
-            } else if self.migration_action()?
-                || self.create_action()?
-                || self.resize_action()?
-                || self.delete_action()?
-            {
-            } else if self.reqs.len() < self.max_in_flight && (roll < 450 || self.heap.is_empty()) {
-                self.random_request()?;
+            // The migration-heavy profile's follow-ups go first, before any other event.
+            let follow = self.probe.as_mut().and_then(|p| p.next());
+            if let Some(f) = follow {
+                match f {
+                    Follow::Crash => self.crash()?,
+                    // The engine refuses requests to a volume being deleted; a deleted one
+                    // is gone from the reference.
+                    Follow::Req { vol, .. }
+                        if vol as usize >= self.refs.len()
+                            || self
+                                .deletes
+                                .as_ref()
+                                .is_some_and(|d| d.refuses(vol as usize)) => {}
+                    Follow::Req {
+                        vol,
+                        kind,
+                        first,
+                        n,
+                    } => self.submit(vol, kind, first, n, false, false)?,
+                }
             } else {
-                self.next_event()?;
+                let roll = below(&mut self.rng, 1000);
+                let aimed = self.cfg.faults >= Faults::Crash
+                    && self.deletes.as_mut().is_some_and(|d| d.crash_now());
+                if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0
+                    || aimed
+                {
+                    self.crash()?;
+                } else if self.migration_action()?
+                    || self.create_action()?
+                    || self.resize_action()?
+                    || self.delete_action()?
+                {
+                } else if self.reqs.len() < self.max_in_flight
+                    && (roll < 450 || self.heap.is_empty())
+                {
+                    self.random_request()?;
+                } else {
+                    self.next_event()?;
+                }
             }
             if self.step.is_multiple_of(64) {
                 self.engine.check_invariants()?;
@@ -1439,6 +1573,10 @@ impl Sim {
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
+        if let Some(p) = &self.probe {
+            self.stats.probe_seeds = 1;
+            self.stats.probe_crashes = p.crashes;
+        }
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;
