@@ -18,8 +18,9 @@ journal = "1m"
 name = "ssd"
 path = "ssd.pool"
 # Room for all five thick creations of the kill test (17 chunks each with its journal)
-# whatever number of them survive their kill.
-size = "128m"
+# whatever number of them survive their kill, on one shard's slice too when the serve
+# tests run with two (TIERVISOR_TEST_THREADS=2: each shard has half of every pool).
+size = "256m"
 kind = "ssd"
 [[pool]]
 name = "hdd"
