@@ -210,14 +210,6 @@ fn random_writes_trims_and_zeroes_match_the_reference() {
 
 #[test]
 fn logged_writes_are_data_before_and_after_they_land() {
-    let mut cfg = config(1 << 20);
-    for p in &mut cfg.pools {
-        p.log = true;
-    }
-    cfg.log = LogConfig {
-        segment_bytes: 2 * MIB,
-        append_bytes: 64 << 10,
-        ..LogConfig::default()
-    };
+    let cfg = log_config();
     random_ops_match_the_reference(cfg, "log");
 }

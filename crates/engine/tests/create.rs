@@ -7,26 +7,8 @@ mod common;
 use common::*;
 use tiervisor_engine::*;
 
-fn new_volume(name: &str, size_bytes: u64, pool: u16, provisioning: Provisioning) -> VolumeConfig {
-    VolumeConfig {
-        name: name.into(),
-        size_bytes,
-        home_pool: PoolId(pool),
-        fast_pool: None,
-        provisioning,
-        placement: Placement::Pinned,
-        log: None,
-        qos: Default::default(),
-    }
-}
-
 fn create(r: &mut Rig, vc: VolumeConfig) -> Result<(), ControlError> {
-    let mut out = Outputs::default();
-    let res = r
-        .engine
-        .control(r.now, Control::CreateVolume { config: vc }, &mut out);
-    r.drain(out);
-    res
+    control(r, Control::CreateVolume { config: vc })
 }
 
 fn created(r: &Rig, name: &str) -> bool {
@@ -228,16 +210,7 @@ fn an_announced_volume_that_was_never_recorded_is_lost_by_a_crash() {
 /// log gets its small writes logged, and they survive a crash once flushed.
 #[test]
 fn a_volume_created_on_a_log_pool_logs_its_small_writes_and_keeps_them() {
-    let mut cfg = config(1 << 20);
-    for p in &mut cfg.pools {
-        p.log = true;
-    }
-    cfg.log = LogConfig {
-        segment_bytes: 2 * MIB,
-        append_bytes: 64 << 10,
-        ..LogConfig::default()
-    };
-    let mut r = Rig::new(cfg);
+    let mut r = Rig::new(log_config());
     create(&mut r, new_volume("lg", 16 * MIB, 1, Provisioning::Thin)).unwrap();
     assert!(created(&r, "lg"));
     let mut want = Vec::new();

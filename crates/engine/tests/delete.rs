@@ -6,29 +6,9 @@
 mod common;
 
 use common::*;
-use tiervisor_engine::config::{LogConfig, Placement, Provisioning, VolumeConfig};
+use tiervisor_engine::config::Provisioning;
 use tiervisor_engine::jobs::migrate::MigrationParams;
 use tiervisor_engine::*;
-
-fn new_volume(name: &str, size_bytes: u64, pool: u16, provisioning: Provisioning) -> VolumeConfig {
-    VolumeConfig {
-        name: name.into(),
-        size_bytes,
-        home_pool: PoolId(pool),
-        fast_pool: None,
-        provisioning,
-        placement: Placement::Pinned,
-        log: None,
-        qos: Default::default(),
-    }
-}
-
-fn control(r: &mut Rig, c: Control) -> Result<(), ControlError> {
-    let mut out = Outputs::default();
-    let res = r.engine.control(r.now, c, &mut out);
-    r.drain(out);
-    res
-}
 
 fn delete(r: &mut Rig, name: &str) -> Result<(), ControlError> {
     let volume = r.engine.volume_id(name).expect("volume exists");
@@ -286,16 +266,7 @@ fn a_deleted_configured_volume_is_not_created_again_at_start() {
 /// A logged volume's segments hold only its data: they are given back with it.
 #[test]
 fn a_logged_volume_gives_its_log_segments_back() {
-    let mut cfg = config(1 << 20);
-    for p in &mut cfg.pools {
-        p.log = true;
-    }
-    cfg.log = LogConfig {
-        segment_bytes: 2 * MIB,
-        append_bytes: 64 << 10,
-        ..LogConfig::default()
-    };
-    let mut r = Rig::new(cfg);
+    let mut r = Rig::new(log_config());
     for i in 0..64u64 {
         r.write("thin", (i * 37 % 4000) * 4096, &pattern(i as u8, 4096));
     }

@@ -7,20 +7,6 @@ mod common;
 use common::*;
 use tiervisor_engine::*;
 
-/// Both pools log; small segments and appends so the cleaner has work.
-fn log_config() -> EngineConfig {
-    let mut cfg = config(1 << 20);
-    for p in &mut cfg.pools {
-        p.log = true;
-    }
-    cfg.log = LogConfig {
-        segment_bytes: 2 * MIB,
-        append_bytes: 64 << 10,
-        ..LogConfig::default()
-    };
-    cfg
-}
-
 fn log_report(r: &Rig, pool: usize) -> LogReport {
     r.engine.report().pools[pool]
         .log

@@ -62,15 +62,7 @@ fn worse_prefers_a_device_error_to_enospc() {
 /// were acknowledged from RAM land once space returns.
 #[test]
 fn writes_behind_appends_waiting_for_space_end_instead_of_waiting_forever() {
-    let mut cfg = config(1 << 20);
-    for p in &mut cfg.pools {
-        p.log = true;
-    }
-    cfg.log = LogConfig {
-        segment_bytes: 2 * MIB,
-        append_bytes: 64 << 10,
-        ..LogConfig::default()
-    };
+    let cfg = log_config();
     let mut r = Rig::new(cfg);
     r.fail_writes = Some(Errno::NoSpc);
     let mut acked = Vec::new();

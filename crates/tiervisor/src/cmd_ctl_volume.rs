@@ -100,36 +100,16 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 started(&target, &answer, &text);
                 return Ok(());
             }
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let v = list(&target)?;
-                match state_of(&v, &name) {
-                    Some("ready") => {
-                        if target.json {
-                            let entry = v["volumes"]
-                                .as_array()
-                                .and_then(|a| a.iter().find(|x| x["name"] == name.as_str()));
-                            println!("{}", entry.unwrap_or(&Value::Null));
-                        } else {
-                            println!("{name}: created and exported");
-                        }
-                        return Ok(());
-                    }
-                    Some(_) if Instant::now() < deadline => {}
-                    Some(_) => {
-                        return Err(Failure::run(format!(
-                            "{name}: still being created after 60 s"
-                        )));
-                    }
-                    // Gone: the creation failed; the server's log says why.
-                    None => {
-                        return Err(Failure::run(format!(
-                            "{name}: the creation failed (the server's log says why)"
-                        )));
-                    }
+            wait_for(&target, &name, "being created", |entry| match entry {
+                Some(x) if x["state"] == "ready" => {
+                    Wait::Done(x.clone(), format!("{name}: created and exported"))
                 }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+                Some(_) => Wait::Pending,
+                // Gone: the creation failed; the server's log says why.
+                None => Wait::Failed(format!(
+                    "{name}: the creation failed (the server's log says why)"
+                )),
+            })
         }
         VolumeCmd::Resize {
             name,
@@ -152,34 +132,18 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 started(&target, &answer, &text);
                 return Ok(());
             }
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let v = list(&target)?;
-                let entry = v["volumes"]
-                    .as_array()
-                    .and_then(|a| a.iter().find(|x| x["name"] == name.as_str()))
-                    .cloned()
-                    .unwrap_or(Value::Null);
+            wait_for(&target, &name, "being resized", |entry| {
+                let entry = entry.cloned().unwrap_or(Value::Null);
                 if entry["state"] == "ready" && entry["size_bytes"] == size_bytes {
-                    if target.json {
-                        println!("{entry}");
-                    } else {
-                        println!("{name}: now {size_bytes} bytes");
-                    }
-                    return Ok(());
-                }
-                if entry["state"] != "resizing" && entry["size_bytes"] != size_bytes {
-                    return Err(Failure::run(format!(
+                    Wait::Done(entry, format!("{name}: now {size_bytes} bytes"))
+                } else if entry["state"] != "resizing" && entry["size_bytes"] != size_bytes {
+                    Wait::Failed(format!(
                         "{name}: the resize did not take effect (the server's log says why)"
-                    )));
+                    ))
+                } else {
+                    Wait::Pending
                 }
-                if Instant::now() >= deadline {
-                    return Err(Failure::run(format!(
-                        "{name}: still being resized after 60 s"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            })
         }
         VolumeCmd::Delete {
             name,
@@ -199,31 +163,13 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 started(&target, &answer, &text);
                 return Ok(());
             }
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let v = list(&target)?;
-                match state_of(&v, &name) {
-                    None => {
-                        if target.json {
-                            println!(
-                                "{}",
-                                json!({ "ok": true, "volume": name, "state": "deleted" })
-                            );
-                        } else {
-                            println!("{name}: deleted");
-                        }
-                        return Ok(());
-                    }
-                    Some(_) if Instant::now() < deadline => {}
-                    Some(_) => {
-                        return Err(Failure::run(format!(
-                            "{name}: still being deleted after 60 s (requests or buffered \
-                             writes in flight; ctl volume list shows its state)"
-                        )));
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_for(&target, &name, "being deleted", |entry| match entry {
+                None => Wait::Done(
+                    json!({ "ok": true, "volume": name, "state": "deleted" }),
+                    format!("{name}: deleted"),
+                ),
+                Some(_) => Wait::Pending,
+            })
         }
         VolumeCmd::List { target } => {
             let v = list(&target)?;
@@ -271,10 +217,41 @@ fn list(target: &Target) -> Result<Value, Failure> {
     ask(target, json!({"cmd": "volume", "action": "list"}))
 }
 
-fn state_of<'a>(v: &'a Value, name: &str) -> Option<&'a str> {
-    v["volumes"]
-        .as_array()?
-        .iter()
-        .find(|x| x["name"] == name)?["state"]
-        .as_str()
+/// What a `--wait` sees in `ctl volume list`.
+enum Wait {
+    /// Done: the JSON (`--json`) or the text to print.
+    Done(Value, String),
+    Pending,
+    Failed(String),
+}
+
+/// Poll `ctl volume list` every 20 ms, for at most 60 s, until `check` (given the volume's
+/// entry, or `None` when it is not listed) says the change is done or failed.
+fn wait_for(
+    target: &Target,
+    name: &str,
+    doing: &str,
+    check: impl Fn(Option<&Value>) -> Wait,
+) -> Result<(), Failure> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = list(target)?;
+        let entry = (v["volumes"].as_array()).and_then(|a| a.iter().find(|x| x["name"] == name));
+        match check(entry) {
+            Wait::Done(json, text) => {
+                if target.json {
+                    println!("{json}");
+                } else {
+                    println!("{text}");
+                }
+                return Ok(());
+            }
+            Wait::Failed(why) => return Err(Failure::run(why)),
+            Wait::Pending if Instant::now() >= deadline => {
+                return Err(Failure::run(format!("{name}: still {doing} after 60 s")));
+            }
+            Wait::Pending => {}
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -9,6 +9,48 @@ use tiervisor_engine::*;
 
 pub const MIB: u64 = 1 << 20;
 
+/// `config(1 MiB journals)` with the log on both pools: small segments and appends so the
+/// cleaner has work.
+pub fn log_config() -> EngineConfig {
+    let mut cfg = config(1 << 20);
+    for p in &mut cfg.pools {
+        p.log = true;
+    }
+    cfg.log = tiervisor_engine::config::LogConfig {
+        segment_bytes: 2 * MIB,
+        append_bytes: 64 << 10,
+        ..tiervisor_engine::config::LogConfig::default()
+    };
+    cfg
+}
+
+/// A pinned volume to create while running, on pool `pool`.
+pub fn new_volume(
+    name: &str,
+    size_bytes: u64,
+    pool: u16,
+    provisioning: tiervisor_engine::config::Provisioning,
+) -> tiervisor_engine::config::VolumeConfig {
+    tiervisor_engine::config::VolumeConfig {
+        name: name.into(),
+        size_bytes,
+        home_pool: PoolId(pool),
+        fast_pool: None,
+        provisioning,
+        placement: tiervisor_engine::config::Placement::Pinned,
+        log: None,
+        qos: Default::default(),
+    }
+}
+
+/// Give the engine an admin command now and carry out what it asks.
+pub fn control(r: &mut Rig, c: Control) -> Result<(), ControlError> {
+    let mut out = Outputs::default();
+    let res = r.engine.control(r.now, c, &mut out);
+    r.drain(out);
+    res
+}
+
 /// Picks the device writes that fail, and with what error.
 pub type FailWriteIf = Box<dyn Fn(&DeviceOp) -> Option<Errno>>;
 
