@@ -50,7 +50,8 @@ impl Journal {
         region_bytes: u64,
         header: JournalHeader,
     ) -> Journal {
-        let ring_blocks = (region_bytes - HEADER_SLOTS_BYTES) / BLOCK_BYTES;
+        // A deleted volume's hollow slot has no region (`delete.rs`): no ring, never used.
+        let ring_blocks = region_bytes.saturating_sub(HEADER_SLOTS_BYTES) / BLOCK_BYTES;
         Journal {
             pool,
             region_offset,
