@@ -17,15 +17,6 @@ fn created(r: &Rig, name: &str) -> bool {
         .any(|e| matches!(e, EngineEvent::VolumeCreated { volume } if volume == name))
 }
 
-fn free_chunks(r: &Rig) -> Vec<u64> {
-    r.engine
-        .report()
-        .pools
-        .iter()
-        .map(|p| p.free_chunks)
-        .collect()
-}
-
 #[test]
 fn a_volume_created_at_run_time_is_usable_and_survives_a_crash() {
     for provisioning in [Provisioning::Thin, Provisioning::Thick] {

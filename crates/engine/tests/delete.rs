@@ -21,15 +21,6 @@ fn deleted(r: &Rig, name: &str) -> bool {
         .any(|e| matches!(e, EngineEvent::VolumeDeleted { volume } if volume == name))
 }
 
-fn free_chunks(r: &Rig) -> Vec<u64> {
-    r.engine
-        .report()
-        .pools
-        .iter()
-        .map(|p| p.free_chunks)
-        .collect()
-}
-
 /// Write `chunks` MiB of pattern to `name` from offset 0 and flush.
 fn fill(r: &mut Rig, name: &str, chunks: u64, seed: u8) {
     for c in 0..chunks {

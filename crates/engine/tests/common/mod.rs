@@ -43,6 +43,16 @@ pub fn new_volume(
     }
 }
 
+/// Free chunks per pool, from the engine's report.
+pub fn free_chunks(r: &Rig) -> Vec<u64> {
+    r.engine
+        .report()
+        .pools
+        .iter()
+        .map(|p| p.free_chunks)
+        .collect()
+}
+
 /// Give the engine an admin command now and carry out what it asks.
 pub fn control(r: &mut Rig, c: Control) -> Result<(), ControlError> {
     let mut out = Outputs::default();
