@@ -23,11 +23,21 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  # One command, so qemu-system-x86 and qemu-utils come from the same release; where
-  # qemu-utils came from backports, qemu-system-x86 must too.
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null ||
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-      -t "$(. /etc/os-release && echo "$VERSION_CODENAME")-backports" "${need[@]}" >/dev/null
+  # One command, so qemu-system-x86 and qemu-utils come from the same release. Where the
+  # preinstalled qemu-utils came from backports (newer than the release's), the release's
+  # qemu-system-x86 cannot go with it: take them from backports, adding Debian's backports
+  # suite when it is not configured (a fresh machine of this kind has it installed from,
+  # but not configured).
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null; then
+    backports="$(. /etc/os-release && echo "$VERSION_CODENAME")-backports"
+    if ! apt-cache policy | grep -q "$backports"; then
+      echo "test.sh: adding Debian's $backports suite"
+      echo "deb http://deb.debian.org/debian $backports main" |
+        $SUDO tee /etc/apt/sources.list.d/tiervisor-backports.list >/dev/null
+      $SUDO apt-get update -qq
+    fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -t "$backports" "${need[@]}" >/dev/null
+  fi
 fi
 
 cargo fmt --all -- --check
