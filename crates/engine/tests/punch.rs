@@ -26,12 +26,7 @@ fn zeroing_ops(
     let mut out = Outputs::default();
     r.engine.submit(r.now, q, &mut out);
     r.drain(out);
-    let kinds = r
-        .held
-        .iter()
-        .filter(|op| op.class == IoClass::Foreground)
-        .map(|op| op.kind)
-        .collect();
+    let kinds = held_foreground_kinds(r);
     r.hold = false;
     while r.release_one().is_some() {}
     assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())));
@@ -123,12 +118,7 @@ fn a_thin_volumes_trim_absorbed_by_the_write_buffer_is_written_back_as_a_punch()
         assert_eq!(r.take_done(id).map(|c| c.result), Some(Ok(())), "absorbed");
         r.hold = true;
         let flush = r.submit("thin", ReqKind::Flush, 0, None, 0);
-        let kinds: Vec<DevKind> = r
-            .held
-            .iter()
-            .filter(|op| op.class == IoClass::Foreground)
-            .map(|op| op.kind)
-            .collect();
+        let kinds = held_foreground_kinds(r);
         r.hold = false;
         while r.release_one().is_some() {}
         assert_eq!(r.take_done(flush).map(|c| c.result), Some(Ok(())));
@@ -156,4 +146,12 @@ fn a_thin_volumes_trim_absorbed_by_the_write_buffer_is_written_back_as_a_punch()
         let z = zeroed.iter().any(|&(s, e)| (s..e).contains(&(i as u64)));
         assert_eq!(g, if z { 0 } else { d }, "byte {i}");
     }
+}
+
+/// The kinds of the foreground device operations held now.
+fn held_foreground_kinds(r: &Rig) -> Vec<DevKind> {
+    (r.held.iter())
+        .filter(|op| op.class == IoClass::Foreground)
+        .map(|op| op.kind)
+        .collect()
 }

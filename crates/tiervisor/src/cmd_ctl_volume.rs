@@ -93,11 +93,9 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 "pool": pool,
                 "provisioning": if thick { "thick" } else { "thin" },
             });
-            let answer = ask(&target, req)?;
-            if !wait {
-                let text =
-                    format!("{name}: being created (ctl volume list shows when it is ready)");
-                started(&target, &answer, &text);
+            if !send(&target, req, wait, || {
+                format!("{name}: being created (ctl volume list shows when it is ready)")
+            })? {
                 return Ok(());
             }
             wait_for(&target, &name, "being created", |entry| match entry {
@@ -124,12 +122,11 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 "name": name,
                 "size_bytes": size_bytes,
             });
-            let answer = ask(&target, req)?;
-            if !wait {
-                let text = format!(
+            if !send(&target, req, wait, || {
+                format!(
                     "{name}: growing to {size_bytes} bytes (ctl volume list shows when it is done)"
-                );
-                started(&target, &answer, &text);
+                )
+            })? {
                 return Ok(());
             }
             wait_for(&target, &name, "being resized", |entry| {
@@ -157,10 +154,9 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
                 "name": name,
                 "force": force,
             });
-            let answer = ask(&target, req)?;
-            if !wait {
-                let text = format!("{name}: being deleted (ctl volume list shows when it is gone)");
-                started(&target, &answer, &text);
+            if !send(&target, req, wait, || {
+                format!("{name}: being deleted (ctl volume list shows when it is gone)")
+            })? {
                 return Ok(());
             }
             wait_for(&target, &name, "being deleted", |entry| match entry {
@@ -204,13 +200,23 @@ fn size_arg(size: &str) -> Result<u64, Failure> {
     tiervisor_conf::parse_size(size).map_err(|e| Failure::input(format!("--size {size}: {e}")))
 }
 
-/// A command that returns without waiting: the server's answer (`--json`) or `text`.
-fn started(target: &Target, answer: &Value, text: &str) {
-    if target.json {
-        println!("{answer}");
-    } else {
-        println!("{text}");
+/// Send a change; without `wait`, print the server's answer (`--json`) or `text` and say
+/// so (false: nothing more to do).
+fn send(
+    target: &Target,
+    req: Value,
+    wait: bool,
+    text: impl FnOnce() -> String,
+) -> Result<bool, Failure> {
+    let answer = ask(target, req)?;
+    if !wait {
+        if target.json {
+            println!("{answer}");
+        } else {
+            println!("{}", text());
+        }
     }
+    Ok(wait)
 }
 
 fn list(target: &Target) -> Result<Value, Failure> {
