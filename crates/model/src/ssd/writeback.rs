@@ -178,6 +178,7 @@ impl Ssd {
         let (first, end) = self.page_range(req);
         let pb = self.p.page_bytes;
         let mut ready = received;
+        let reserve = self.destage_reserve();
         while self.buffered.peek().is_some_and(|r| r.0 <= received) {
             self.buffered.pop();
         }
@@ -199,19 +200,33 @@ impl Ssd {
                 self.flush_stats.absorbed_bytes += pb;
                 continue;
             }
-            if wb.len() + self.buffered.len() > self.buffer_pages {
-                // Full: start programming the LRU tail, and wait for the earliest slot.
-                if let Some(v) = wb.evict_lru() {
-                    let done = self.program(received, v.lpn, v.tag, v.partial);
-                    self.flush_stats.evicted_bytes += pb;
-                    self.buffered.push(Reverse(done));
-                }
-                if let Some(Reverse(t)) = self.buffered.pop() {
-                    ready = ready.max(t);
-                }
+            // Destage ahead: once fewer than `destage_reserve` slots are free, start
+            // programming the LRU tail, so a write finds a slot freed by an earlier
+            // program instead of waiting for its own eviction's (a full buffer evicting
+            // only on demand made every QD1 write wait a whole program).
+            if wb.len() + self.buffered.len() > self.buffer_pages - reserve
+                && let Some(v) = wb.evict_lru()
+            {
+                let done = self.program(received, v.lpn, v.tag, v.partial);
+                self.flush_stats.evicted_bytes += pb;
+                self.buffered.push(Reverse(done));
+            }
+            // Full (programs cannot keep up): wait for the earliest slot.
+            let dirty = self.wb.as_ref().map_or(0, |w| w.len());
+            if dirty + self.buffered.len() > self.buffer_pages
+                && let Some(Reverse(t)) = self.buffered.pop()
+            {
+                ready = ready.max(t);
             }
         }
         ready
+    }
+
+    /// Free slots the drive keeps by programming the LRU tail early: one per die (so
+    /// every die can be programming while a burst of that many new pages still finds
+    /// room), and none in buffers under 16 pages per die's share.
+    fn destage_reserve(&self) -> usize {
+        self.nand.dies.min(self.buffer_pages / 16)
     }
 
     /// After a write-through of `lpn`, make its mapping durable: its translation page
@@ -388,6 +403,28 @@ mod tests {
         let d = s.submit(t, &DevRequest::write(11 * 8 * KIB, 8 * KIB).tagged(1));
         assert!(d - t < 100 * NS_PER_US);
         assert_eq!(s.flush_stats().absorbed_bytes, 8 * KIB);
+    }
+
+    #[test]
+    fn qd1_writes_into_a_full_buffer_complete_from_dram_when_programs_keep_up() {
+        // 2 MiB of 8 KiB pages: 256 slots, 4 dies, so 4 are kept free.
+        let mut s = Ssd::new(params(FlushMode::All, true));
+        let mut t = 0;
+        for i in 0..256u64 {
+            t = s.submit(t, &DevRequest::write(i * 8 * KIB, 8 * KIB).tagged(1));
+        }
+        // New pages at QD1, 3 ms apart: far below what 4 dies programming 1 ms pages
+        // sustain, so none should wait for a program (before the destage reserve, each
+        // waited for its own eviction's, over 1 ms).
+        let mut worst = 0;
+        for i in 256..512u64 {
+            t += 3_000 * NS_PER_US;
+            let d = s.submit(t, &DevRequest::write(i * 8 * KIB, 8 * KIB).tagged(1));
+            worst = worst.max(d - t);
+        }
+        assert!(worst < 100 * NS_PER_US, "worst QD1 write {worst} ns");
+        assert!(s.flush_stats().evicted_bytes >= 256 * 8 * KIB);
+        assert!(s.buffered_bytes(t) <= 2 * MIB);
     }
 
     #[test]
