@@ -30,6 +30,12 @@ pub fn run(a: FlushArgs) -> Result<(), Failure> {
         write_out(dir, &r, &text).map_err(|e| Failure::run(format!("{}: {e}", dir.display())))?;
         eprintln!("report written to {}", dir.join("flush.md").display());
     }
+    if let Some(dir) = a.plot_dir() {
+        for (name, svg) in crate::plot_flush::figures(&r).map_err(Failure::run)? {
+            crate::plot_migration::write(dir, &name, &svg)?;
+        }
+        eprintln!("Figures 1/8, 2/6 and 7 drawn in {}", dir.display());
+    }
     Ok(())
 }
 

@@ -49,6 +49,9 @@ pub struct FlushArgs {
     /// Write a Markdown report and CSV data for the plots into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Draw Figures 1/8, 2/6 and 7 as SVG files into this directory (created if missing).
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -90,6 +93,9 @@ pub(crate) fn default_jobs(given: Option<usize>) -> usize {
 impl FlushArgs {
     pub(crate) fn parts(&self) -> (f64, Option<usize>, bool, Option<&std::path::Path>) {
         (self.runtime_s, self.jobs, self.json, self.out.as_deref())
+    }
+    pub(crate) fn plot_dir(&self) -> Option<&std::path::Path> {
+        self.plot.as_deref()
     }
 }
 

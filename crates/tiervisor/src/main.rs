@@ -15,6 +15,7 @@ mod cmd_sim;
 mod cmd_trace;
 mod nbd_client;
 mod plot;
+mod plot_flush;
 mod plot_migration;
 
 use std::process::ExitCode;

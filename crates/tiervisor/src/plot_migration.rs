@@ -17,7 +17,7 @@ use crate::Failure;
 const GAMMA_STEPS: usize = 10;
 
 /// The colour of series `i` (schemes in [`SCHEMES`] order, then the Mix).
-fn colour(i: usize) -> RGBColor {
+pub(crate) fn colour(i: usize) -> RGBColor {
     const C: [RGBColor; 6] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
@@ -30,17 +30,17 @@ fn colour(i: usize) -> RGBColor {
 }
 
 /// A line: its legend name, colour index and (x, y) points.
-type Series = (String, usize, Vec<(f64, f64)>);
+pub(crate) type Series = (String, usize, Vec<(f64, f64)>);
 
 /// One panel: lines with a legend.
-struct Panel<'a> {
-    caption: String,
-    x_desc: &'a str,
-    y_desc: &'a str,
-    series: Vec<Series>,
+pub(crate) struct Panel<'a> {
+    pub caption: String,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub series: Vec<Series>,
 }
 
-fn draw_panels(title: &str, panels: &[Panel]) -> Result<String, String> {
+pub(crate) fn draw_panels(title: &str, panels: &[Panel]) -> Result<String, String> {
     let e = |x: &dyn std::fmt::Display| format!("plot {title}: {x}");
     let mut svg = String::new();
     {

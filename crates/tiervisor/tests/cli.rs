@@ -369,3 +369,43 @@ fn reproduce_migration_writes_one_plot_per_figure_with_a_line_per_scheme() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `reproduce flush --plot DIR` draws Figures 1/8, 2/6 and 7 as non-empty SVG files in the
+/// directory named, and nowhere else.
+#[test]
+fn reproduce_flush_plot_draws_figures_1_8_2_6_and_7() {
+    let dir = std::env::temp_dir().join(format!("tiervisor-flush-plot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = bin()
+        .args([
+            "reproduce",
+            "flush",
+            "--runtime-s",
+            "0.2",
+            "--jobs",
+            "2",
+            "--plot",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "fig1_8_bandwidth.svg",
+            "fig2_6_flush_cost.svg",
+            "fig7_buffer.svg"
+        ]
+    );
+    for n in &names {
+        let svg = std::fs::read_to_string(dir.join(n)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("points="), "{n}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
