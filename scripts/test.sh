@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tiervisor's whole test suite. Installs the real NBD clients and peers the tests use
-# (fio, qemu-utils, libnbd-bin, nbdkit) and what the booted-guest test needs
+# (fio, qemu-utils, libnbd-bin, nbdkit, openssl) and what the booted-guest test needs
 # (qemu-system-x86, busybox-static, linux-image-cloud-amd64) from Debian when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,8 @@ command -v fio >/dev/null || need+=(fio)
 { command -v qemu-io >/dev/null && command -v qemu-img >/dev/null && command -v qemu-nbd >/dev/null; } || need+=(qemu-utils)
 command -v nbdinfo >/dev/null || need+=(libnbd-bin)
 command -v nbdkit >/dev/null || need+=(nbdkit)
+# Certificates for the NBD-over-TLS test (crates/tiervisor/tests/serve_tls.rs).
+command -v openssl >/dev/null || need+=(openssl)
 # The booted-guest test (crates/tiervisor/tests/guest_vhost.rs): QEMU, a static busybox and
 # a kernel for the guest's initramfs.
 # qemu-utils with it, in the same command: installing qemu-system-x86 alone can replace a

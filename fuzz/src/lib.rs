@@ -16,6 +16,7 @@ use tiervisor_engine::layout::{
 use tiervisor_engine::{Medium, StatusExtent, VolumeId};
 use tiervisor_server::nbd::conn::{Conn, Export};
 use tiervisor_server::nbd::proto::CMD_READ;
+use tiervisor_server::tls::TlsMode;
 
 fn exports() -> Vec<Export> {
     let e = |name: &str, volume, size_bytes, read_only| Export {
@@ -25,6 +26,7 @@ fn exports() -> Vec<Export> {
         size_bytes,
         rotational: false,
         read_only,
+        deleted: false,
     };
     vec![e("vm1", 0, 1 << 30, false), e("ro", 1, 1 << 20, true)]
 }
@@ -55,8 +57,11 @@ pub fn handshake_prefix() -> Vec<u8> {
 }
 
 /// Feed `data` to a connection in pieces (cut where the input says), answering every
-/// request as an engine would, and check the connection's bookkeeping.
-fn drive_conn(prefix: &[u8], data: &[u8]) {
+/// request as an engine would, and check the connection's bookkeeping. `tls_by_input`: the
+/// first byte also picks the TLS policy (off, on, require); after an acknowledged
+/// `NBD_OPT_STARTTLS` the rest of that piece is taken as the TLS handshake (as the stream
+/// takes it) and later pieces as the plaintext TLS delivers.
+fn drive_conn(prefix: &[u8], data: &[u8], tls_by_input: bool) {
     let ex = exports();
     let mut c = Conn::new();
     let mut reqs = Vec::new();
@@ -64,7 +69,12 @@ fn drive_conn(prefix: &[u8], data: &[u8]) {
     c.process(&ex, &mut reqs);
     // The first byte picks the piece size, so split headers and payloads get exercised.
     let (step, body) = match data.split_first() {
-        Some((&s, rest)) => (1 + s as usize * 7, rest),
+        Some((&s, rest)) => {
+            if tls_by_input {
+                c.tls_mode = [TlsMode::Off, TlsMode::On, TlsMode::Require][s as usize % 3];
+            }
+            (1 + s as usize * 7, rest)
+        }
         None => (1, data),
     };
     for piece in body.chunks(step) {
@@ -101,17 +111,26 @@ fn drive_conn(prefix: &[u8], data: &[u8]) {
         let rest = c.out_bytes;
         c.consumed(rest);
         assert!(c.out.is_empty() && c.out_bytes == 0);
+        if c.wants_tls() {
+            assert!(c.tls_mode != TlsMode::Off, "STARTTLS accepted with TLS off");
+            let _handshake = c.tls_started();
+            assert!(c.inbuf.is_empty() && !c.wants_tls());
+        }
+        assert!(
+            c.tls_mode != TlsMode::Require || c.tls_active() || !c.in_transmission(),
+            "transmission without TLS where TLS is required"
+        );
     }
 }
 
 /// NBD from the greeting on: flags, options, then whatever follows.
 pub fn nbd_handshake(data: &[u8]) {
-    drive_conn(&[], data);
+    drive_conn(&[], data, true);
 }
 
 /// NBD in transmission (structured replies and block status negotiated): requests.
 pub fn nbd_requests(data: &[u8]) {
-    drive_conn(&handshake_prefix(), data);
+    drive_conn(&handshake_prefix(), data, false);
 }
 
 /// `data` as a `len`-byte structure: magic at the front, a valid CRC32C at the end.

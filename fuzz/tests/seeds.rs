@@ -81,11 +81,19 @@ fn nbd_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     oldstyle.extend(opt(1, b"ro"));
     oldstyle.extend(req(0, 1, 1, 0, 4));
     oldstyle.extend_from_slice(b"nope");
+    // TLS required (first byte 5: pieces of 36 bytes, policy 5 % 3 = require): refused LIST,
+    // STARTTLS ending the first piece, then the session as TLS would deliver it.
+    let mut starttls = vec![5u8, 0, 0, 0, 3];
+    starttls.extend(opt(3, &[]));
+    starttls.extend(opt(5, &[]));
+    starttls.extend(opt(7, &go));
+    starttls.extend(requests());
     let mut reqs = vec![0u8];
     reqs.extend(requests());
     vec![
         ("nbd_handshake", "session", session),
         ("nbd_handshake", "export_name", oldstyle),
+        ("nbd_handshake", "starttls", starttls),
         ("nbd_requests", "requests", reqs),
     ]
 }
@@ -119,6 +127,8 @@ fn disk_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         journal_pool: PoolId(0),
         journal_first_chunk: 3,
         journal_chunks: 4,
+        migration: None,
+        deleted: id == 3,
     };
     let vt = VolumeTable {
         generation: 5,
@@ -224,6 +234,7 @@ fn run(target: &str, data: &[u8]) {
         "volume_table" => tiervisor_fuzz::volume_table(data),
         "journal" => tiervisor_fuzz::journal(data),
         "checkpoint" => tiervisor_fuzz::checkpoint(data),
+        "trace" => tiervisor_fuzz::trace(data),
         other => panic!("unknown target {other}"),
     }
 }

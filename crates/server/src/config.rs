@@ -59,6 +59,12 @@ struct RawConfig {
     admin_socket: Option<String>,
     vhost_user_dir: Option<String>,
     metrics: Option<Spanned<String>>,
+    /// `NBD_OPT_STARTTLS`: "off" (default), "on" or "require".
+    tls: Option<Spanned<String>>,
+    tls_certificates: Option<String>,
+    tls_verify_peer: Option<bool>,
+    /// Refused with an explanation (rustls has no external PSK).
+    tls_psk: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
@@ -156,6 +162,8 @@ pub struct ServerConfig {
     /// vhost-user-blk: one socket per volume, `<dir>/<volume>.sock`; off unless set.
     pub vhost_user_dir: Option<PathBuf>,
     pub metrics: Option<String>,
+    /// NBD over TLS (`tls.rs`); the rustls configuration is built at start.
+    pub tls: crate::tls::TlsSettings,
     pub chunk_bytes: u64,
     pub journal_bytes: u64,
     pub commit_interval_ms: u64,
@@ -400,6 +408,42 @@ impl ServerConfig {
             DEFAULT_INFLIGHT_TOTAL_BYTES,
         )?;
         let metrics = address(&src, raw.metrics, "metrics", "127.0.0.1:9109")?;
+        if let Some(psk) = &raw.tls_psk {
+            return src.err(
+                psk.span(),
+                "tls_psk: pre-shared keys are not supported (the TLS library, rustls, has no external-PSK support yet); use X.509 certificates with tls_certificates",
+            );
+        }
+        let tls_mode = match &raw.tls {
+            Some(t) => crate::tls::TlsMode::parse(t.get_ref()).map_or_else(
+                || {
+                    src.err(
+                        t.span(),
+                        format!(
+                            "tls = {:?}: expected \"off\", \"on\" or \"require\"",
+                            t.get_ref()
+                        ),
+                    )
+                },
+                Ok,
+            )?,
+            None => crate::tls::TlsMode::Off,
+        };
+        if tls_mode != crate::tls::TlsMode::Off
+            && let Some(t) = &raw.tls
+            && non_empty(raw.tls_certificates.clone()).is_none()
+        {
+            return src.err(
+                t.span(),
+                "tls is on but tls_certificates is not set: expected a directory holding server-cert.pem and server-key.pem",
+            );
+        }
+        let tls = crate::tls::TlsSettings {
+            mode: tls_mode,
+            certificates: rel(raw.tls_certificates),
+            verify_peer: raw.tls_verify_peer.unwrap_or(false),
+            server: None,
+        };
         Ok(ServerConfig {
             source: file.to_string(),
             listen,
@@ -407,6 +451,7 @@ impl ServerConfig {
             admin_socket: rel(raw.admin_socket).unwrap_or_else(|| data_dir.join("admin.sock")),
             vhost_user_dir: rel(raw.vhost_user_dir),
             metrics,
+            tls,
             chunk_bytes: engine.chunk_bytes,
             journal_bytes: engine.journal_bytes,
             commit_interval_ms: engine.commit_interval_ns / 1_000_000,
@@ -437,6 +482,7 @@ impl ServerConfig {
         self.unix_socket = self.unix_socket.as_ref().map(move_path);
         self.admin_socket = move_path(&self.admin_socket);
         self.vhost_user_dir = self.vhost_user_dir.as_ref().map(move_path);
+        self.tls.certificates = self.tls.certificates.as_ref().map(move_path);
         self.data_dir = dir.to_path_buf();
         self
     }

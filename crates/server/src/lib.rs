@@ -17,7 +17,9 @@ pub mod server;
 pub mod shard;
 mod slowlog;
 pub mod space;
+mod stream;
 mod threaded;
+pub mod tls;
 pub mod vhost;
 
 pub use config::{DEFAULT_CONFIG, ServerConfig};

@@ -247,10 +247,12 @@ impl Server {
     /// (mount, or format where `opts` allows it). `log` receives the lines an operator
     /// should see.
     pub fn start(
-        cfg: ServerConfig,
+        mut cfg: ServerConfig,
         opts: StartOptions,
         mut log: Box<dyn FnMut(&str)>,
     ) -> Result<Server, String> {
+        // Certificates are read before anything is bound or created.
+        cfg.tls.load()?;
         let (bound, mode, pools) = open_checked(&cfg, opts)?;
         let sizes: Vec<u64> = pools.iter().map(|p| p.size_bytes).collect();
         let engine_cfg = engine_config(&cfg, &sizes);
@@ -580,12 +582,12 @@ impl Server {
                 TOK_TCP => match self.tcp.as_ref().map(|l| l.accept()) {
                     Some(Ok((s, a))) => {
                         let _ = s.set_nodelay(true);
-                        (Stream::Tcp(s), a.to_string())
+                        (Stream::tcp(s), a.to_string())
                     }
                     _ => return,
                 },
                 _ => match self.unix.as_ref().map(|l| l.accept()) {
-                    Some(Ok((s, _))) => (Stream::Unix(s), "unix".to_string()),
+                    Some(Ok((s, _))) => (Stream::unix(s), "unix".to_string()),
                     _ => return,
                 },
             };

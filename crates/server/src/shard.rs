@@ -4,13 +4,11 @@
 //! more, see `threaded.rs`) hands it the events of its tokens and calls `pass_start` and
 //! `pass_end` around them; nothing here polls, listens or handles signals.
 
-use std::io::{IoSlice, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpStream, UnixStream};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
@@ -24,6 +22,7 @@ use crate::io::Backend;
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
 use crate::server::{ServerStats, ShardFigures};
 use crate::slowlog::SlowLog;
+pub(crate) use crate::stream::Stream;
 
 pub(crate) const TOK_IO: Token = Token(4);
 /// In-process requests (vhost-user-blk queue workers) are waiting.
@@ -34,32 +33,6 @@ pub(crate) const CLIENT_BASE: usize = 1 << 30;
 const MAX_IN_FLIGHT: u32 = 1024;
 /// Output a connection may have queued before we stop reading from it.
 const MAX_QUEUED_OUT: usize = 256 << 20;
-
-pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    pub(crate) fn fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-    pub(crate) fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write_vectored(b),
-            Stream::Unix(s) => s.write_vectored(b),
-        }
-    }
-}
 
 /// A connection that finished its handshake elsewhere (the front, with several shards)
 /// and is given to the shard owning its export, with everything it negotiated.
@@ -641,7 +614,9 @@ impl Shard {
 
     /// A new connection (accepted by this shard's loop), in its handshake.
     pub(crate) fn accept(&mut self, stream: Stream, peer: String) {
-        self.insert(stream, Conn::new(), peer, true);
+        let mut conn = Conn::new();
+        conn.tls_mode = self.cfg.tls.mode;
+        self.insert(stream, conn, peer, true);
     }
 
     /// A connection whose handshake the front ran, for one of this shard's exports.
@@ -727,32 +702,20 @@ impl Shard {
             }
             slot.read_paused = false;
             let want = slot.conn.want_bytes();
-            let buf = &mut slot.conn.inbuf;
-            buf.reserve(want);
-            let spare = buf.capacity() - buf.len();
-            let fd = slot.stream.fd();
-            // SAFETY: reading into the buffer's spare capacity, then extending its length by
-            // exactly the number of bytes the kernel wrote.
-            let n = unsafe { libc::read(fd, buf.as_mut_ptr().add(buf.len()).cast(), spare) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    std::io::ErrorKind::WouldBlock => return,
-                    std::io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        slot.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
-                        self.dirty.push(key);
-                        return;
-                    }
+            match slot.stream.read_into(&mut slot.conn.inbuf, want) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    slot.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
+                    self.dirty.push(key);
+                    return;
                 }
+                Ok(0) => {
+                    slot.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
+                    self.dirty.push(key);
+                    return;
+                }
+                Ok(_) => {}
             }
-            if n == 0 {
-                slot.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
-                self.dirty.push(key);
-                return;
-            }
-            // SAFETY: see above.
-            unsafe { buf.set_len(buf.len() + n as usize) };
             self.parse_and_submit(key);
             self.dirty.push(key);
             self.reread.push(key);
@@ -811,6 +774,11 @@ impl Shard {
         let Some(slot) = self.conns.get_mut(key) else {
             return;
         };
+        if let Err(e) = slot.stream.flush_pending()
+            && e.kind() != std::io::ErrorKind::WouldBlock
+        {
+            slot.conn.closing = Some(Closing::Abort(format!("write error: {e}")));
+        }
         while !slot.conn.out.is_empty() {
             let mut slices = [IoSlice::new(&[]); 64];
             let n = slot
@@ -834,6 +802,10 @@ impl Shard {
                     break;
                 }
             }
+        }
+        if crate::stream::start_tls_if_asked(&mut slot.stream, &mut slot.conn, &self.cfg.tls) {
+            // The client's first TLS records may be in the socket already.
+            self.reread.push(key);
         }
         if slot.conn.finished() {
             self.close_conn(key);

@@ -473,6 +473,7 @@ impl Threads {
         let key = entry.key();
         let mut conn = Conn::new();
         conn.handoff = true;
+        conn.tls_mode = self.cfg.tls.mode;
         let mut h = Handshake { stream, conn, peer };
         if self
             .registry
@@ -508,35 +509,28 @@ impl Threads {
             return;
         };
         loop {
-            let buf = &mut h.conn.inbuf;
-            buf.reserve(4096);
-            let spare = buf.capacity() - buf.len();
-            // SAFETY: reading into the buffer's spare capacity, then extending its length
-            // by exactly the number of bytes the kernel wrote.
-            let n =
-                unsafe { libc::read(h.stream.fd(), buf.as_mut_ptr().add(buf.len()).cast(), spare) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    std::io::ErrorKind::WouldBlock => break,
-                    std::io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        h.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
-                        break;
-                    }
+            match h.stream.read_into(&mut h.conn.inbuf, 4096) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    h.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
+                    break;
                 }
+                Ok(0) => {
+                    h.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
+                    break;
+                }
+                Ok(_) => {}
             }
-            if n == 0 {
-                h.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
-                break;
-            }
-            // SAFETY: see above.
-            unsafe { buf.set_len(buf.len() + n as usize) };
         }
         let mut wire: Vec<WireRequest> = Vec::new();
         h.conn.process(&exports, &mut wire);
         if matches!(h.conn.closing, Some(Closing::Abort(_))) {
             self.protocol_errors += 1;
+        }
+        if let Err(e) = h.stream.flush_pending()
+            && e.kind() != std::io::ErrorKind::WouldBlock
+        {
+            h.conn.closing = Some(Closing::Abort(format!("write error: {e}")));
         }
         while !h.conn.out.is_empty() {
             let mut slices = [std::io::IoSlice::new(&[]); 64];
@@ -557,6 +551,10 @@ impl Threads {
                     break;
                 }
             }
+        }
+        if crate::stream::start_tls_if_asked(&mut h.stream, &mut h.conn, &self.cfg.tls) {
+            // The client's ClientHello may be in the socket already: no event would say so.
+            return self.service(key);
         }
         if h.conn.finished() || matches!(h.conn.closing, Some(Closing::Abort(_))) {
             let mut h = self.handshakes.remove(key);

@@ -24,6 +24,17 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics on HOST:PORT (off by default).
     #[arg(long)]
     metrics: Option<String>,
+    /// NBD over TLS: off, on (clients may upgrade) or require; overrides the
+    /// configuration's `tls`.
+    #[arg(long, value_name = "MODE")]
+    tls: Option<String>,
+    /// Directory with server-cert.pem and server-key.pem (and ca-cert.pem for
+    /// --tls-verify-peer), as qemu's tls-creds-x509 and nbdkit's --tls-certificates.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require clients to present a certificate signed by ca-cert.pem.
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// I/O backend: uring (default) or threads.
     #[arg(long)]
     io: Option<String>,
@@ -122,6 +133,16 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     if let Some(d) = a.vhost_user_dir {
         cfg.vhost_user_dir = Some(d).filter(|d| !d.as_os_str().is_empty());
     }
+    if let Some(t) = &a.tls {
+        cfg.tls.mode = tiervisor_server::tls::TlsMode::parse(t)
+            .ok_or_else(|| Failure::input(format!("--tls {t:?}: expected off, on or require")))?;
+    }
+    if let Some(d) = a.tls_certificates {
+        cfg.tls.certificates = Some(d);
+    }
+    if a.tls_verify_peer {
+        cfg.tls.verify_peer = true;
+    }
     if let Some(io) = &a.io {
         cfg.io = IoKind::parse(io)
             .ok_or_else(|| Failure::input(format!("--io {io:?}: expected uring or threads")))?;
@@ -189,17 +210,42 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         .map(|e| e.name.clone())
         .unwrap_or_default();
     let mut banner = String::new();
+    let tls = &cfg.tls;
     if let Some(addr) = server.tcp_addr() {
-        banner += &format!("  NBD over TCP:   nbd://{addr}/<volume>\n");
-        banner += "attach with, for example:\n";
-        banner += &format!("  qemu-io -f raw nbd://{addr}/{first}\n");
-        banner += &format!("  nbdinfo --list nbd://{addr}\n");
-        banner += &format!(
-            "  fio --name=job --ioengine=nbd --uri=nbd://{addr}/{first} --rw=randread --bs=4k --size=1g\n"
-        );
-        banner += &format!(
-            "  qemu-system-x86_64 ... -drive file=nbd://{addr}/{first},format=raw,if=virtio\n"
-        );
+        use tiervisor_server::tls::TlsMode;
+        let dir = (tls.certificates.as_ref()).map_or(String::new(), |d| d.display().to_string());
+        if tls.mode != TlsMode::Off {
+            let when = if tls.mode == TlsMode::Require {
+                "TLS required"
+            } else {
+                "TLS offered; plaintext accepted too"
+            };
+            banner += &format!(
+                "  NBD over TCP:   nbds://{addr}/<volume> ({when}; certificates in {dir})\n"
+            );
+            banner += "attach with, for example (DIR holds ca-cert.pem, and the client's certificate where asked):\n";
+            banner += &format!("  nbdinfo 'nbds://{addr}/{first}?tls-certificates=DIR'\n");
+            let (host, port) = addr
+                .to_string()
+                .rsplit_once(':')
+                .map_or((String::new(), String::new()), |(h, p)| {
+                    (h.to_string(), p.to_string())
+                });
+            banner += &format!(
+                "  qemu-io --object tls-creds-x509,id=tls0,dir=DIR,endpoint=client --image-opts driver=nbd,host={host},port={port},export={first},tls-creds=tls0\n"
+            );
+        } else {
+            banner += &format!("  NBD over TCP:   nbd://{addr}/<volume>\n");
+            banner += "attach with, for example:\n";
+            banner += &format!("  qemu-io -f raw nbd://{addr}/{first}\n");
+            banner += &format!("  nbdinfo --list nbd://{addr}\n");
+            banner += &format!(
+                "  fio --name=job --ioengine=nbd --uri=nbd://{addr}/{first} --rw=randread --bs=4k --size=1g\n"
+            );
+            banner += &format!(
+                "  qemu-system-x86_64 ... -drive file=nbd://{addr}/{first},format=raw,if=virtio\n"
+            );
+        }
     }
     if let Some(p) = server.unix_path() {
         banner += &format!(

@@ -9,6 +9,7 @@ use tiervisor_engine::{Errno, ReqKind, VolumeId};
 
 use super::meta;
 use super::proto::*;
+use crate::tls::TlsMode;
 
 /// An export the server offers: a volume under a name.
 #[derive(Clone, Debug)]
@@ -63,6 +64,9 @@ pub struct WireRequest {
 enum Phase {
     ClientFlags,
     Options,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the next bytes are a TLS handshake, for the
+    /// stream to take over (`wants_tls`, `tls_started`).
+    StartTls,
     Transmission,
 }
 
@@ -102,6 +106,10 @@ pub struct Conn {
     /// Stop parsing on entering transmission: the front ran the handshake and hands the
     /// connection to the shard that owns its export (which parses the rest).
     pub handoff: bool,
+    /// `tls = "off" | "on" | "require"` (set by the server before the first `process`).
+    pub tls_mode: TlsMode,
+    /// The stream is inside TLS.
+    tls_active: bool,
 }
 
 impl Default for Conn {
@@ -130,6 +138,8 @@ impl Conn {
             meta_export: None,
             status_queries: Vec::new(),
             handoff: false,
+            tls_mode: TlsMode::Off,
+            tls_active: false,
         };
         c.send(greeting());
         c
@@ -149,6 +159,27 @@ impl Conn {
         let meta_same = self.meta_export.is_some() && self.meta_export == self.export;
         self.export = self.export.map(|_| i);
         self.meta_export = meta_same.then_some(i);
+    }
+
+    /// The client asked for TLS and the acknowledgement is queued: once it is written,
+    /// the stream starts TLS with what `tls_started` returns.
+    pub fn wants_tls(&self) -> bool {
+        self.phase == Phase::StartTls
+    }
+
+    /// The stream now speaks TLS. Returns the bytes already received after the
+    /// `NBD_OPT_STARTTLS` (the start of the ClientHello), which are the stream's now. What
+    /// was negotiated in plaintext is forgotten, as doc/proto.md asks.
+    pub fn tls_started(&mut self) -> BytesMut {
+        self.tls_active = true;
+        self.phase = Phase::Options;
+        self.structured = false;
+        self.meta_export = None;
+        std::mem::take(&mut self.inbuf)
+    }
+
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
     }
 
     fn send(&mut self, b: Bytes) {
@@ -176,6 +207,7 @@ impl Conn {
             let progressed = match self.phase {
                 Phase::ClientFlags => self.client_flags(),
                 Phase::Options => self.option(exports),
+                Phase::StartTls => false,
                 Phase::Transmission => self.request(exports, reqs),
             };
             if !progressed {
@@ -196,6 +228,10 @@ impl Conn {
         let flags = self.inbuf.get_u32();
         if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
             return self.abort(format!("unknown client flags {flags:#x}"));
+        }
+        if self.tls_mode == TlsMode::Require && flags & FLAG_C_FIXED_NEWSTYLE == 0 {
+            return self
+                .abort("TLS is required and the client cannot negotiate it (no fixed newstyle)");
         }
         self.no_zeroes = flags & FLAG_C_NO_ZEROES != 0;
         self.phase = Phase::Options;
@@ -249,6 +285,22 @@ impl Conn {
         }
         self.inbuf.advance(16);
         let data = self.inbuf.split_to(len as usize).freeze();
+        if self.tls_mode == TlsMode::Require
+            && !self.tls_active
+            && opt != OPT_STARTTLS
+            && opt != OPT_ABORT
+        {
+            if opt == OPT_EXPORT_NAME {
+                // This option cannot be refused politely: the protocol says close.
+                return self.abort("TLS is required: NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS");
+            }
+            self.send(option_error(
+                opt,
+                REP_ERR_TLS_REQD,
+                "TLS is required: send NBD_OPT_STARTTLS first",
+            ));
+            return true;
+        }
         match opt {
             OPT_EXPORT_NAME => match Self::find(exports, &data) {
                 Some(i) => {
@@ -308,14 +360,33 @@ impl Conn {
             }
             OPT_INFO | OPT_GO => return self.info_or_go(opt, &data, exports),
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, &data, exports),
-            OPT_STARTTLS => self.send(option_error(
-                opt,
-                REP_ERR_UNSUP,
-                "TLS is not supported by this server",
-            )),
+            OPT_STARTTLS => return self.starttls(&data),
             _ => self.send(option_error(opt, REP_ERR_UNSUP, "option not supported")),
         }
         true
+    }
+
+    fn starttls(&mut self, data: &[u8]) -> bool {
+        let refuse = |c: &mut Conn, rep: u32, why: &str| {
+            c.send(option_error(OPT_STARTTLS, rep, why));
+            true
+        };
+        if self.tls_mode == TlsMode::Off {
+            return refuse(
+                self,
+                REP_ERR_POLICY,
+                "TLS is off on this server (tls = \"off\")",
+            );
+        }
+        if self.tls_active {
+            return refuse(self, REP_ERR_INVALID, "TLS is already on");
+        }
+        if !data.is_empty() {
+            return refuse(self, REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+        }
+        self.send(option_reply(OPT_STARTTLS, REP_ACK, &[]));
+        self.phase = Phase::StartTls;
+        false
     }
 
     fn info_or_go(&mut self, opt: u32, data: &[u8], exports: &[Export]) -> bool {
@@ -762,6 +833,72 @@ mod tests {
     }
 
     #[test]
+    fn starttls_is_refused_when_off_and_required_before_anything_on_require() {
+        let ex = exports();
+        let mut reqs = Vec::new();
+        // Require: every option but STARTTLS waits for TLS; STARTTLS is acknowledged and
+        // the bytes after it (the ClientHello) are left for the stream.
+        let mut c = Conn::new();
+        c.tls_mode = TlsMode::Require;
+        out(&mut c);
+        c.inbuf.extend_from_slice(&3u32.to_be_bytes());
+        c.inbuf.extend_from_slice(&opt(OPT_LIST, &[]));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm1", &[])));
+        c.inbuf.extend_from_slice(&opt(OPT_STARTTLS, &[]));
+        c.inbuf.extend_from_slice(b"\x16\x03\x01hello");
+        c.process(&ex, &mut reqs);
+        let types: Vec<u32> = replies(&out(&mut c)).iter().map(|r| r.1).collect();
+        assert_eq!(types, vec![REP_ERR_TLS_REQD, REP_ERR_TLS_REQD, REP_ACK]);
+        assert!(c.wants_tls() && !c.in_transmission() && c.closing.is_none());
+        // Nothing more is parsed as NBD until the stream has taken over.
+        c.process(&ex, &mut reqs);
+        assert!(c.out.is_empty());
+        assert_eq!(&c.tls_started()[..], b"\x16\x03\x01hello");
+        assert!(c.tls_active() && !c.wants_tls());
+        // Inside TLS: a second STARTTLS is invalid, GO works.
+        c.inbuf.extend_from_slice(&opt(OPT_STARTTLS, &[]));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm1", &[])));
+        c.process(&ex, &mut reqs);
+        let r = replies(&out(&mut c));
+        assert_eq!(r.first().map(|x| x.1), Some(REP_ERR_INVALID));
+        assert_eq!(r.last().map(|x| x.1), Some(REP_ACK));
+        assert!(c.in_transmission());
+
+        // Require: NBD_OPT_EXPORT_NAME in plaintext closes; so does a client that cannot
+        // negotiate options at all.
+        for (flags, option) in [(3u32, Some(OPT_EXPORT_NAME)), (2, None)] {
+            let mut c = Conn::new();
+            c.tls_mode = TlsMode::Require;
+            out(&mut c);
+            c.inbuf.extend_from_slice(&flags.to_be_bytes());
+            if let Some(o) = option {
+                c.inbuf.extend_from_slice(&opt(o, b"vm1"));
+            }
+            c.process(&ex, &mut reqs);
+            assert!(
+                matches!(c.closing, Some(Closing::Abort(_))),
+                "{flags} {option:?}"
+            );
+            assert!(!c.in_transmission());
+        }
+
+        // Off: STARTTLS is refused by policy and plaintext goes on.
+        let mut c = Conn::new();
+        out(&mut c);
+        c.inbuf.extend_from_slice(&3u32.to_be_bytes());
+        c.inbuf.extend_from_slice(&opt(OPT_STARTTLS, &[]));
+        c.inbuf
+            .extend_from_slice(&opt(OPT_GO, &go_data("vm1", &[])));
+        c.process(&ex, &mut reqs);
+        let r = replies(&out(&mut c));
+        assert_eq!(r.first().map(|x| x.1), Some(REP_ERR_POLICY));
+        assert!(c.in_transmission() && !c.wants_tls());
+        assert!(reqs.is_empty());
+    }
+
+    #[test]
     fn list_info_and_unknown_options() {
         let ex = exports();
         let mut c = Conn::new();
@@ -793,7 +930,7 @@ mod tests {
                 REP_ACK,
                 REP_ERR_UNKNOWN,
                 REP_ERR_UNSUP,
-                REP_ERR_UNSUP
+                REP_ERR_POLICY
             ]
         );
         assert_eq!(&r[0].2[4..7], b"vm1");

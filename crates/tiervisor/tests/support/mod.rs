@@ -21,7 +21,9 @@ pub const INSTALLED_BY_TEST_SH: &[&str] = &[
     "qemu-img",
     "qemu-nbd",
     "nbdinfo",
+    "nbdcopy",
     "nbdkit",
+    "openssl",
     "qemu-system-x86_64",
     "xz",
 ];
@@ -166,7 +168,8 @@ impl ServerProc {
         let log2 = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("nbd://").nth(1)
+                // nbd:// or, with TLS, nbds://
+                if let Some(rest) = line.split("://").nth(1)
                     && line.contains("NBD over TCP")
                 {
                     let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
