@@ -674,53 +674,50 @@ impl Shard {
     /// data, the connection is read again on the next pass of the loop (after this batch
     /// is submitted and answered), so requests that arrive meanwhile are batched.
     fn read_conn(&mut self, key: usize) {
-        loop {
+        let Some(slot) = self.conns.get_mut(key) else {
+            return;
+        };
+        if slot.conn.closing.is_some() {
+            return;
+        }
+        slot.conn.budget_bytes = self.budget.limit_for_conn();
+        if slot.conn.over_budget {
+            // Requests already buffered go first; read more only once they are taken.
+            self.parse_and_submit(key);
             let Some(slot) = self.conns.get_mut(key) else {
                 return;
             };
-            if slot.conn.closing.is_some() {
-                return;
-            }
-            slot.conn.budget_bytes = self.budget.limit_for_conn();
             if slot.conn.over_budget {
-                // Requests already buffered go first; read more only once they are taken.
-                self.parse_and_submit(key);
-                let Some(slot) = self.conns.get_mut(key) else {
-                    return;
-                };
-                if slot.conn.over_budget {
-                    slot.read_paused = true;
-                    return;
-                }
-            }
-            let Some(slot) = self.conns.get_mut(key) else {
-                return;
-            };
-            if slot.conn.in_flight >= MAX_IN_FLIGHT || slot.conn.out_bytes >= MAX_QUEUED_OUT {
                 slot.read_paused = true;
                 return;
             }
-            slot.read_paused = false;
-            let want = slot.conn.want_bytes();
-            match slot.stream.read_into(&mut slot.conn.inbuf, want) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    slot.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
-                    self.dirty.push(key);
-                    return;
-                }
-                Ok(0) => {
-                    slot.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
-                    self.dirty.push(key);
-                    return;
-                }
-                Ok(_) => {}
-            }
-            self.parse_and_submit(key);
-            self.dirty.push(key);
-            self.reread.push(key);
+        }
+        let Some(slot) = self.conns.get_mut(key) else {
+            return;
+        };
+        if slot.conn.in_flight >= MAX_IN_FLIGHT || slot.conn.out_bytes >= MAX_QUEUED_OUT {
+            slot.read_paused = true;
             return;
         }
+        slot.read_paused = false;
+        let want = slot.conn.want_bytes();
+        match slot.stream.read_into(&mut slot.conn.inbuf, want) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                slot.conn.closing = Some(Closing::Abort(format!("read error: {e}")));
+                self.dirty.push(key);
+                return;
+            }
+            Ok(0) => {
+                slot.conn.closing = Some(Closing::Abort("peer closed the connection".into()));
+                self.dirty.push(key);
+                return;
+            }
+            Ok(_) => {}
+        }
+        self.parse_and_submit(key);
+        self.dirty.push(key);
+        self.reread.push(key);
     }
 
     /// Parse what the connection has buffered (within its budget) and hand the requests
