@@ -55,3 +55,7 @@ TIERVISOR_TEST_THREADS=2 cargo test --profile ci-release -p tiervisor "${serve_t
 # The engine, model, workload and simulator tests (DST included) once more with overflow
 # checks and debug assertions, which the run above leaves out ([profile.ci-checked]).
 cargo test --profile ci-checked -p tiervisor-engine -p tiervisor-model -p tiervisor-workload -p tiervisor-sim
+# The fuzz targets on their committed seeds and every past crash (fuzz/tests/seeds.rs), so
+# the targets keep compiling against the crates and a crash once found stays fixed. fuzz/
+# is a workspace of its own (cargo-fuzz builds it with nightly flags); about 2 CPU-minutes.
+cargo test --manifest-path fuzz/Cargo.toml --target-dir target/fuzz-test
