@@ -102,7 +102,7 @@ impl InjectedBug {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     /// One per live-migration scheme, and the pivot's: DST's CI seed set catches all but
-    /// `aio-unordered-dups`, which seeds 768..1024 catch (`crates/sim/tests/dst.rs` says
+    /// `aio-unordered-dups`, which seeds 1024..1280 catch (`crates/sim/tests/dst.rs` says
     /// why); `tests/migration.rs` catches every one at the engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 6] {
         [

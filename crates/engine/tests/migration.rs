@@ -1374,3 +1374,48 @@ fn a_dbt_dirty_copy_waits_for_a_queued_write_to_its_chunk() {
     check(&mut r, &reference, "after the pivot");
     r.engine.check_invariants().unwrap();
 }
+
+/// A start to the pool every chunk already is on, while the home pool is another (here an
+/// empty volume on the HDD): the job copies nothing and does not pause the volume; it
+/// records the new home pool, so new chunks go there, after a restart too. A second start
+/// there is refused as the same pool. (Such a start used to run a whole job that paused
+/// the volume through the pivot's drain to switch nothing.)
+#[test]
+fn a_start_to_where_every_chunk_already_is_records_the_new_home_without_pausing() {
+    let mut r = Rig::new(config(1 << 20));
+    let v = vid(&r);
+    let mut reference = vec![0u8; 2 * MIB as usize];
+    r.hold = true;
+    let start_to_ssd = Control::StartMigration {
+        volume: v,
+        params: params(Scheme::Dbt),
+    };
+    assert_eq!(control(&mut r, start_to_ssd.clone()), Ok(()));
+    let st = r.engine.migration_status(v).unwrap();
+    assert_eq!(st.phase, MigrationPhase::Done, "{st:?}");
+    assert_eq!((st.stats.downtime_ns, st.stats.copied_bytes), (0, 0));
+    assert!(
+        !r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::MigrationPhase { paused: true, .. })),
+        "{:?}",
+        r.events
+    );
+    r.hold = false;
+    while r.release_one().is_some() {}
+    write_ref(&mut r, &mut reference, 4096, 7, 8192);
+    assert_eq!(r.engine.chunk_location(v, 0).map(|l| l.0), Some(SSD));
+    r.flush(VOL);
+    r.crash_and_mount();
+    write_ref(&mut r, &mut reference, MIB, 8, 4096);
+    assert_eq!(r.engine.chunk_location(v, 1).map(|l| l.0), Some(SSD));
+    check(&mut r, &reference, "after the restart");
+    assert_eq!(
+        control(&mut r, start_to_ssd),
+        Err(ControlError::SamePool {
+            volume: VOL.into(),
+            pool: "ssd".into(),
+        })
+    );
+    r.engine.check_invariants().unwrap();
+}

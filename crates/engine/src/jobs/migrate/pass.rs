@@ -689,7 +689,13 @@ impl Engine {
     }
 
     /// The job is over: keep its status, resume the volume.
-    fn finish_job(&mut self, now: u64, v: u32, phase: MigrationPhase, out: &mut Outputs) {
+    pub(super) fn finish_job(
+        &mut self,
+        now: u64,
+        v: u32,
+        phase: MigrationPhase,
+        out: &mut Outputs,
+    ) {
         let Some(mut job) = self.migrations.jobs.remove(&v) else {
             return;
         };
