@@ -2,7 +2,10 @@
 //!
 //! Background work (tier migration, unhurried cleaning) must not delay VM I/O, yet must
 //! not starve either. [`Classes`] holds it in its own queue: it reaches the device when
-//! the scheduler has nothing to dispatch, or once it has waited `max_wait_ns`. A QoS
+//! the scheduler has nothing to dispatch, or once it has waited `max_wait_ns`; aged
+//! background work then takes turns with the scheduler's, one dispatch each, so neither
+//! class starves the other (a backlog that stays aged used to go first every time: DST
+//! seed 8476, a foreground read held 36 s behind an LR job's copies). A QoS
 //! scheduler that shares the device between classes itself (mClock, BFQ) says so with
 //! [`Scheduler::schedules_background`] and then receives background work directly.
 
@@ -26,6 +29,8 @@ pub struct Classes {
     foreground: Box<dyn Scheduler>,
     background: VecDeque<QueuedOp>,
     max_wait_ns: u64,
+    /// The last dispatch was aged background work: the scheduler's work goes next.
+    aged_went_last: bool,
 }
 
 impl Classes {
@@ -34,6 +39,7 @@ impl Classes {
             foreground,
             background: VecDeque::new(),
             max_wait_ns,
+            aged_went_last: false,
         }
     }
 
@@ -50,26 +56,35 @@ impl Classes {
         }
     }
 
-    /// The next operation for the device: background work that has waited too long,
+    /// The next operation for the device: background work that has waited too long
+    /// (unless the last dispatch was such work and the scheduler has some of its own),
     /// else the scheduler's choice, else background work if the scheduler is idle.
     pub fn dispatch(&mut self, now_ns: u64) -> Dispatch {
-        if self
+        let aged = self
             .background
             .front()
-            .is_some_and(|b| now_ns >= b.arrival_ns + self.max_wait_ns)
-        {
-            return self
-                .background
-                .pop_front()
-                .map_or(Dispatch::Idle, Dispatch::Op);
+            .is_some_and(|b| now_ns >= b.arrival_ns + self.max_wait_ns);
+        if aged && !self.aged_went_last {
+            return self.dispatch_background(true);
         }
         match self.foreground.dispatch(now_ns) {
-            Dispatch::Idle => self
-                .background
-                .pop_front()
-                .map_or(Dispatch::Idle, Dispatch::Op),
+            Dispatch::Op(o) => {
+                self.aged_went_last = false;
+                Dispatch::Op(o)
+            }
+            Dispatch::Idle => self.dispatch_background(aged),
+            // The scheduler idles on purpose (anticipation, a limit): aged background
+            // work does not wait for that, as before turns were taken.
+            Dispatch::WaitUntil(_) if aged => self.dispatch_background(true),
             d => d,
         }
+    }
+
+    fn dispatch_background(&mut self, aged: bool) -> Dispatch {
+        self.aged_went_last = aged;
+        self.background
+            .pop_front()
+            .map_or(Dispatch::Idle, Dispatch::Op)
     }
 
     /// An operation dispatched from `lane` completed.
@@ -144,6 +159,29 @@ mod tests {
         assert_eq!(next(&mut c, 200), Some(4));
         assert_eq!(next(&mut c, 200), None);
         assert!(c.is_empty());
+    }
+
+    /// DST seed 8476: a slow FIFO pool with a steady backlog of background work older
+    /// than the maximum wait (an LR job's copies) dispatched nothing but that backlog
+    /// for 36 s while a foreground read waited at the head of the scheduler. Aged
+    /// background work now takes turns with the scheduler's own work instead.
+    #[test]
+    fn aged_background_work_takes_turns_with_foreground_work() {
+        let mut c = Classes::new(Box::new(Fifo::default()), 100);
+        for k in 0..50 {
+            c.add(0, op(100 + k, 0), Lane::Background);
+        }
+        c.add(10, op(1, 10), Lane::Foreground);
+        c.add(10, op(2, 10), Lane::Foreground);
+        let order: Vec<usize> = (0..6).filter_map(|_| next(&mut c, 1_000)).collect();
+        assert_eq!(order, [100, 1, 101, 2, 102, 103]);
+        // Background work keeps arriving and ageing: foreground work still gets every
+        // other dispatch.
+        c.add(2_000, op(3, 2_000), Lane::Foreground);
+        c.add(2_000, op(4, 2_000), Lane::Foreground);
+        assert_eq!(next(&mut c, 2_000), Some(3));
+        assert_eq!(next(&mut c, 2_000), Some(104));
+        assert_eq!(next(&mut c, 2_000), Some(4));
     }
 
     /// A scheduler that takes background work itself.
