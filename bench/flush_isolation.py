@@ -93,6 +93,31 @@ def wbuf_counters(d):
     }
 
 
+def flush_breakdown(d):
+    """Where VM2's FLUSHes spent their time, from `ctl stat` (cumulative since the server
+    started): the engine's FLUSH latency (arrival to reply, without NBD and fio), its commit
+    rounds (a FLUSH of a thick volume is one round: write back its buffered data, then one
+    device flush of the pool file), and, with the buffer, the wait for the write-backs.
+    The device flush is the round less that wait."""
+    out = subprocess.run([tiervisor_bin(), "ctl", "stat", "--json", "--data-dir", d],
+                         capture_output=True, text=True, check=True).stdout
+    eng = json.loads(out)["engine"]
+    vm2 = next(v for v in eng["volumes"] if v["name"] == "vm2")
+    lat = vm2["flush"]["latency"]
+    h = vm2["commit_histogram"]
+    commit_mean_us = 1e6 * h["sum_seconds"] / max(h["count"], 1)
+    wb = eng["pools"][0].get("write_buffer")
+    wait_us = wb["flush_wait_total_ns"] / max(wb["flushes"], 1) / 1000.0 if wb else 0.0
+    return {
+        "engine_flush_p50_us": lat["p50_us"],
+        "engine_flush_mean_us": lat["mean_us"],
+        "commit_rounds": h["count"],
+        "commit_mean_us": commit_mean_us,
+        "writeback_wait_mean_us": wait_us,
+        "device_flush_mean_us": commit_mean_us - wait_us,
+    }
+
+
 def stop(p):
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
@@ -179,6 +204,7 @@ def main():
             wb = wbuf_counters(d)
             if wb:
                 results["write_buffer"][name] = wb
+            results.setdefault("flush_breakdown", {})[name] = flush_breakdown(d)
         finally:
             stop(p)
         print(f"two VMs {name:14} {results['two_vms'][name]}", file=sys.stderr)
@@ -187,6 +213,7 @@ def main():
             print(f"{name:14} {r}")
         for name, wb in results["write_buffer"].items():
             print(f"{name:14} {wb}")
+        print_breakdown(results)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(results, f, indent=2)
@@ -238,9 +265,19 @@ def main():
         print(f"\n{name}: {wb['flushes']} FLUSHes on the pool, {wb['queued_ahead_per_flush']:.1f} operations queued ahead of each,"
               f" write-back wait mean {wb['flush_writeback_wait_mean_us']:.0f} us, max {wb['flush_writeback_wait_max_us']:.0f} us;"
               f" {100 * wb['background_share']:.0f} % of written-back bytes in the background")
+    print_breakdown(results)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def print_breakdown(results):
+    print(f"\n{'VM2 FLUSH':14} {'fio p50 us':>10} {'engine p50':>10} {'engine mean':>11} {'commit mean':>11}"
+          f" {'write-back wait':>15} {'device flush':>12}   (means over all reps; us)")
+    for name, b in results.get("flush_breakdown", {}).items():
+        fio_p50 = results["two_vms"][name]["vm2_flush_p50_us"]
+        print(f"{name:14} {fio_p50:10.0f} {b['engine_flush_p50_us']:10.0f} {b['engine_flush_mean_us']:11.0f}"
+              f" {b['commit_mean_us']:11.0f} {b['writeback_wait_mean_us']:15.0f} {b['device_flush_mean_us']:12.0f}")
 
 
 if __name__ == "__main__":
