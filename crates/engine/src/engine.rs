@@ -677,6 +677,7 @@ impl Engine {
         .into_iter()
         .flatten()
         .chain(self.nospace.retry_at())
+        .chain(self.startup_retry_at())
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
@@ -704,6 +705,7 @@ impl Engine {
             self.log_gather_tick(now, out);
         }
         self.append_nospace_tick(now, out);
+        self.startup_space_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
         if self.tier_timer_at.is_some_and(|t| t <= now) {

@@ -265,3 +265,138 @@ fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
         .check_invariants()
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Issue 15: a mount whose metadata writes fail for space (the filesystem under the
+/// metadata pool is full) waits for space, serving nothing, and mounts once it returns.
+/// Before, each write was retried three times at once and the mount failed ("a metadata
+/// write failed"), so a full filesystem kept a server from coming up at all.
+#[test]
+fn a_mount_that_finds_no_space_waits_for_it_and_then_mounts() {
+    let mut cfg = config(1 << 20);
+    cfg.commit_interval_ns = 10_000_000;
+    let mut r = Rig::new(cfg);
+    let a = pattern(4, 8192);
+    r.write("thin", 3 * MIB, &a);
+    r.flush("thin");
+    // Killed; the metadata pool's filesystem is full when the engine comes back.
+    r.engine = Engine::new(r.cfg.clone()).unwrap();
+    r.events.clear();
+    r.fail_write_if = Some(Box::new(|op: &DeviceOp| {
+        (op.pool == PoolId(0)).then_some(Errno::NoSpc)
+    }));
+    let mut out = Outputs::default();
+    r.engine.start(r.now, StartMode::Auto, &mut out);
+    r.drain(out);
+    let mut waits = Vec::new();
+    for _ in 0..12 {
+        let t = r
+            .engine
+            .next_deadline()
+            .expect("the mount retries from its timer");
+        waits.push(t.saturating_sub(r.now));
+        r.tick(t.saturating_sub(r.now));
+        assert_eq!(r.engine.state(), &EngineState::Starting, "{:?}", r.events);
+    }
+    // Backing off: the waits double up to a second, not a retry at every event.
+    let interval = r.cfg.commit_interval_ns;
+    assert!(waits[1] >= 2 * interval - 10_000, "{waits:?}");
+    assert!(waits.iter().all(|&w| w <= 1_000_000_000), "{waits:?}");
+    assert!(waits[11] >= 500_000_000, "{waits:?}");
+    // Nothing is served meanwhile.
+    let v = r.engine.volume_id("thin").unwrap();
+    let mut out = Outputs::default();
+    r.engine.submit(
+        r.now,
+        VmRequest::new(99, v, ReqKind::Read, 0, 4096),
+        &mut out,
+    );
+    assert_eq!(out.completions[0].result, Err(Errno::Shutdown));
+    let warned = |r: &Rig, what: &str| {
+        r.events
+            .iter()
+            .filter(|e| matches!(e, EngineEvent::Warning { message } if message.contains(what)))
+            .count()
+    };
+    // Said once, not at every attempt.
+    assert_eq!(
+        warned(&r, "mount: no space left on pool ssd"),
+        1,
+        "{:?}",
+        r.events
+    );
+    assert!(
+        !r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Failed { .. }))
+    );
+    // Space returns: the mount goes on at its next attempt and finds every flushed write.
+    r.fail_write_if = None;
+    let mut n = 0;
+    while r.engine.state() != &EngineState::Ready {
+        let t = r
+            .engine
+            .next_deadline()
+            .expect("a mount waiting for space has a timer");
+        r.tick(t.saturating_sub(r.now));
+        n += 1;
+        assert!(n < 10, "{:?}", r.events);
+    }
+    assert_eq!(
+        warned(&r, "mount: there is room again"),
+        1,
+        "{:?}",
+        r.events
+    );
+    assert_eq!(r.read("thin", 3 * MIB, a.len() as u64), a);
+    r.write("thin", 0, &a);
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 0, a.len() as u64), a);
+}
+
+/// A format whose metadata writes find no space waits the same way.
+#[test]
+fn a_format_that_finds_no_space_waits_for_it() {
+    let cfg = config(1 << 20);
+    let mut r = Rig::new(cfg.clone());
+    r.devs = cfg
+        .pools
+        .iter()
+        .map(|p| vec![0xEE; p.capacity_bytes as usize])
+        .collect();
+    r.engine = Engine::new(cfg).unwrap();
+    r.events.clear();
+    r.fail_write_if = Some(Box::new(|op: &DeviceOp| {
+        (op.pool == PoolId(0) && op.offset_bytes < MIB).then_some(Errno::NoSpc)
+    }));
+    let mut out = Outputs::default();
+    r.engine.start(r.now, StartMode::Auto, &mut out);
+    r.drain(out);
+    for _ in 0..6 {
+        let t = r
+            .engine
+            .next_deadline()
+            .expect("the format retries from its timer");
+        r.tick(t.saturating_sub(r.now));
+        assert_eq!(r.engine.state(), &EngineState::Starting, "{:?}", r.events);
+    }
+    r.fail_write_if = None;
+    let mut n = 0;
+    while r.engine.state() != &EngineState::Ready {
+        let t = r
+            .engine
+            .next_deadline()
+            .expect("a format waiting for space has a timer");
+        r.tick(t.saturating_sub(r.now));
+        n += 1;
+        assert!(n < 10, "{:?}", r.events);
+    }
+    assert!(r.events.iter().any(
+        |e| matches!(e, EngineEvent::Warning { message } if message.starts_with("format: no space"))
+    ));
+    let a = pattern(5, 4096);
+    r.write("thin", 0, &a);
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 0, 4096), a);
+}

@@ -236,6 +236,12 @@ pub(crate) fn mount(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("poll: {e}")),
         }
+        // A mount may wait for space without end (`mount/space.rs` in the engine): a stop
+        // signal meanwhile ends the start (what it wrote is crash-safe), rather than being
+        // lost. One with nothing to wait for is over before anyone can send it.
+        if events.iter().any(|e| e.token() == TOK_SIGNAL) {
+            return Err("stopped by a signal before the start finished; nothing was served".into());
+        }
         shard.backend.clear_wake();
     }
     shard.export_all();

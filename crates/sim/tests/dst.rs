@@ -62,6 +62,12 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.space_seeds,
         s.space_spells
     );
+    // In half of those, space runs out during recovery too: mounts wait for it.
+    assert!(
+        s.space_mounts > 0,
+        "mounts that waited for space: {}",
+        s.space_mounts
+    );
     // Half the seeds that do not log create volumes while running, thin and thick; a
     // creation is refused where the metadata pool has no room left for the new volume's
     // checkpoint reserve (144 created before that check, 106 with it).

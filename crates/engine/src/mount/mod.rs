@@ -91,6 +91,8 @@ pub(crate) struct Startup {
     chains: Vec<ChainRead>,
     /// Mount: the volumes the configuration adds (indexes into `vols`).
     created: Vec<usize>,
+    /// Operations that failed for space, waiting for the next attempt (`space.rs`).
+    space: space::SpaceWait,
 }
 
 /// The CRC a fresh journal chain starts from: unique per system and volume, so blocks
@@ -119,6 +121,7 @@ fn chain_seed(system_uuid: &[u8; 16], volume_id: u32) -> u32 {
 
 mod provision;
 mod recover;
+mod space;
 
 impl Engine {
     /// Bring the pools up. Completion is reported by `EngineEvent::Ready` or `Failed`.
@@ -141,6 +144,7 @@ impl Engine {
             headers: Vec::new(),
             chains: Vec::new(),
             created: Vec::new(),
+            space: Default::default(),
         });
         match mode {
             StartMode::Format => self.format(now, out),
@@ -192,6 +196,23 @@ impl Engine {
                 },
             );
         }
+    }
+
+    /// Queue a startup operation again (a retry); it is still counted as outstanding.
+    fn startup_requeue(&mut self, now: u64, op: StartupOp, out: &mut Outputs) {
+        let fua = op.kind == DevKind::Write;
+        let owner = Owner::Startup { tag: op.tag };
+        let spec = OpSpec::new(owner, op.pool, op.kind, IoClass::Metadata);
+        let spec = spec.at(op.off, op.len).fua(fua).payload(op.payload.clone());
+        let key = self.queue_op(now, spec, out);
+        if let Some(s) = self.startup.as_mut() {
+            s.retry.insert(key, op);
+        }
+    }
+
+    /// When a start waiting for space tries again (for `Engine::next_deadline`).
+    pub(crate) fn startup_retry_at(&self) -> Option<u64> {
+        self.startup.as_ref()?.space.retry_at()
     }
 
     fn startup_read(
@@ -316,27 +337,21 @@ impl Engine {
         let Some(s) = self.startup.as_mut() else {
             return;
         };
-        let op = s.retry.remove(&key);
-        if result.is_err()
-            && let Some(op) = op.filter(|o| o.attempts < STARTUP_ATTEMPTS)
-        {
-            s.outstanding -= 1;
-            let fua = op.kind == DevKind::Write;
-            let owner = Owner::Startup { tag: op.tag };
-            let spec = OpSpec::new(owner, op.pool, op.kind, IoClass::Metadata);
-            let spec = spec.at(op.off, op.len).fua(fua).payload(op.payload.clone());
-            let k = self.queue_op(now, spec, out);
-            if let Some(s) = self.startup.as_mut() {
-                s.outstanding += 1;
-                s.retry.insert(
-                    k,
-                    StartupOp {
-                        attempts: op.attempts + 1,
-                        ..op
-                    },
-                );
+        // A retried or parked operation stays in `outstanding`: its phase waits for it.
+        if let Some(op) = s.retry.remove(&key) {
+            if space::waits_for_space(&op, result) {
+                return self.startup_park_nospace(now, op, out);
             }
-            return;
+            if result.is_err() && op.attempts < STARTUP_ATTEMPTS {
+                let op = StartupOp {
+                    attempts: op.attempts + 1,
+                    ..op
+                };
+                return self.startup_requeue(now, op, out);
+            }
+        }
+        if result.is_ok() {
+            self.startup_space_ok(out);
         }
         let Some(s) = self.startup.as_mut() else {
             return;

@@ -191,6 +191,7 @@ impl Engine {
             headers: Vec::new(),
             chains: Vec::new(),
             created: created.clone(),
+            space: Default::default(),
         });
         let mut zeroing = false;
         for &v in &created {

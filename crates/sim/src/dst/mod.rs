@@ -56,6 +56,7 @@ pub fn run_range(
                             t.space_seeds += st.space_seeds;
                             t.space_errors += st.space_errors;
                             t.space_spells += st.space_spells;
+                            t.space_mounts += st.space_mounts;
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
                             t.log_appends += st.log_appends;

@@ -51,6 +51,8 @@ pub struct DstStats {
     pub space_seeds: u64,
     pub space_errors: u64,
     pub space_spells: u64,
+    /// Recoveries that found no space for a metadata write and waited for it.
+    pub space_mounts: u64,
     pub checkpoints: u64,
     /// Chunks moved between pools by tier migration (promotions plus demotions).
     pub chunk_moves: u64,
@@ -146,6 +148,8 @@ struct Sim {
     next_version: u64,
     max_in_flight: usize,
     recovering: bool,
+    /// A start reached Ready once: later starts are mounts, never formats.
+    mounted_once: bool,
     step: u64,
     stats: DstStats,
     last_end: Vec<u64>,
@@ -540,6 +544,7 @@ impl Sim {
             next_version: 1,
             max_in_flight,
             recovering: false,
+            mounted_once: false,
             step: 0,
             stats: DstStats::default(),
             last_end: vec![0; nv],
@@ -858,6 +863,12 @@ impl Sim {
             if let EngineEvent::Recovered { .. } = e {
                 self.stats.recoveries += 1;
             }
+            if let EngineEvent::Warning { message } = &e
+                && self.recovering
+                && message.contains("no space left on pool")
+            {
+                self.stats.space_mounts += 1;
+            }
             if let EngineEvent::VolumeCreated { volume } = &e
                 && !self.recovering
             {
@@ -1152,7 +1163,10 @@ impl Sim {
                 op.kind,
                 DevKind::Write | DevKind::WriteZeroes | DevKind::Punch
             );
-            if let Some(sp) = self.space.as_mut().filter(|_| write && !self.recovering) {
+            // Space runs out during recovery too, in half the seeds that run out of it.
+            let spaceless_recovery = self.recovering
+                && !(self.mounted_once && self.space.as_ref().is_some_and(|s| s.during_recovery));
+            if let Some(sp) = self.space.as_mut().filter(|_| write && !spaceless_recovery) {
                 // In these seeds a write that fails finds no space rather than a bad disk.
                 if fail.is_some() || sp.write_fails(op.pool.0) {
                     fail = Some(Errno::NoSpc);
@@ -1367,6 +1381,9 @@ impl Sim {
 
     fn recover(&mut self) -> Result<(), Fail> {
         self.recovering = true;
+        if let Some(sp) = self.space.as_mut().filter(|_| self.mounted_once) {
+            sp.begin_recovery();
+        }
         let mut out = Outputs::default();
         self.engine.start(self.now_ns, StartMode::Auto, &mut out);
         self.pump(&mut out)?;
@@ -1382,11 +1399,15 @@ impl Sim {
                 return Err("recovery stalled with nothing in flight".into());
             }
             events += 1;
+            if let Some(sp) = self.space.as_mut() {
+                sp.on_recovery_event();
+            }
         }
         self.recovering = false;
         if let EngineState::Failed(r) = self.engine.state() {
             return Err(format!("recovery failed on a state a crash can leave: {r}"));
         }
+        self.mounted_once = true;
         self.reconcile_deleted()?;
         self.reconcile_created()?;
         self.reconcile_resized()?;

@@ -3,8 +3,14 @@
 //! them off) device writes fail with ENOSPC,
 //! transiently (1 write in 250) and for lasting spells (every write to one pool, for 20
 //! to 800 steps) until space "returns". A failed write may have landed a prefix of its
-//! sectors, as a short `pwrite` followed by ENOSPC does. Never during recovery: mount
-//! has no retry for a full metadata pool yet.
+//! sectors, as a short `pwrite` followed by ENOSPC does.
+//!
+//! During recovery only in half of those seeds (drawn from a stream of their own, so the
+//! space faults of the run itself replay as before), and only once the first format is
+//! done (a format's thick volumes fail at once when there is no room for them, by
+//! design): a mount waits for space and retries from its timer (`mount/space.rs`).
+//! Steps do not advance during recovery, so there a spell (the one under way at the
+//! power loss, or, one recovery in three, a new one on any pool) lasts 5 to 100 events.
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -18,6 +24,10 @@ pub struct SpaceFaults {
     spell: Option<(u16, u64)>,
     /// After `end`: space is back for good.
     ended: bool,
+    /// Whether space also runs out while a mount recovers.
+    pub during_recovery: bool,
+    /// In recovery: events left before the spell under way ends.
+    recovery_events_left: u64,
     pub injected: u64,
     pub spells: u64,
 }
@@ -26,11 +36,14 @@ impl SpaceFaults {
     /// The space faults of `seed`, if it is one of the seeds that run out of space.
     pub fn draw(seed: u64, pools: usize) -> Option<SpaceFaults> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x0E05_5BAC_u64.rotate_left(29));
+        let mut rrng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5EC0_7E55_u64.rotate_left(17));
         (below(&mut rng, 3) == 0).then_some(SpaceFaults {
             rng,
             pools: pools as u64,
             spell: None,
             ended: false,
+            during_recovery: below(&mut rrng, 2) == 0,
+            recovery_events_left: 0,
             injected: 0,
             spells: 0,
         })
@@ -48,6 +61,30 @@ impl SpaceFaults {
             let pool = below(&mut self.rng, self.pools) as u16;
             self.spell = Some((pool, step + 20 + below(&mut self.rng, 780)));
             self.spells += 1;
+        }
+    }
+
+    /// A recovery begins: the spell under way, or one recovery in three a new one, lasts
+    /// a number of events (steps stand still meanwhile).
+    pub fn begin_recovery(&mut self) {
+        if self.ended || !self.during_recovery {
+            return;
+        }
+        if self.spell.is_none() && below(&mut self.rng, 3) == 0 {
+            let pool = below(&mut self.rng, self.pools) as u16;
+            self.spell = Some((pool, 0));
+            self.spells += 1;
+        }
+        self.recovery_events_left = 5 + below(&mut self.rng, 96);
+    }
+
+    /// An event of a recovery happened: the spell may end.
+    pub fn on_recovery_event(&mut self) {
+        if self.recovery_events_left > 0 {
+            self.recovery_events_left -= 1;
+            if self.recovery_events_left == 0 {
+                self.spell = None;
+            }
         }
     }
 
