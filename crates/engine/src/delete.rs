@@ -12,10 +12,12 @@
 //! becomes hollow. A crash before the tombstone is durable mounts the volume whole; after,
 //! mount rebuilds the allocators from the live volumes only, so the chunks are free.
 //!
-//! Tombstones stay in the table: volume ids are never reused (a journal block left in a
-//! freed region must not chain onto a later volume's journal that had the same id), and a
-//! volume the configuration still names is not created again empty at the next start
-//! (a VM attached to it by mistake would see an empty disk; the start warns instead).
+//! Tombstones stay in the table while they serve a purpose (`tombstones_to_keep`): volume
+//! ids are never reused (a journal block left in a freed region must not chain onto a
+//! later volume's journal that had the same id), so the one with the highest id stays;
+//! and a volume the configuration still names is not created again empty at the next
+//! start (a VM attached to it by mistake would see an empty disk; the start warns
+//! instead). The others are dropped at mount, so the table does not fill with them.
 //! While the engine runs, the deleted volume keeps its index as a hollow slot (size 0,
 //! refusing every request), so the indexes drivers hold stay valid; mount leaves tombstones
 //! out of the volumes, so indexes after a restart are compact.
@@ -74,6 +76,28 @@ impl Deletes {
             _ => rec,
         }
     }
+}
+
+/// The tombstones a mount keeps. One is needed only while the configuration names its
+/// volume and no live volume has that name again (it stops the volume being created anew,
+/// empty, at start); the one with the highest id is kept too, so new volumes' ids (the
+/// highest in the table plus one) never repeat a deleted volume's, whose journal blocks
+/// may still lie in freed chunks. The others leave the table at its next write, so
+/// creating and deleting volumes cannot fill the table for good.
+pub(crate) fn tombstones_to_keep(
+    tombstones: Vec<VolumeRecord>,
+    live: &[VolumeRecord],
+    configured: &[crate::config::VolumeConfig],
+) -> Vec<VolumeRecord> {
+    let top_id = (tombstones.iter().chain(live)).map(|r| r.id).max();
+    tombstones
+        .into_iter()
+        .filter(|t| {
+            let guards_name = configured.iter().any(|c| c.name == t.name)
+                && !live.iter().any(|r| r.name == t.name);
+            guards_name || Some(t.id) == top_id
+        })
+        .collect()
 }
 
 /// What the table keeps of a deleted volume: its id and name, nothing it owned.

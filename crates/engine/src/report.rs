@@ -145,8 +145,10 @@ impl Engine {
         vol.resolve(vol.map.get(chunk), chunk)
     }
 
+    /// `None` for an unknown volume and for one deleted while running (its hollow slot
+    /// stays until the next start, but the volume is gone for `ctl stat` and metrics).
     pub fn volume_report(&self, v: VolumeId) -> Option<VolumeReport> {
-        let vol = self.vols.get(v.0 as usize)?;
+        let vol = self.vols.get(v.0 as usize).filter(|v| !v.rec.deleted)?;
         let mut per_pool = vec![0u64; self.pools.len()];
         for (c, loc) in vol.map.iter() {
             if loc != ChunkLoc::Unmapped

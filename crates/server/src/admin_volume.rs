@@ -102,13 +102,11 @@ fn list(engine: &Engine) -> Value {
             .get(p)
             .map_or("?".to_string(), |p| p.name.clone())
     };
-    let mut vols: Vec<Value> = report
-        .volumes
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| !engine.volume_deleted(tiervisor_engine::VolumeId(i as u32)))
-        .map(|(i, v)| {
-            let id = tiervisor_engine::VolumeId(i as u32);
+    // By id: the report leaves out volumes deleted while running, whose ids stay taken.
+    let mut vols: Vec<Value> = (0..engine.volumes().len())
+        .map(|i| tiervisor_engine::VolumeId(i as u32))
+        .filter_map(|id| engine.volume_report(id).map(|v| (id, v)))
+        .map(|(id, v)| {
             json!({
                 "name": v.name,
                 "size_bytes": v.size_bytes,

@@ -194,6 +194,17 @@ fn a_deleted_volume_is_gone_for_good_and_gives_its_space_back() {
     let v = list(&d);
     assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
     assert!(go_refused(&s.addr, "gone"));
+    // Gone from `ctl stat` too, before any restart.
+    let (ok, out) = ctl(&d, &["stat", "--json"]);
+    let stat: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let names: Vec<&str> = (stat["engine"]["volumes"].as_array().into_iter().flatten())
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(
+        ok && !names.is_empty() && !names.contains(&"gone"),
+        "{names:?}"
+    );
     // The freed chunks are punched out of the pool file (discards are on by default),
     // by discards issued as the deletion completes: give them a moment to land.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -287,14 +287,15 @@ impl Engine {
         Ok(())
     }
 
-    /// (size, logs) of every volume the reserve covers: the mounted ones, in order, then
+    /// (size, logs) of every volume the reserve covers: the mounted ones still live, then
     /// those the configuration adds (a volume created or grown at run time is in the
     /// table, not necessarily in the configuration).
     pub(crate) fn reserve_inputs(&self) -> Vec<(u64, bool)> {
         let any_log = self.cfg.pools.iter().any(|p| p.log);
-        let mut out: Vec<(u64, bool)> = self
-            .vols
-            .iter()
+        // A volume deleted while running keeps a hollow slot until the next start; it
+        // will never write a checkpoint again.
+        let mut out: Vec<(u64, bool)> = (self.vols.iter())
+            .filter(|v| !v.rec.deleted)
             .map(|v| (v.rec.size_bytes, v.log.enabled.unwrap_or(any_log)))
             .collect();
         for vc in &self.cfg.volumes {
@@ -616,6 +617,7 @@ impl Engine {
         // kept aside and written after the volumes, as `table_records` orders them.
         let (tombstones, live): (Vec<_>, Vec<_>) =
             table.volumes.iter().cloned().partition(|r| r.deleted);
+        let tombstones = crate::delete::tombstones_to_keep(tombstones, &live, &self.cfg.volumes);
         for (i, r) in live.into_iter().enumerate() {
             let chunks = r.size_bytes.div_ceil(cb);
             let map = ChunkMap::new(chunks, ChunkLoc::Unmapped);
