@@ -248,8 +248,13 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         }
     }
     if let Some(p) = server.unix_path() {
+        let scheme = if tls.mode == tiervisor_server::tls::TlsMode::Off {
+            "nbd+unix"
+        } else {
+            "nbds+unix"
+        };
         banner += &format!(
-            "  NBD over Unix:  nbd+unix:///{first}?socket={}\n",
+            "  NBD over Unix:  {scheme}:///{first}?socket={}\n",
             p.display()
         );
     }
