@@ -15,6 +15,7 @@ journal = "4m"
 metadata_pool = "ssd"
 tls = "require"
 tls_certificates = "PKI"
+unix_socket = "nbd.sock"
 
 [[pool]]
 name = "ssd"
@@ -100,6 +101,13 @@ fn tls_is_required_and_carries_reads_writes_and_copies() {
     let size = run(Command::new("nbdinfo")
         .arg("--size")
         .arg(tls_uri(&s, "vm1", &pki)));
+    assert_eq!(size.trim(), (256u64 << 20).to_string());
+    // And over the Unix socket.
+    let size = run(Command::new("nbdinfo").arg("--size").arg(format!(
+        "nbds+unix:///vm1?socket={}&tls-certificates={}",
+        d.path().join("nbd.sock").display(),
+        pki.display()
+    )));
     assert_eq!(size.trim(), (256u64 << 20).to_string());
     // A plaintext client is refused (NBD_REP_ERR_TLS_REQD), not served.
     let (ok, out) = try_run(Command::new("nbdinfo").arg("--size").arg(s.uri("vm1")));
