@@ -248,6 +248,17 @@ impl Engine {
                         for (img, &(p, ch)) in mem::take(images).into_iter().zip(chunks.iter()) {
                             writes.push((p, chunk_offset(ch, self.cfg.chunk_bytes), img));
                         }
+                        // Earlier header writes to the next slot failed and may have
+                        // landed, naming their chains: make the slot name the durable
+                        // checkpoint again (a copy of the header as last written), so
+                        // those chains can go before this round's header is written to
+                        // it. Without this, every failed header write kept one more chain
+                        // claimed, and repeated failures used up the metadata pool's
+                        // reserve, which holds one such chain.
+                        let j = &vol.journal;
+                        if !j.orphan_chunks.is_empty() {
+                            writes.push((j.pool, j.next_header_offset(), j.header.encode()));
+                        }
                     }
                 }
                 c.pending_ops = writes.len() as u32;
@@ -272,6 +283,11 @@ impl Engine {
                         self.finish_commit(now, v, Ok(()), out);
                     }
                     CommitWork::Checkpoint { chunks, header, .. } => {
+                        // The slot no longer names an orphan chain: orphans only come
+                        // from a failed round, so any here were here when this round's
+                        // writes were issued, and among them was the slot's copy of the
+                        // durable header, which succeeded with the rest.
+                        let orphans = mem::take(&mut vol.journal.orphan_chunks);
                         let j = &vol.journal;
                         let h = JournalHeader {
                             volume_id: vol.rec.id,
@@ -288,6 +304,16 @@ impl Engine {
                         *header = Some(h);
                         c.phase = CommitPhase::Header;
                         c.pending_ops = 1;
+                        for (p, ch) in orphans {
+                            self.defer_free(
+                                Freed::Chunks {
+                                    pool: p,
+                                    first: ch,
+                                    n: 1,
+                                },
+                                smallvec::SmallVec::new(),
+                            );
+                        }
                         self.commit_write(now, v, pool, off, img, out);
                     }
                 }

@@ -116,8 +116,6 @@ fn writes_behind_appends_waiting_for_space_end_instead_of_waiting_forever() {
 /// the checkpoints land and the migration ends.
 #[test]
 fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
-    use std::cell::Cell;
-    use std::rc::Rc;
     use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase};
     const NO_ROOM: &str = "no room on the metadata pool for a checkpoint";
     let no_room_for = |e: &EngineEvent, vol: &str| {
@@ -126,8 +124,8 @@ fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
     };
 
     // A small ring (checkpoints are soon wanted); on the metadata pool thick data and a
-    // thin volume "c" that fill its data room, and a small volume "b" whose checkpoints
-    // will fill the rest; a second HDD pool for the thin volume to migrate to.
+    // thin volume "c" that fill its data room, a small volume "b", and a second HDD pool
+    // for the thin volume to migrate to.
     let mut cfg = config(64 << 10);
     cfg.chunk_bytes = 64 << 10;
     cfg.volumes[1].size_bytes = 40 * MIB;
@@ -157,37 +155,18 @@ fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
     r.flush("c");
     assert!(c_chunks < 30 * MIB / cb, "c did not fill the data room");
 
-    // Volume b's journal chunk: where its commit writes its record block.
-    r.write("b", 0, &pattern(1, 4096));
-    r.hold = true;
-    let f = r.submit("b", ReqKind::Flush, 0, None, 0);
-    let mut ring_write = None;
-    while let Some(op) = r.release_one() {
-        if op.pool == PoolId(0) && op.kind == DevKind::Write {
-            ring_write = Some(op.offset_bytes);
-        }
+    // The rest goes to volumes a mount adds: each takes a journal chunk from what is
+    // free, the checkpoint reserve included, as volumes created by builds before the
+    // reserve was checked did (the mount warns). Repeatedly failing header writes filled
+    // it before, but they no longer keep more than one chain each (the test below).
+    let free = free_chunks(&r)[0];
+    for k in 0..free {
+        let mut d = r.cfg.volumes[2].clone();
+        d.name = format!("d{k}");
+        r.cfg.volumes.push(d);
     }
-    r.hold = false;
-    assert_eq!(r.take_done(f).unwrap().result, Ok(()));
-    let ring = ring_write.expect("the flush wrote a record block on the metadata pool");
-    let region = ring - (ring - MIB) % cb;
-    // Its header writes fail: every chain b writes stays claimed (the slot may name it).
-    let fail_headers = Rc::new(Cell::new(true));
-    let on = fail_headers.clone();
-    r.fail_write_if = Some(Box::new(move |op: &DeviceOp| {
-        let header = op.pool == PoolId(0)
-            && (op.offset_bytes == region || op.offset_bytes == region + 4096)
-            && op.len_bytes == 4096;
-        (on.get() && header).then_some(Errno::NoSpc)
-    }));
-    let mut rounds = 0;
-    while !r.events.iter().any(|e| no_room_for(e, "b")) {
-        rounds += 1;
-        assert!(rounds < 2000, "the metadata pool never ran out of room");
-        let d = Bytes::from(pattern(rounds as u8, 4096));
-        let _ = r.req("b", ReqKind::Write, (rounds % 16) * cb, 4096, Some(d));
-        let _ = r.req("b", ReqKind::Flush, 0, 0, None);
-    }
+    r.crash_and_mount();
+    assert_eq!(free_chunks(&r)[0], 0, "{:?}", r.events);
 
     // The thin volume commits (its records fit) until it wants a checkpoint, which it
     // tries at once after that commit: there is no room for it.
@@ -240,9 +219,8 @@ fn a_checkpoint_without_room_backs_off_instead_of_retrying_at_every_event() {
         Err(Errno::NoSpc)
     );
 
-    // Room returns (c gives chunks back, b's headers land again): the timer's retries
-    // checkpoint, the migration ends, and every flushed write survives a crash.
-    fail_headers.set(false);
+    // Room returns (c gives chunks back): the timer's retries checkpoint, the migration
+    // ends, and every flushed write survives a crash.
     r.req("c", ReqKind::Trim, 0, 4 * MIB, None);
     r.flush("c");
     for _ in 0..1000 {
@@ -399,4 +377,95 @@ fn a_format_that_finds_no_space_waits_for_it() {
     r.flush("thin");
     r.crash_and_mount();
     assert_eq!(r.read("thin", 0, 4096), a);
+}
+
+/// Issue 15: a volume whose checkpoint header writes keep failing kept every chain it
+/// wrote claimed (the slot may name it if the write landed), one more per failed round,
+/// until the metadata pool's reserve (which holds one such chain) was used up. A round
+/// now first makes the slot name the durable checkpoint again (a copy of the header as
+/// last written) and frees the earlier chains: at most one is claimed at a time.
+#[test]
+fn failed_checkpoint_header_writes_keep_at_most_one_orphan_chain() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use tiervisor_engine::layout::JournalHeader;
+    let mut cfg = config(64 << 10);
+    cfg.chunk_bytes = 64 << 10;
+    let mut r = Rig::new(cfg);
+    let cb = r.cfg.chunk_bytes;
+    // The thin volume's journal region: where its FLUSH writes a record block.
+    r.write("thin", 0, &pattern(1, 4096));
+    r.hold = true;
+    let f = r.submit("thin", ReqKind::Flush, 0, None, 0);
+    let mut ring_write = None;
+    while let Some(op) = r.release_one() {
+        if op.pool == PoolId(0) && op.kind == DevKind::Write {
+            ring_write = Some(op.offset_bytes);
+        }
+    }
+    r.hold = false;
+    assert_eq!(r.take_done(f).unwrap().result, Ok(()));
+    let ring = ring_write.expect("the flush wrote a record block on the metadata pool");
+    let region = ring - (ring - MIB) % cb;
+    // New headers fail (the generation the first failed one had, or later); a copy of
+    // the durable header (one generation older) goes through.
+    let on = Rc::new(Cell::new(true));
+    let first_failed = Rc::new(Cell::new(None::<u64>));
+    let (on2, first2) = (on.clone(), first_failed.clone());
+    r.fail_write_if = Some(Box::new(move |op: &DeviceOp| {
+        let slot = op.pool == PoolId(0)
+            && (op.offset_bytes == region || op.offset_bytes == region + 4096)
+            && op.len_bytes == 4096;
+        let h = op.payload.as_deref().and_then(JournalHeader::decode)?;
+        if !on2.get() || !slot {
+            return None;
+        }
+        let g = *first2.get().get_or_insert(h.generation);
+        first2.set(Some(g));
+        (h.generation >= g).then_some(Errno::NoSpc)
+    }));
+    let orphans = |r: &Rig| {
+        r.engine.chunk_owners()[0]
+            .get("orphan checkpoint")
+            .copied()
+            .unwrap_or(0)
+    };
+    let (mut most, mut failed) = (0, 0);
+    for i in 1..=40u64 {
+        r.write("thin", (i % 40) * MIB, &pattern(i as u8, 4096));
+        if r.req("thin", ReqKind::Flush, 0, 0, None).result.is_err() {
+            failed += 1;
+        }
+        most = most.max(orphans(&r));
+        r.engine.check_invariants().unwrap();
+    }
+    assert!(failed >= 20, "only {failed} rounds failed");
+    assert!(first_failed.get().is_some(), "no header write failed");
+    // One chain of a 40 MiB volume at 64 KiB chunks is one chunk. Before: one per failed
+    // round (34 here).
+    assert!(most <= 1, "{most} orphan checkpoint chunks claimed at once");
+    // A crash now mounts on the durable checkpoint (the slot names it again).
+    on.set(false);
+    r.crash_and_mount();
+    r.engine.check_invariants().unwrap();
+    assert_eq!(orphans(&r), 0);
+    // Headers fail again for a while, then land: the next checkpoint frees the orphan.
+    on.set(true);
+    first_failed.set(None);
+    for i in 41..=50u64 {
+        r.write("thin", (i % 40) * MIB, &pattern(i as u8, 4096));
+        let _ = r.req("thin", ReqKind::Flush, 0, 0, None);
+        assert!(orphans(&r) <= 1);
+    }
+    on.set(false);
+    r.write("thin", 11 * MIB, &pattern(51, 4096));
+    r.flush("thin");
+    r.tick(2_000_000_000);
+    r.flush("thin");
+    assert_eq!(orphans(&r), 0);
+    r.engine.check_invariants().unwrap();
+    r.crash_and_mount();
+    for i in 41..=50u64 {
+        assert_eq!(r.read("thin", (i % 40) * MIB, 4096), pattern(i as u8, 4096));
+    }
 }
