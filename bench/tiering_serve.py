@@ -29,7 +29,9 @@ and demotions; after it, the volume's chunks per pool.
 
 Prints medians over --reps of IOPS (read + write), p99 completion latency of reads and of
 writes, the SSD pool's share of requests, promotions and demotions (warm-up and run), chunks
-per pool; then the ratios hot/split and hot/SSD-only. Everything goes under --workdir
+per pool, and for the "HDD" pool in the run: operations per second, the model's mean
+service time and the share it served as drive-cache hits (throttle counters of `ctl stat`);
+then the ratios hot/split and hot/SSD-only. Everything goes under --workdir
 (deleted per server) and a temp dir for fio; nothing is written in the repository.
 
 Usage: bench/tiering_serve.py [--reps 3] [--warmup 20] [--runtime 20] [--size-mib 256]
@@ -108,7 +110,10 @@ def stat(d):
     eng = json.loads(out)["engine"]
     vol = eng["volumes"][0]
     ops = {p["name"]: p["io"]["foreground"]["read_ops"] + p["io"]["foreground"]["write_ops"] for p in eng["pools"]}
+    thr = next(p["throttle"] for p in eng["pools"] if p["name"] == "hdd") or {}
     return {"ops": ops, "promotions": vol["promotions"], "demotions": vol["demotions"],
+            "hdd_ops": thr.get("ops", 0), "hdd_hits": thr.get("cache_hits", 0),
+            "hdd_service_ns": thr.get("model_service_ns", 0),
             "chunks": dict(vol["chunks_by_pool"]), "hottest": vol["monitor"]["hottest"]}
 
 
@@ -148,6 +153,11 @@ def one(placement, a, rep):
         "demotions_warmup": s1["demotions"] - s0["demotions"],
         "promotions_run": s2["promotions"] - s1["promotions"],
         "demotions_run": s2["demotions"] - s1["demotions"],
+        # The "HDD" in the run: operations (migration included), the model's mean service
+        # time, and the share the model served as drive-cache hits.
+        "hdd_ops_per_s": (s2["hdd_ops"] - s1["hdd_ops"]) / a.runtime,
+        "hdd_model_ms": (s2["hdd_service_ns"] - s1["hdd_service_ns"]) / 1e6 / max(s2["hdd_ops"] - s1["hdd_ops"], 1),
+        "hdd_cache_hit_share": (s2["hdd_hits"] - s1["hdd_hits"]) / max(s2["hdd_ops"] - s1["hdd_ops"], 1),
         "chunks_ssd": s2["chunks"].get("ssd", 0),
         "chunks_hdd": s2["chunks"].get("hdd", 0),
         "verified_mib": v["read"]["io_bytes"] >> 20,
@@ -187,6 +197,10 @@ def main():
         print(f"{pl:9} {m['iops']:8.0f} {m['read_p99_us']:10.0f} {m['write_p99_us']:10.0f} {m['ssd_share']:9.3f} "
               f"{m['promotions_warmup']:>8.0f} / {m['demotions_warmup']:<7.0f} {m['promotions_run']:>6.0f} / {m['demotions_run']:<5.0f} "
               f"{m['chunks_ssd']:>6.0f} / {m['chunks_hdd']:<5.0f}")
+    print(f"\n{'placement':9} {'HDD ops/s':>9} {'HDD model ms/op':>15} {'HDD drive-cache hits':>20}")
+    for pl in placements:
+        m = med[pl]
+        print(f"{pl:9} {m['hdd_ops_per_s']:9.0f} {m['hdd_model_ms']:15.2f} {m['hdd_cache_hit_share']:20.3f}")
     print(f"every run's verify pass read back all {a.size_mib} MiB with no error")
     if "hot" in med:
         for other in ["split", "ssd-only", "hdd-only"]:

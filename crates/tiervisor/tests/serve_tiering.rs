@@ -200,14 +200,13 @@ fn fio_zipf_hot_chunks_are_promoted_and_every_block_verifies() {
     let s = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
     let uri = format!("--uri={}", s.uri("vm1"));
     let base = ["--name=z", "--ioengine=nbd", &uri, "--size=64m"];
-    // Every block holds data (with a verify header per 4 KiB) before the workload. One
-    // write at a time: first writes in flight at once can each see room in the budget (a
-    // chunk being allocated is not counted until its write completes), and this test is
-    // about promotion, not that race.
+    // Every block holds data (with a verify header per 4 KiB) before the workload. Four
+    // first writes in flight at once: the budget still holds (it did not, before chunks
+    // being allocated counted against it: 9 chunks on the SSD).
     let out = run(fio(d.path()).args(base).args([
         "--rw=write",
         "--bs=1m",
-        "--iodepth=1",
+        "--iodepth=4",
         "--verify=crc32c",
         "--verify_interval=4k",
         "--do_verify=0",
