@@ -721,6 +721,7 @@ impl Engine {
                     let vol = &self.vols[v];
                     let needed = !vol.journal.pending.is_empty()
                         || !vol.flush_waiters.is_empty()
+                        || vol.checkpoint_wanted
                         || self.frees_wait_on(v as u32);
                     if needed && vol.commit.is_none() {
                         self.start_commit(now, v as u32, out);
@@ -739,15 +740,16 @@ impl Engine {
     }
 
     /// Ask for a background commit after the interval if there is anything to commit.
+    /// A wanted checkpoint counts: a volume backing off after a failed round (commits
+    /// retried by this timer only) may want nothing else, and a migration's pre-sync
+    /// waits for that retry (before, it waited for a guest write).
     pub(crate) fn arm_commit_timer(&mut self, now: u64) {
         if self.commit_timer_at.is_some() {
             return;
         }
-        let work = self
-            .vols
-            .iter()
-            .any(|v| !v.journal.pending.is_empty() || !v.flush_waiters.is_empty())
-            || !self.frees.is_empty()
+        let work = self.vols.iter().any(|v| {
+            !v.journal.pending.is_empty() || !v.flush_waiters.is_empty() || v.checkpoint_wanted
+        }) || !self.frees.is_empty()
             || self.voltab_writer.retry_due();
         if work {
             let t = now + self.cfg.commit_interval_ns;

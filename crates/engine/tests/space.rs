@@ -469,3 +469,198 @@ fn failed_checkpoint_header_writes_keep_at_most_one_orphan_chain() {
         assert_eq!(r.read("thin", (i % 40) * MIB, 4096), pattern(i as u8, 4096));
     }
 }
+
+/// Issue 15: a volume that backs off (its last commit failed for space) with nothing to
+/// commit but a wanted checkpoint had no commit timer (the timer looked only at pending
+/// records, FLUSHes and frees), so nothing retried the checkpoint: a migration's
+/// pre-sync, which waits for the back-off, stalled until a guest wrote. Once space
+/// returns, the pre-sync must end within one commit interval, without a guest write.
+#[test]
+fn a_presync_behind_a_wanted_checkpoint_ends_once_space_returns() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase};
+    let mut cfg = config(64 << 10);
+    cfg.chunk_bytes = 64 << 10;
+    let mut hdd2 = cfg.pools[1].clone();
+    hdd2.name = "hdd2".into();
+    cfg.pools.push(hdd2);
+    let mut r = Rig::new(cfg);
+    let cb = r.cfg.chunk_bytes;
+    let interval = r.cfg.commit_interval_ns;
+    // The thin volume's journal region: where its FLUSH writes a record block.
+    r.write("thin", 0, &pattern(1, 4096));
+    r.hold = true;
+    let f = r.submit("thin", ReqKind::Flush, 0, None, 0);
+    let mut ring_write = None;
+    while let Some(op) = r.release_one() {
+        if op.pool == PoolId(0) && op.kind == DevKind::Write {
+            ring_write = Some(op.offset_bytes);
+        }
+    }
+    r.hold = false;
+    assert_eq!(r.take_done(f).unwrap().result, Ok(()));
+    let ring = ring_write.expect("the flush wrote a record block on the metadata pool");
+    let region = ring - (ring - MIB) % cb;
+    // No room for checkpoint chains (written outside the journal region); the ring's
+    // record blocks still land.
+    let full = Rc::new(Cell::new(true));
+    let on = full.clone();
+    r.fail_write_if = Some(Box::new(move |op: &DeviceOp| {
+        let chain = op.pool == PoolId(0) && !(region..region + cb).contains(&op.offset_bytes);
+        (on.get() && chain).then_some(Errno::NoSpc)
+    }));
+    // FLUSHes succeed (record blocks) until the ring is half full; the checkpoint round
+    // started right after that one, with nothing else to commit, fails.
+    let failed = |r: &Rig| {
+        r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::CommitFailed { volume, .. } if volume == "thin"))
+    };
+    let mut i = 1;
+    while !failed(&r) {
+        i += 1;
+        assert!(i < 100, "no checkpoint was wanted");
+        r.write("thin", i * MIB, &pattern(i as u8, 4096));
+        r.flush("thin");
+    }
+    // Migrate the volume while it backs off: the copy goes on, the pre-sync waits.
+    let v = r.engine.volume_id("thin").unwrap();
+    let params = MigrationParams {
+        rate_bytes_per_s: 1 << 40,
+        ..MigrationParams::new(PoolId(2))
+    };
+    let mut out = Outputs::default();
+    r.engine
+        .start_migration(r.now, v, params, &mut out)
+        .unwrap();
+    r.drain(out);
+    for _ in 0..200 {
+        r.tick(1_000_000);
+    }
+    let phase = |r: &Rig| r.engine.migration_status(v).unwrap().phase;
+    assert!(
+        matches!(phase(&r), MigrationPhase::Copying { .. }),
+        "{:?}",
+        phase(&r)
+    );
+    // Space returns; no guest request from here on.
+    full.set(false);
+    let back = r.now;
+    while matches!(phase(&r), MigrationPhase::Copying { .. }) {
+        assert!(
+            r.now < back + interval + 50_000_000,
+            "the pre-sync did not end within a commit interval of space returning"
+        );
+        r.tick(1_000_000);
+    }
+    for _ in 0..2000 {
+        if phase(&r) == MigrationPhase::Done {
+            break;
+        }
+        r.tick(1_000_000);
+    }
+    assert_eq!(phase(&r), MigrationPhase::Done);
+    r.crash_and_mount();
+    for k in 2..=i {
+        assert_eq!(r.read("thin", k * MIB, 4096), pattern(k as u8, 4096));
+    }
+}
+
+/// The same with the migration started first: its job record is committed, the copy
+/// runs, and then a checkpoint round with nothing else to commit fails for space. The
+/// pre-sync then waits for the volume's back-off with no record pending.
+#[test]
+fn a_presync_reached_while_only_a_checkpoint_is_wanted_ends_once_space_returns() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
+    let mut cfg = config(64 << 10);
+    cfg.chunk_bytes = 64 << 10;
+    let mut hdd2 = cfg.pools[1].clone();
+    hdd2.name = "hdd2".into();
+    cfg.pools.push(hdd2);
+    let mut r = Rig::new(cfg);
+    let cb = r.cfg.chunk_bytes;
+    let interval = r.cfg.commit_interval_ns;
+    r.write("thin", 0, &pattern(1, 4096));
+    r.hold = true;
+    let f = r.submit("thin", ReqKind::Flush, 0, None, 0);
+    let mut ring_write = None;
+    while let Some(op) = r.release_one() {
+        if op.pool == PoolId(0) && op.kind == DevKind::Write {
+            ring_write = Some(op.offset_bytes);
+        }
+    }
+    r.hold = false;
+    assert_eq!(r.take_done(f).unwrap().result, Ok(()));
+    let ring = ring_write.expect("the flush wrote a record block on the metadata pool");
+    let region = ring - (ring - MIB) % cb;
+    for k in 2..12u64 {
+        r.write("thin", k * MIB, &pattern(k as u8, 4096));
+    }
+    r.flush("thin");
+    // A slow copy: about 5 s for its ten chunks.
+    let v = r.engine.volume_id("thin").unwrap();
+    // DBT: the copy itself adds no journal records.
+    let params = MigrationParams {
+        scheme: SchemeChoice::Fixed(Scheme::Dbt),
+        rate_bytes_per_s: 128 << 10,
+        ..MigrationParams::new(PoolId(2))
+    };
+    let mut out = Outputs::default();
+    r.engine
+        .start_migration(r.now, v, params, &mut out)
+        .unwrap();
+    r.drain(out);
+    let full = Rc::new(Cell::new(true));
+    let on = full.clone();
+    r.fail_write_if = Some(Box::new(move |op: &DeviceOp| {
+        let chain = op.pool == PoolId(0) && !(region..region + cb).contains(&op.offset_bytes);
+        (on.get() && chain).then_some(Errno::NoSpc)
+    }));
+    let failed = |r: &Rig| {
+        r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::CommitFailed { volume, .. } if volume == "thin"))
+    };
+    let mut i = 1;
+    while !failed(&r) {
+        i += 1;
+        assert!(i < 100, "no checkpoint was wanted");
+        r.write("thin", (i % 40) * MIB, &pattern(i as u8, 4096));
+        r.flush("thin");
+    }
+    let phase = |r: &Rig| r.engine.migration_status(v).unwrap().phase;
+    // The copy (two passes, the second over what the FLUSHes above dirtied) ends; the
+    // pre-sync waits for the volume's back-off.
+    for _ in 0..12_000 {
+        r.tick(1_000_000);
+    }
+    let st = r.engine.migration_status(v).unwrap();
+    assert!(
+        st.stats.image_copied_ns.is_some() && st.stats.dirty_bytes == 0,
+        "{st:?}"
+    );
+    assert!(
+        matches!(phase(&r), MigrationPhase::Copying { .. }),
+        "{:?}",
+        phase(&r)
+    );
+    full.set(false);
+    let back = r.now;
+    while matches!(phase(&r), MigrationPhase::Copying { .. }) {
+        assert!(
+            r.now < back + interval + 50_000_000,
+            "the pre-sync did not end within a commit interval of space returning"
+        );
+        r.tick(1_000_000);
+    }
+    for _ in 0..2000 {
+        if phase(&r) == MigrationPhase::Done {
+            break;
+        }
+        r.tick(1_000_000);
+    }
+    assert_eq!(phase(&r), MigrationPhase::Done);
+}
