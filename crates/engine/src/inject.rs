@@ -78,6 +78,10 @@ pub enum InjectedBug {
     /// the volume table with its tombstone is durable: a crash brings the volume back
     /// over chunks other volumes may have taken meanwhile.
     DeleteBeforeDurable,
+    /// The tier tick moves chunks of a volume that is migrating: a promotion of a chunk LR
+    /// already switched to the destination frees the job's destination copy, and the
+    /// pivot switches the chunk back to it, stale.
+    TierMovesWhileMigrating,
 }
 
 impl InjectedBug {
@@ -101,10 +105,11 @@ impl InjectedBug {
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
-    /// One per live-migration scheme, and the pivot's: DST's CI seed set catches all but
-    /// `aio-unordered-dups`, which seeds 1024..1280 catch (`crates/sim/tests/dst.rs` says
-    /// why); `tests/migration.rs` catches every one at the engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 6] {
+    /// One per live-migration scheme, the pivot's, and tiered volumes': DST's CI seed set
+    /// catches all but `aio-unordered-dups`, which seeds 1024..1280 catch
+    /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
+    /// engine level (docs/TESTING.md).
+    pub fn migration() -> [InjectedBug; 7] {
         [
             InjectedBug::DbtMissesDirty,
             InjectedBug::MirrorAcksEarly,
@@ -112,6 +117,7 @@ impl InjectedBug {
             InjectedBug::SlrWritesSource,
             InjectedBug::AioUnorderedDups,
             InjectedBug::PivotFlushEarly,
+            InjectedBug::TierMovesWhileMigrating,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -139,6 +145,7 @@ impl InjectedBug {
             InjectedBug::ShardOverlap => "shard-overlap",
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
+            InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).

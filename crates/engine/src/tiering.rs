@@ -103,6 +103,15 @@ impl Engine {
         }
     }
 
+    /// While a live migration of volume `v` runs, no tier move of it starts: the job
+    /// copies every chunk from where the map says and switches them all at its pivot, and
+    /// LR holds a destination copy of each switched chunk that a move would free
+    /// (injected bug `tier-moves-while-migrating`; docs/MIGRATION.md, tiered volumes).
+    fn tiers_frozen(&self, v: usize) -> bool {
+        self.migrations.jobs.contains_key(&(v as u32))
+            && !self.bug_is(crate::inject::InjectedBug::TierMovesWhileMigrating)
+    }
+
     /// Fast-pool chunks volume `v` may hold.
     fn fast_budget(&self, v: usize) -> u64 {
         match self.vols[v].rec.placement {
@@ -178,6 +187,8 @@ impl Engine {
             let started = match self.vols[v].rec.placement {
                 Placement::Pinned => false,
                 Placement::Split { .. } => false,
+                // A migrating volume's chunks stay where the job expects them.
+                Placement::Hot { .. } if self.tiers_frozen(v) => false,
                 Placement::Hot { .. } => self.hot_step(now, v, epoch, out),
             };
             if started {
@@ -232,6 +243,7 @@ impl Engine {
                 .filter(|&w| {
                     matches!(self.vols[w].rec.placement, Placement::Hot { .. })
                         && self.vols[w].rec.fast_pool == Some(fast)
+                        && !self.tiers_frozen(w)
                 })
                 .collect()
         } else {
@@ -280,10 +292,11 @@ impl Engine {
     ) -> bool {
         let cb = self.cfg.chunk_bytes;
         let vol = &self.vols[v];
-        if vol
-            .activity
-            .get(&c)
-            .is_some_and(|a| a.writes_in_flight > 0 || a.state != ChunkState::Idle)
+        if self.tiers_frozen(v)
+            || vol
+                .activity
+                .get(&c)
+                .is_some_and(|a| a.writes_in_flight > 0 || a.state != ChunkState::Idle)
         {
             return false;
         }

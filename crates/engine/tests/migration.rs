@@ -1419,3 +1419,392 @@ fn a_start_to_where_every_chunk_already_is_records_the_new_home_without_pausing(
     );
     r.engine.check_invariants().unwrap();
 }
+
+// Tiered volumes: a `hot` volume with chunks on both the fast pool (SSD) and its home
+// pool (HDD) moves to its home pool (draining the fast pool) or to a third pool (its new
+// home); tiering resumes after the pivot relative to the new home.
+
+const HDD2: PoolId = PoolId(2);
+const TIERED: &str = "tiered";
+
+/// `config` with a third pool (`hdd2`) and a `hot` volume whose fast budget is 3 chunks.
+fn tiered_config() -> EngineConfig {
+    let mut cfg = config(1 << 20);
+    let mut p = cfg.pools[1].clone();
+    p.name = "hdd2".into();
+    cfg.pools.push(p);
+    cfg.volumes.push(VolumeConfig {
+        name: TIERED.into(),
+        size_bytes: 16 * MIB,
+        home_pool: HDD,
+        fast_pool: Some(SSD),
+        provisioning: Provisioning::Thin,
+        placement: Placement::Hot {
+            fast_budget_bytes: 3 * MIB,
+            priority: 0,
+        },
+        log: None,
+        qos: Default::default(),
+    });
+    cfg
+}
+
+/// The tiered volume with chunks 0-2 on the SSD (new chunks start on the fast pool while
+/// the budget has room) and 3-5 on the HDD, flushed; and its reference.
+fn tiered_setup() -> (Rig, Vec<u8>) {
+    let mut r = Rig::new(tiered_config());
+    let mut reference = vec![0u8; 16 * MIB as usize];
+    for c in 0..CHUNKS {
+        let d = pattern(c as u8 + 41, MIB as usize);
+        r.write(TIERED, c * MIB, &d);
+        reference[(c * MIB) as usize..((c + 1) * MIB) as usize].copy_from_slice(&d);
+    }
+    r.flush(TIERED);
+    let on = tiered_pools(&r);
+    assert_eq!(on[..3], [Some(SSD); 3]);
+    assert_eq!(on[3..6], [Some(HDD); 3]);
+    (r, reference)
+}
+
+fn tvid(r: &Rig) -> VolumeId {
+    r.engine.volume_id(TIERED).unwrap()
+}
+
+fn tiered_pools(r: &Rig) -> Vec<Option<PoolId>> {
+    let v = tvid(r);
+    (0..CHUNKS)
+        .map(|c| r.engine.chunk_location(v, c).map(|(p, _)| p))
+        .collect()
+}
+
+fn tiered_phase(r: &Rig) -> Option<MigrationPhase> {
+    r.engine.migration_status(tvid(r)).map(|s| s.phase)
+}
+
+fn tiered_start(r: &mut Rig, p: MigrationParams) {
+    let v = tvid(r);
+    control(
+        r,
+        Control::StartMigration {
+            volume: v,
+            params: p,
+        },
+    )
+    .unwrap();
+}
+
+fn tiered_finish(r: &mut Rig) {
+    for _ in 0..10_000 {
+        if tiered_phase(r).is_some_and(|p| p.is_over()) {
+            return;
+        }
+        r.tick(1_000_000);
+    }
+    panic!("migration did not finish: {:?}", tiered_phase(r));
+}
+
+fn tiered_write(r: &mut Rig, reference: &mut [u8], off: u64, seed: u8, len: usize) {
+    let d = pattern(seed, len);
+    r.write(TIERED, off, &d);
+    reference[off as usize..off as usize + len].copy_from_slice(&d);
+}
+
+fn tiered_check(r: &mut Rig, reference: &[u8], what: &str) {
+    let got = r.read(TIERED, 0, reference.len() as u64);
+    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
+    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
+}
+
+/// Heat chunk `c` with random reads and let the tier tick run: true if it reached the SSD.
+fn promoted_after_heat(r: &mut Rig, c: u64) -> bool {
+    let v = tvid(r);
+    for round in 0..20u64 {
+        for i in 0..16u64 {
+            let off = c * MIB + ((i * 37 + round * 11) % 250) * 4096;
+            r.read(TIERED, off, 4096);
+        }
+        r.tick(100_000_000);
+        while r.release_one().is_some() {}
+        if r.engine.chunk_location(v, c).map(|l| l.0) == Some(SSD) {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn a_tiered_volume_on_both_pools_migrates_with_every_scheme_and_tiering_resumes() {
+    for to in [HDD, HDD2] {
+        for s in Scheme::ALL {
+            let what = format!("{s:?} to {to:?}");
+            let (mut r, mut reference) = tiered_setup();
+            r.hold = true;
+            tiered_start(&mut r, MigrationParams { to, ..params(s) });
+            for step in 0..40u64 {
+                r.release_one();
+                let off = (step * 389 * 4096) % (CHUNKS * MIB - 8192);
+                let d = pattern(100 + step as u8, 8192);
+                let id = r.submit(TIERED, ReqKind::Write, off, Some(&d), 8192);
+                reference[off as usize..off as usize + 8192].copy_from_slice(&d);
+                while r.take_done(id).is_none() {
+                    assert!(r.release_one().is_some(), "{what}: write {step} stuck");
+                }
+            }
+            r.hold = false;
+            while r.release_one().is_some() {}
+            tiered_check(&mut r, &reference, &format!("{what} during the copy"));
+            r.engine.check_invariants().unwrap();
+            tiered_finish(&mut r);
+            assert_eq!(tiered_phase(&r), Some(MigrationPhase::Done), "{what}");
+            assert_eq!(tiered_pools(&r), vec![Some(to); CHUNKS as usize], "{what}");
+            assert_eq!(
+                r.engine.volume_report(tvid(&r)).unwrap().promotions,
+                0,
+                "{what}: no tier move while the job ran"
+            );
+            tiered_check(&mut r, &reference, &format!("{what} after the pivot"));
+            r.engine.check_invariants().unwrap();
+            r.crash_and_mount();
+            tiered_check(&mut r, &reference, &format!("{what} after a crash"));
+            r.engine.check_invariants().unwrap();
+            // Tiering resumes relative to the new home: a hot chunk goes to the SSD again,
+            // and once the fast budget is full, new chunks go to the new home.
+            assert!(
+                promoted_after_heat(&mut r, 4),
+                "{what}: chunk 4 not promoted"
+            );
+            for c in [10, 11, 12] {
+                tiered_write(&mut r, &mut reference, c * MIB, c as u8, 4096);
+            }
+            let v = tvid(&r);
+            let at = |r: &Rig, c| r.engine.chunk_location(v, c).map(|l| l.0);
+            assert_eq!((at(&r, 10), at(&r, 11)), (Some(SSD), Some(SSD)), "{what}");
+            assert_eq!(at(&r, 12), Some(to), "{what}: the new home after a restart");
+            tiered_check(&mut r, &reference, &format!("{what} after tiering"));
+            r.engine.check_invariants().unwrap();
+        }
+    }
+}
+
+/// A crash at any point of a tiered volume's job keeps every flushed write; the mount
+/// resumes the job (or it is started again, if its start was not durable) and it ends
+/// with every chunk on the destination.
+#[test]
+fn a_crash_at_any_point_of_a_tiered_volumes_job_keeps_every_flushed_write() {
+    for s in Scheme::ALL {
+        for cut in [3usize, 10, 25, 60, 120, 400] {
+            let what = format!("{s:?} crash after {cut} ops");
+            let (mut r, mut reference) = tiered_setup();
+            r.hold = true;
+            tiered_start(
+                &mut r,
+                MigrationParams {
+                    to: HDD2,
+                    ..params(s)
+                },
+            );
+            let mut released = 0;
+            let mut step = 0u64;
+            while released < cut {
+                if r.release_one().is_none() {
+                    break;
+                }
+                released += 1;
+                if released % 5 == 0 {
+                    let off = (step * 997 * 4096) % (CHUNKS * MIB - 4096);
+                    let d = pattern(30 + step as u8, 4096);
+                    let id = r.submit(TIERED, ReqKind::Write, off, Some(&d), 4096);
+                    reference[off as usize..off as usize + 4096].copy_from_slice(&d);
+                    while r.take_done(id).is_none() {
+                        assert!(r.release_one().is_some(), "{what}: write stuck");
+                    }
+                    let f = r.submit(TIERED, ReqKind::Flush, 0, None, 0);
+                    while r.take_done(f).is_none() {
+                        assert!(r.release_one().is_some(), "{what}: flush stuck");
+                    }
+                    step += 1;
+                }
+            }
+            r.engine.check_invariants().unwrap();
+            r.crash_and_mount();
+            tiered_check(&mut r, &reference, &what);
+            r.engine.check_invariants().unwrap();
+            match tiered_phase(&r) {
+                Some(p) if !p.is_over() => {}
+                _ if tiered_pools(&r) == vec![Some(HDD2); CHUNKS as usize] => {}
+                _ => tiered_start(
+                    &mut r,
+                    MigrationParams {
+                        to: HDD2,
+                        ..params(s)
+                    },
+                ),
+            }
+            if tiered_phase(&r).is_some() {
+                tiered_finish(&mut r);
+            }
+            assert_eq!(
+                tiered_pools(&r),
+                vec![Some(HDD2); CHUNKS as usize],
+                "{what}"
+            );
+            tiered_check(&mut r, &reference, &format!("{what}, then done"));
+            r.engine.check_invariants().unwrap();
+            r.crash_and_mount();
+            tiered_check(&mut r, &reference, &format!("{what}, done and crashed"));
+            assert!(promoted_after_heat(&mut r, 1), "{what}: no promotion after");
+        }
+    }
+}
+
+/// A cancel leaves every chunk where it was (on either pool), with every write.
+#[test]
+fn a_cancelled_tiered_job_leaves_the_chunks_where_they_were() {
+    for s in Scheme::ALL {
+        let (mut r, mut reference) = tiered_setup();
+        let before = tiered_pools(&r);
+        tiered_start(
+            &mut r,
+            MigrationParams {
+                to: HDD2,
+                rate_bytes_per_s: 8 << 20,
+                ..params(s)
+            },
+        );
+        r.tick(250_000_000);
+        tiered_write(&mut r, &mut reference, 4096, 70, 8192);
+        tiered_write(&mut r, &mut reference, 5 * MIB - 4096, 71, 8192);
+        let st = r.engine.migration_status(tvid(&r)).unwrap();
+        assert!(st.chunks_done > 0 && !st.phase.is_over(), "{s:?}: {st:?}");
+        let v = tvid(&r);
+        control(&mut r, Control::CancelMigration { volume: v }).unwrap();
+        tiered_finish(&mut r);
+        assert_eq!(tiered_phase(&r), Some(MigrationPhase::Cancelled), "{s:?}");
+        assert_eq!(tiered_pools(&r), before, "{s:?}");
+        tiered_check(&mut r, &reference, &format!("{s:?} cancelled"));
+        r.engine.check_invariants().unwrap();
+        r.crash_and_mount();
+        tiered_check(&mut r, &reference, &format!("{s:?} cancelled, crashed"));
+    }
+}
+
+/// Tier moves of a volume in flight refuse its start (`Busy`: a move is one chunk copy,
+/// try again); while its job runs, no tier move of it starts; a start to its fast pool is
+/// refused (its home cannot be its fast pool).
+#[test]
+fn tier_moves_and_a_tiered_job_exclude_each_other() {
+    let (mut r, _) = tiered_setup();
+    let v = tvid(&r);
+    let refused = control(
+        &mut r,
+        Control::StartMigration {
+            volume: v,
+            params: params(Scheme::Lr),
+        },
+    );
+    match refused {
+        Err(ControlError::Unsupported(why)) => assert!(why.contains("fast pool"), "{why}"),
+        other => panic!("a start to the fast pool: {other:?}"),
+    }
+    // A tier move in flight (its chunk copy held): the start is refused as busy.
+    let mut moving = false;
+    for round in 0..20u64 {
+        for i in 0..16u64 {
+            r.read(TIERED, 4 * MIB + ((i * 37 + round * 11) % 250) * 4096, 4096);
+        }
+        r.hold = true;
+        r.tick(100_000_000);
+        if r.held
+            .iter()
+            .any(|o| o.kind == DevKind::Read && o.len_bytes == MIB)
+        {
+            moving = true;
+            break;
+        }
+        r.hold = false;
+        while r.release_one().is_some() {}
+    }
+    assert!(moving, "no tier move started");
+    let busy = control(
+        &mut r,
+        Control::StartMigration {
+            volume: v,
+            params: MigrationParams {
+                to: HDD2,
+                ..params(Scheme::Lr)
+            },
+        },
+    );
+    assert!(matches!(busy, Err(ControlError::Busy(_))), "{busy:?}");
+    r.hold = false;
+    while r.release_one().is_some() {}
+    let promotions = r.engine.volume_report(v).unwrap().promotions;
+    // A slow job: hot chunks are not promoted while it runs.
+    tiered_start(
+        &mut r,
+        MigrationParams {
+            to: HDD2,
+            rate_bytes_per_s: 1 << 20,
+            ..params(Scheme::Dbt)
+        },
+    );
+    for round in 0..20u64 {
+        for i in 0..16u64 {
+            r.read(TIERED, 5 * MIB + ((i * 37 + round * 11) % 250) * 4096, 4096);
+        }
+        r.tick(100_000_000);
+    }
+    assert!(!tiered_phase(&r).unwrap().is_over());
+    assert_eq!(r.engine.volume_report(v).unwrap().promotions, promotions);
+    r.engine.check_invariants().unwrap();
+    tiered_finish(&mut r);
+    assert_eq!(tiered_phase(&r), Some(MigrationPhase::Done));
+    assert!(
+        promoted_after_heat(&mut r, 5),
+        "tiering resumes after the pivot"
+    );
+    r.engine.check_invariants().unwrap();
+}
+
+/// An LR job drains a tiered volume's fast chunks to its home pool at 1 MiB/s while the VM
+/// heats and rewrites chunk 0 (copied and switched to the destination first). True if
+/// every read matched and the invariants held: a tier move of the migrating volume
+/// (`tier-moves-while-migrating`) promotes chunk 0 off the job's destination copy and frees
+/// it, and the pivot switches the chunk back to that stale copy.
+fn a_hot_chunk_during_an_lr_job_keeps_its_writes(bug: Option<InjectedBug>) -> bool {
+    let mut r = Rig::with_bug(tiered_config(), bug);
+    let mut reference = vec![0u8; 16 * MIB as usize];
+    for c in 0..CHUNKS {
+        tiered_write(&mut r, &mut reference, c * MIB, c as u8 + 41, MIB as usize);
+    }
+    r.flush(TIERED);
+    tiered_start(
+        &mut r,
+        MigrationParams {
+            to: HDD,
+            rate_bytes_per_s: 1 << 20,
+            ..params(Scheme::Lr)
+        },
+    );
+    for round in 0..20u64 {
+        if tiered_phase(&r).is_some_and(|p| p.is_over()) {
+            break;
+        }
+        for i in 0..16u64 {
+            r.read(TIERED, ((i * 37 + round * 11) % 250) * 4096, 4096);
+        }
+        tiered_write(&mut r, &mut reference, round * 8192, 90 + round as u8, 4096);
+        r.tick(100_000_000);
+    }
+    tiered_finish(&mut r);
+    let got = r.read(TIERED, 0, reference.len() as u64);
+    got == reference && r.engine.check_invariants().is_ok()
+}
+
+#[test]
+fn the_tiered_checks_catch_tier_moves_while_migrating() {
+    assert!(a_hot_chunk_during_an_lr_job_keeps_its_writes(None));
+    assert!(!a_hot_chunk_during_an_lr_job_keeps_its_writes(Some(
+        InjectedBug::TierMovesWhileMigrating
+    )));
+}

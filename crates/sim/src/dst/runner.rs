@@ -67,6 +67,8 @@ pub struct DstStats {
     pub migrations: u64,
     pub migration_pivots: u64,
     pub migration_cancels: u64,
+    /// Of the migrations started, those of tiered (`hot` or `split`) volumes.
+    pub migrations_tiered: u64,
     /// VM writes the host write buffer absorbed, and FLUSHes sent to tag-aware devices
     /// with a volume's tag.
     pub buffered_writes: u64,
@@ -168,6 +170,10 @@ struct Sim {
     deletes: Option<super::delete::DeleteDraws>,
     /// The migration-heavy profile, in a share of the migrating seeds (`probe.rs`).
     probe: Option<Probe>,
+    /// Tiered volumes may migrate: half the migrating seeds, drawn on a stream of its
+    /// own. In the others a start of a tiered volume is not asked, as when the engine
+    /// refused every one, so those seeds replay as before tiered volumes could move.
+    tiered_migrations: bool,
 }
 
 type Fail = String;
@@ -471,6 +477,10 @@ impl Sim {
                 v.fast_pool = None;
             }
         }
+        let mut tm = Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x71e4_u64.rotate_left(44));
+        let tiered_migrations = mrng.is_some()
+            && std::env::var_os("TIERVISOR_DST_NO_TIERED_MIGRATE").is_none()
+            && below(&mut tm, 2) == 0;
         if probe.is_some() && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("the migration-heavy profile is on (probe.rs)");
         }
@@ -556,6 +566,7 @@ impl Sim {
             resizes,
             deletes,
             probe,
+            tiered_migrations,
         })
     }
 
@@ -1303,6 +1314,16 @@ impl Sim {
             if let Some(on) = self.lives_on(vol) {
                 to = PoolId(1 - on);
             }
+            let tiered = (self.engine_cfg.volumes.get(vol.0 as usize))
+                .filter(|v| v.placement != Placement::Pinned);
+            // A tiered volume here may only go to its home pool (the other is its fast
+            // pool, which is refused): aim every drawn start there, so its fast chunks drain.
+            if self.tiered_migrations
+                && let Some(v) = tiered
+            {
+                to = v.home_pool;
+            }
+            let tiered = tiered.is_some();
             let Some(m) = self.mrng.as_mut() else {
                 return Ok(false);
             };
@@ -1331,7 +1352,11 @@ impl Sim {
             p.aio_threshold = below(m, 8) as u32;
             p.aio_delay_ns = below(m, 3_000_000);
             p.gamma = below(m, 11) as f64 / 10.0;
-            let res = self.engine.start_migration(now, vol, p, &mut out);
+            let res = if tiered && !self.tiered_migrations {
+                Err("tiered volumes do not migrate in this seed".to_string())
+            } else {
+                self.engine.start_migration(now, vol, p, &mut out)
+            };
             if self.trace {
                 eprintln!(
                     "[{}] migrate vol {} to pool {}: {res:?}",
@@ -1342,6 +1367,7 @@ impl Sim {
             }
             if let Ok(st) = &res {
                 self.stats.migrations += 1;
+                self.stats.migrations_tiered += u64::from(tiered);
                 if let Some(pr) = self.probe.as_mut() {
                     // A job starts without a phase event.
                     pr.phase(vol.0, st.phase.name(), true);

@@ -552,9 +552,15 @@ impl Engine {
                 "volume {name} is thick; live migration moves thin volumes only (a thick volume's home region cannot move yet)"
             ));
         }
-        if vol.rec.placement != crate::config::Placement::Pinned {
+        // A tiered volume's destination becomes its home pool, which cannot be its fast
+        // pool (the configuration refuses that too): tiering would have nowhere to demote.
+        if vol.rec.placement != crate::config::Placement::Pinned
+            && let Some(fast) = vol.rec.fast_pool
+            && fast == p.to
+        {
             return unsupported(format!(
-                "volume {name} uses tiered placement; set placement = \"pinned\" to migrate it"
+                "pool {} is volume {name}'s fast pool; a tiered volume moves to another pool (its new home), and tiering promotes its hot chunks to the fast pool again",
+                pool.cfg.name
             ));
         }
         if self.vols_logs(v.0) {
