@@ -82,6 +82,11 @@ impl ChunkMap {
             self.entries.resize(chunks as usize, UNMAPPED);
         }
     }
+    /// Shrink to `chunks` entries (a shrunk volume; the cut ones are unmapped).
+    pub fn truncate(&mut self, chunks: u64) {
+        self.entries.truncate(chunks as usize);
+        self.entries.shrink_to_fit();
+    }
     /// Bytes of RAM the table uses.
     pub fn memory_bytes(&self) -> u64 {
         self.entries.capacity() as u64 * 8

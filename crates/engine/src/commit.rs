@@ -416,6 +416,9 @@ impl Engine {
         if again {
             self.start_commit(now, v, out);
         }
+        if result.is_ok() {
+            self.shrink_checkpointed(now, v, out);
+        }
         self.arm_commit_timer(now);
         self.release_frees(now, out);
         self.maybe_stopped(out);

@@ -74,6 +74,10 @@ pub enum InjectedBug {
     /// A volume grown at run time serves (and announces) its new size at once, before the
     /// volume table recording it is durable, so a crash shrinks it under written data.
     ResizeBeforeDurable,
+    /// A volume shrunk at run time has its smaller size written to the volume table at
+    /// once, not after a checkpoint of the smaller map: a crash in between mounts the old
+    /// checkpoint and journal, whose records name chunks past the new end.
+    ShrinkTableFirst,
     /// A volume deleted at run time gives its chunks back as soon as it is quiet, before
     /// the volume table with its tombstone is durable: a crash brings the volume back
     /// over chunks other volumes may have taken meanwhile.
@@ -144,6 +148,7 @@ impl InjectedBug {
             InjectedBug::CreateSkipsTable => "create-skips-table",
             InjectedBug::ShardOverlap => "shard-overlap",
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
+            InjectedBug::ShrinkTableFirst => "shrink-table-first",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
             InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
         }
@@ -152,12 +157,13 @@ impl InjectedBug {
     pub fn space() -> [InjectedBug; 1] {
         [InjectedBug::NoSpaceAsEio]
     }
-    /// Caught by DST's seeds that create, grow and delete volumes while running (CI DST
+    /// Caught by DST's seeds that create, resize and delete volumes while running (CI DST
     /// must catch each).
-    pub fn create() -> [InjectedBug; 3] {
+    pub fn create() -> [InjectedBug; 4] {
         [
             InjectedBug::CreateSkipsTable,
             InjectedBug::ResizeBeforeDurable,
+            InjectedBug::ShrinkTableFirst,
             InjectedBug::DeleteBeforeDurable,
         ]
     }

@@ -104,6 +104,12 @@ impl Monitor {
         }
     }
 
+    /// Shrink to `chunks` chunks (a shrunk volume).
+    pub fn truncate(&mut self, chunks: u64) {
+        self.heat.truncate(chunks as usize);
+        self.heat.shrink_to_fit();
+    }
+
     /// Record a request of `[off, off + len)` at decay epoch `epoch`.
     pub fn observe(
         &mut self,

@@ -221,6 +221,16 @@ impl Volume {
         self.log.max_extents = crate::log::max_extents_for(size_bytes);
     }
 
+    /// Shrink to `size_bytes` (a thin volume's shrink, whose cut chunks are all unmapped).
+    pub fn shrink(&mut self, size_bytes: u64, chunk_bytes: u64) {
+        let chunks = size_bytes.div_ceil(chunk_bytes);
+        self.map.truncate(chunks);
+        self.monitor.truncate(chunks);
+        self.chunks = chunks;
+        self.rec.size_bytes = size_bytes;
+        self.log.max_extents = crate::log::max_extents_for(size_bytes);
+    }
+
     pub fn has_commit_work(&self) -> bool {
         !self.journal.pending.is_empty() || !self.flush_waiters.is_empty() || self.checkpoint_wanted
     }

@@ -32,15 +32,17 @@ pub enum VolumeCmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Grow a thin volume while the server runs. The new size is served once the volume
-    /// table recording it is durable (with --wait, this command returns then); clients
-    /// already connected keep the size they negotiated until they reconnect. Shrinking
-    /// and thick volumes are refused. Set the new size in the configuration file too
-    /// (until then the server warns at start and keeps the bigger size).
+    /// Grow or shrink a thin volume while the server runs. A bigger size is served once
+    /// the volume table recording it is durable; a smaller one at once, and recorded after
+    /// a checkpoint (with --wait, this command returns once it is durable). Shrinking is
+    /// refused while anything past the new end is written (trim it first) or in flight.
+    /// Clients already connected keep the size they negotiated until they reconnect.
+    /// Thick volumes are refused. Set the new size in the configuration file too: a
+    /// configured size bigger than the volume's grows it at the next start.
     Resize {
-        /// The volume (export) to grow.
+        /// The volume (export) to resize.
         name: String,
-        /// Its new size (e.g. 20g), a multiple of 512 bytes, bigger than now.
+        /// Its new size (e.g. 20g), a multiple of 512 bytes.
         #[arg(long)]
         size: String,
         /// Wait until the new size is served (at most 60 s).
@@ -124,7 +126,7 @@ pub fn run(cmd: VolumeCmd) -> Result<(), Failure> {
             });
             if !send(&target, req, wait, || {
                 format!(
-                    "{name}: growing to {size_bytes} bytes (ctl volume list shows when it is done)"
+                    "{name}: resizing to {size_bytes} bytes (ctl volume list shows when it is done)"
                 )
             })? {
                 return Ok(());

@@ -371,8 +371,9 @@ impl Engine {
             out.events.push(EngineEvent::Warning {
                 message: format!(
                     "volume {name}: {on_disk} bytes on disk (grown at run time) but {configured} \
-                     configured; it stays {on_disk} bytes (shrinking is not supported): set \
-                     size to {on_disk} in the configuration"
+                     configured; it stays {on_disk} bytes (a smaller configured size does not \
+                     shrink it; ctl volume resize does): set size to {on_disk} in the \
+                     configuration"
                 ),
             });
             return Ok(());

@@ -14,7 +14,7 @@
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::device::below;
+use super::device::{below, count_down};
 
 pub(super) struct DeleteDraws {
     rng: Xoshiro256PlusPlus,
@@ -59,17 +59,7 @@ impl DeleteDraws {
 
     /// Whether the power should fail now (a step of the run passed).
     pub fn crash_now(&mut self) -> bool {
-        match self.crash_in {
-            Some(0) => {
-                self.crash_in = None;
-                true
-            }
-            Some(n) => {
-                self.crash_in = Some(n - 1);
-                false
-            }
-            None => false,
-        }
+        count_down(&mut self.crash_in)
     }
 
     /// Whether volume `v` is being deleted (requests to it are not sent).

@@ -57,6 +57,21 @@ pub fn below(rng: &mut Xoshiro256PlusPlus, n: u64) -> u64 {
     ((rng.next_u64() as u128 * n as u128) >> 64) as u64
 }
 
+/// An aimed power loss `Some(n)` steps away: true (and disarmed) when it is due.
+pub fn count_down(steps: &mut Option<u64>) -> bool {
+    match *steps {
+        Some(0) => {
+            *steps = None;
+            true
+        }
+        Some(n) => {
+            *steps = Some(n - 1);
+            false
+        }
+        None => false,
+    }
+}
+
 impl DataDevice {
     pub fn new(pool: u16, capacity: u64) -> DataDevice {
         DataDevice {

@@ -74,6 +74,7 @@ pub fn run_range(
                             t.sharded_seeds += st.sharded_seeds;
                             t.shards += st.shards;
                             t.volumes_resized += st.volumes_resized;
+                            t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;
                             t.probe_seeds += st.probe_seeds;
                             t.probe_crashes += st.probe_crashes;

@@ -77,6 +77,11 @@ impl RefDisk {
         }
     }
 
+    /// The volume shrank to `sectors`: what lay past them is gone.
+    pub fn truncate(&mut self, sectors: u64) {
+        self.sectors.truncate(sectors as usize);
+    }
+
     pub fn sectors(&self) -> u64 {
         self.sectors.len() as u64
     }

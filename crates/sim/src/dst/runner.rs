@@ -80,8 +80,10 @@ pub struct DstStats {
     /// Seeds run as several engines (`draw_shards`), and the engines of all seeds.
     pub sharded_seeds: u64,
     pub shards: u64,
-    /// Volumes grown while running and announced (`Control::ResizeVolume`).
+    /// Volumes grown or shrunk while running and announced (`Control::ResizeVolume`),
+    /// and of them the shrinks.
     pub volumes_resized: u64,
+    pub volumes_shrunk: u64,
     /// Volumes deleted while running and announced (`Control::DeleteVolume`).
     pub volumes_deleted: u64,
     /// Seeds that ran the migration-heavy profile (`probe.rs`), and the power losses it
@@ -620,20 +622,44 @@ impl Sim {
         Ok(true)
     }
 
-    /// Now and then, in the seeds that grow volumes: ask for one to grow.
+    /// Now and then, in the seeds that resize volumes: ask for one to grow, or trim a
+    /// tail and then ask for the volume to shrink to it.
     fn resize_action(&mut self) -> Result<bool, Fail> {
         let sizes: Vec<u64> = self
             .refs
             .iter()
             .map(|r| r.sectors() * SECTOR as u64)
             .collect();
-        let Some((v, new)) = self
+        let chunk_bytes = self.engine_cfg.chunk_bytes;
+        let configured = self.engine_cfg.volumes.len();
+        let Some(draw) = self
             .resizes
             .as_mut()
             .filter(|_| !self.recovering)
-            .and_then(|r| r.maybe(&sizes))
+            .and_then(|r| r.maybe(&sizes, chunk_bytes, configured))
         else {
             return Ok(false);
+        };
+        let (v, new) = match draw {
+            super::resize::Draw::Trim(v, from, to) => {
+                if self.deletes.as_ref().is_some_and(|d| d.refuses(v)) {
+                    return Ok(false);
+                }
+                if self.trace {
+                    eprintln!("[{}] trim volume {v} from {from} for a shrink", self.step);
+                }
+                let s = SECTOR as u64;
+                self.submit(
+                    v as u32,
+                    ReqKind::Trim,
+                    from / s,
+                    (to - from) / s,
+                    false,
+                    false,
+                )?;
+                return Ok(true);
+            }
+            super::resize::Draw::Resize(v, new) => (v, new),
         };
         let mut out = Outputs::default();
         let res = self.engine.control(
@@ -647,13 +673,20 @@ impl Sim {
         if self.trace {
             eprintln!("[{}] resize volume {v} to {new}: {res:?}", self.step);
         }
-        if res.is_ok()
-            && let Some(r) = self.resizes.as_mut()
-        {
-            r.started(v, sizes[v], new);
+        let busy = matches!(res, Err(tiervisor_engine::ControlError::Busy(_)));
+        if let Some(r) = self.resizes.as_mut() {
+            r.answered(v, sizes[v], new, res.is_ok(), busy);
         }
         self.pump(&mut out)?;
         Ok(true)
+    }
+
+    /// The sectors requests to volume `v` may reach now (a shrink under way serves its
+    /// new size before it is announced).
+    fn serving_sectors(&self, v: usize) -> u64 {
+        let bytes = self.refs[v].sectors() * SECTOR as u64;
+        let bytes = (self.resizes.as_ref()).map_or(bytes, |r| r.serving_bytes(v, bytes));
+        bytes / SECTOR as u64
     }
 
     /// The engine announced a grown volume: the reference grows with it.
@@ -668,8 +701,21 @@ impl Sim {
                 "volume {name} announced as {size} bytes, but no such resize was asked for"
             ));
         }
-        self.refs[v].grow(size / SECTOR as u64);
+        self.resize_ref(v, size);
         Ok(())
+    }
+
+    /// The reference of volume `v` takes its announced (or recovered) size.
+    fn resize_ref(&mut self, v: usize, size: u64) {
+        let sectors = size / SECTOR as u64;
+        if sectors < self.refs[v].sectors() {
+            self.refs[v].truncate(sectors);
+            if let Some(r) = self.resizes.as_mut() {
+                r.count_shrink();
+            }
+        } else {
+            self.refs[v].grow(sectors);
+        }
     }
 
     /// After a recovery: every volume has the size announced before the crash, and a
@@ -683,7 +729,7 @@ impl Sim {
                 .unwrap_or(0);
             match interrupted {
                 Some((iv, old, new)) if iv == v && old == before && now == new => {
-                    self.refs[v].grow(new / SECTOR as u64);
+                    self.resize_ref(v, new);
                 }
                 _ if now != before => {
                     return Err(format!(
@@ -1116,7 +1162,7 @@ impl Sim {
         {
             return Ok(()); // the engine refuses requests to a volume being deleted
         }
-        let sectors = self.refs[vol as usize].sectors();
+        let sectors = self.serving_sectors(vol as usize);
         let n = match below(&mut self.rng, 10) {
             0..=2 => 1,
             3..=5 => 1 + below(&mut self.rng, 8),
@@ -1459,7 +1505,7 @@ impl Sim {
     /// Read every volume end to end and check it.
     fn verify_all(&mut self) -> Result<(), Fail> {
         for v in 0..self.refs.len() {
-            let sectors = self.refs[v].sectors();
+            let sectors = self.serving_sectors(v);
             let mut s = 0;
             while s < sectors {
                 let n = 2048.min(sectors - s);
@@ -1578,7 +1624,8 @@ impl Sim {
             } else {
                 let roll = below(&mut self.rng, 1000);
                 let aimed = self.cfg.faults >= Faults::Crash
-                    && self.deletes.as_mut().is_some_and(|d| d.crash_now());
+                    && (self.deletes.as_mut().is_some_and(|d| d.crash_now())
+                        | self.resizes.as_mut().is_some_and(|r| r.crash_now()));
                 if self.cfg.faults >= Faults::Crash && below(&mut self.rng, crash_one_in) == 0
                     || aimed
                 {
@@ -1619,6 +1666,7 @@ impl Sim {
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
+        self.stats.volumes_shrunk = self.resizes.as_ref().map_or(0, |r| r.shrunk);
         self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
         if let Some(p) = &self.probe {
             self.stats.probe_seeds = 1;
