@@ -138,6 +138,11 @@ fn bind_unix(path: &std::path::Path) -> Result<UnixListener, String> {
     UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
 }
 
+/// `Server::start`'s error when a stop signal ended the start (a mount waiting for space):
+/// a requested stop, not a failure, so `serve` exits 0 on it.
+pub const STOPPED_DURING_START: &str =
+    "stopped by a signal before the start finished; nothing was served";
+
 /// Everything that can be refused is refused before the first write: socket paths, TCP
 /// ports, which pools exist, and (when pools are to be created) the engine configuration
 /// with the configured sizes. Only then is the data directory made and are pools opened.
@@ -240,7 +245,7 @@ pub(crate) fn mount(
         // signal meanwhile ends the start (what it wrote is crash-safe), rather than being
         // lost. One with nothing to wait for is over before anyone can send it.
         if events.iter().any(|e| e.token() == TOK_SIGNAL) {
-            return Err("stopped by a signal before the start finished; nothing was served".into());
+            return Err(STOPPED_DURING_START.into());
         }
         shard.backend.clear_wake();
     }

@@ -165,10 +165,17 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     let opts = StartOptions {
         format_new: a.format_new || (a.config.is_none() && preflight::dir_is_fresh(&cfg.data_dir)),
     };
-    let mut server = Server::start(cfg.clone(), opts, Box::new(log_line)).map_err(|e| {
+    let mut server = match Server::start(cfg.clone(), opts, Box::new(log_line)) {
+        Ok(s) => s,
+        // SIGTERM or SIGINT during a start that waited (for space): what it wrote is
+        // crash-safe, and a requested stop is not a failure.
+        Err(e) if e == tiervisor_server::server::STOPPED_DURING_START => {
+            log_line(&e);
+            return Ok(());
+        }
         // Configuration mismatches and unreadable metadata are the operator's to fix.
-        Failure::input(e)
-    })?;
+        Err(e) => return Err(Failure::input(e)),
+    };
     let vols: Vec<String> = server
         .exports()
         .iter()
