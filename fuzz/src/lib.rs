@@ -32,8 +32,9 @@ fn exports() -> Vec<Export> {
 }
 
 /// The bytes a client sends to get from the greeting to transmission on `vm1` with
-/// structured replies and `base:allocation` (the requests target starts from here).
-pub fn handshake_prefix() -> Vec<u8> {
+/// structured replies (or, `extended`, extended headers) and `base:allocation` (the
+/// requests target starts from here).
+pub fn handshake_prefix(extended: bool) -> Vec<u8> {
     let opt = |o: u32, d: &[u8]| {
         let mut b = 0x4948_4156_454F_5054u64.to_be_bytes().to_vec();
         b.extend_from_slice(&o.to_be_bytes());
@@ -50,7 +51,7 @@ pub fn handshake_prefix() -> Vec<u8> {
     go.extend_from_slice(b"vm1");
     go.extend_from_slice(&0u16.to_be_bytes());
     let mut b = 3u32.to_be_bytes().to_vec();
-    b.extend(opt(8, &[]));
+    b.extend(opt(if extended { 11 } else { 8 }, &[]));
     b.extend(opt(10, &meta));
     b.extend(opt(7, &go));
     b
@@ -73,7 +74,7 @@ fn drive_conn(prefix: &[u8], data: &[u8], tls_by_input: bool) {
             if tls_by_input {
                 c.tls_mode = [TlsMode::Off, TlsMode::On, TlsMode::Require][s as usize % 3];
             }
-            (1 + s as usize * 7, rest)
+            (1 + (s & 0x7f) as usize * 7, rest)
         }
         None => (1, data),
     };
@@ -100,7 +101,7 @@ fn drive_conn(prefix: &[u8], data: &[u8], tls_by_input: bool) {
                 hole: true,
                 zero: true,
             };
-            c.status_reply(q.handle, Ok(vec![e]));
+            c.status_reply(q.handle, q.offset, Ok(vec![e]));
         }
         assert_eq!(c.in_flight as usize, before as usize - answered);
         let queued: usize = c.out.iter().map(|b| b.len()).sum();
@@ -128,9 +129,11 @@ pub fn nbd_handshake(data: &[u8]) {
     drive_conn(&[], data, true);
 }
 
-/// NBD in transmission (structured replies and block status negotiated): requests.
+/// NBD in transmission (block status negotiated): requests. The first byte's top bit
+/// picks extended headers (32-byte requests, 64-bit lengths) or structured replies.
 pub fn nbd_requests(data: &[u8]) {
-    drive_conn(&handshake_prefix(), data, false);
+    let extended = data.first().is_some_and(|b| b & 0x80 != 0);
+    drive_conn(&handshake_prefix(extended), data, false);
 }
 
 /// `data` as a `len`-byte structure: magic at the front, a valid CRC32C at the end.

@@ -32,6 +32,39 @@ fn req(flags: u16, cmd: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
     b
 }
 
+/// An extended request header (32 bytes, 64-bit length).
+fn ereq(flags: u16, cmd: u16, handle: u64, off: u64, len: u64) -> Vec<u8> {
+    let mut b = 0x21e4_1c71u32.to_be_bytes().to_vec();
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&cmd.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&off.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// The same with extended headers: the write's payload announced by
+/// NBD_CMD_FLAG_PAYLOAD_LEN (32), 64-bit trims and block status, a refused payload.
+fn extended_requests() -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend(ereq(0, 0, 1, 0, 4096)); // read
+    b.extend(ereq(32 | 1, 1, 2, 4096, 8)); // write, FUA
+    b.extend_from_slice(b"tvtvtvtv");
+    b.extend(ereq(0, 3, 3, 0, 0)); // flush
+    b.extend(ereq(0, 4, 4, 1 << 20, 5 << 30)); // trim beyond 4 GiB (past the end)
+    b.extend(ereq(0, 5, 5, 0, 65536)); // cache
+    b.extend(ereq(2, 6, 6, 0, 4096)); // write zeroes, no hole
+    b.extend(ereq(8, 7, 7, 0, 1 << 30)); // block status, one run
+    b.extend(ereq(0, 7, 8, 4096, 1 << 20)); // block status
+    b.extend(ereq(32, 3, 9, 0, 4)); // a payload FLUSH does not take
+    b.extend_from_slice(b"junk");
+    b.extend(ereq(0, 1, 10, 0, 4)); // write without PAYLOAD_LEN (as QEMU 10 sends it)
+    b.extend_from_slice(b"qemu");
+    b.extend(ereq(0, 0, 11, 0, 1 << 33)); // a read too long
+    b.extend(ereq(0, 2, 12, 0, 0)); // disconnect
+    b
+}
+
 /// A few requests of every kind, one write with its payload.
 fn requests() -> Vec<u8> {
     let mut b = Vec::new();
@@ -88,13 +121,32 @@ fn nbd_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     starttls.extend(opt(5, &[]));
     starttls.extend(opt(7, &go));
     starttls.extend(requests());
+    // Extended headers: refused with data, accepted, accepted again as an error,
+    // structured replies refused after them, contexts, GO, then 32-byte requests.
+    let mut extended = vec![0u8, 0, 0, 0, 3];
+    for (o, d) in [
+        (11, &b"x"[..]),
+        (11, &[]),
+        (11, &[]),
+        (8, &[]),
+        (10, &meta),
+        (7, &go),
+    ] {
+        extended.extend(opt(o, d));
+    }
+    extended.extend(extended_requests());
     let mut reqs = vec![0u8];
     reqs.extend(requests());
+    // First byte's top bit: extended headers (0x80 | 0: one-byte pieces).
+    let mut ext_reqs = vec![0x80u8];
+    ext_reqs.extend(extended_requests());
     vec![
         ("nbd_handshake", "session", session),
         ("nbd_handshake", "export_name", oldstyle),
         ("nbd_handshake", "starttls", starttls),
+        ("nbd_handshake", "extended", extended),
         ("nbd_requests", "requests", reqs),
+        ("nbd_requests", "extended", ext_reqs),
     ]
 }
 

@@ -75,6 +75,7 @@ fn answer_status_queries(engine: &Engine, conn: &mut Conn) {
         };
         conn.status_reply(
             q.handle,
+            q.offset,
             engine.block_status(q.volume, q.offset, q.length, max),
         );
     }

@@ -12,6 +12,11 @@ pub const BASE_ALLOCATION: &str = "base:allocation";
 pub const BASE_ALLOCATION_ID: u32 = 1;
 /// Runs in one block-status reply (8 bytes each); the client asks again for the rest.
 pub const MAX_STATUS_EXTENTS: usize = 8192;
+/// The longest range one block-status query looks at (a longer request is answered for
+/// its first 64 GiB, which the protocol allows: the length is a hint). Compact requests
+/// stop at 4 GiB; 64-bit ones could ask for a whole export, which the engine walks chunk
+/// by chunk on the shard's thread (64 GiB: 2^20 chunks of the smallest size, 64 KiB).
+pub const MAX_STATUS_QUERY_BYTES: u64 = 64 << 30;
 /// Longest export name or query accepted, as the protocol's string limit.
 const MAX_STRING_BYTES: usize = 4096;
 
@@ -86,27 +91,43 @@ pub fn context_reply(opt: u32) -> Bytes {
     option_reply(opt, REP_META_CONTEXT, &d)
 }
 
-/// A `NBD_REPLY_TYPE_BLOCK_STATUS` chunk (marked done) for `base:allocation`.
-pub fn block_status_reply(handle: u64, extents: &[StatusExtent]) -> Bytes {
-    let len = 4 + 8 * extents.len();
-    let mut b = BytesMut::with_capacity(20 + len);
-    b.put_u32(STRUCTURED_REPLY_MAGIC);
-    b.put_u16(REPLY_FLAG_DONE);
-    b.put_u16(REPLY_TYPE_BLOCK_STATUS);
-    b.put_u64(handle);
-    b.put_u32(len as u32);
-    b.put_u32(BASE_ALLOCATION_ID);
-    for e in extents {
-        // A query covers at most one request's u32 length, so every run fits.
-        b.put_u32(u32::try_from(e.length_bytes).unwrap_or(u32::MAX));
-        let mut flags = 0;
+/// The block-status chunk (marked done) for `base:allocation`: `NBD_REPLY_TYPE_BLOCK_STATUS`
+/// (32-bit extent lengths) with structured replies, `NBD_REPLY_TYPE_BLOCK_STATUS_EXT`
+/// (64-bit lengths and flags, and a descriptor count) with extended headers.
+pub fn block_status_reply(
+    framing: Framing,
+    handle: u64,
+    req_offset: u64,
+    extents: &[StatusExtent],
+) -> Bytes {
+    let flags = |e: &StatusExtent| {
+        let mut f = 0;
         if e.hole {
-            flags |= STATE_HOLE;
+            f |= STATE_HOLE;
         }
         if e.zero {
-            flags |= STATE_ZERO;
+            f |= STATE_ZERO;
         }
-        b.put_u32(flags);
+        f
+    };
+    if framing == Framing::Extended {
+        let len = 8 + 16 * extents.len();
+        let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS_EXT, handle, req_offset, len);
+        b.put_u32(BASE_ALLOCATION_ID);
+        b.put_u32(extents.len() as u32);
+        for e in extents {
+            b.put_u64(e.length_bytes);
+            b.put_u64(flags(e) as u64);
+        }
+        return b.freeze();
+    }
+    let len = 4 + 8 * extents.len();
+    let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS, handle, req_offset, len);
+    b.put_u32(BASE_ALLOCATION_ID);
+    for e in extents {
+        // A compact request's length is 32-bit and a query covers no more, so every run fits.
+        b.put_u32(u32::try_from(e.length_bytes).unwrap_or(u32::MAX));
+        b.put_u32(flags(e));
     }
     b.freeze()
 }
@@ -176,7 +197,7 @@ mod tests {
                 zero: false,
             },
         ];
-        let b = block_status_reply(9, &e);
+        let b = block_status_reply(Framing::Structured, 9, 0, &e);
         assert_eq!(b.len(), 20 + 4 + 16);
         assert_eq!(u16::from_be_bytes([b[6], b[7]]), REPLY_TYPE_BLOCK_STATUS);
         assert_eq!(u32::from_be_bytes(b[16..20].try_into().unwrap()), 20);
@@ -184,5 +205,35 @@ mod tests {
         assert_eq!(u32::from_be_bytes(b[24..28].try_into().unwrap()), 4096);
         assert_eq!(u32::from_be_bytes(b[28..32].try_into().unwrap()), 3);
         assert_eq!(u32::from_be_bytes(b[36..40].try_into().unwrap()), 0);
+    }
+
+    #[test]
+    fn extended_block_status_reply_layout_carries_64_bit_lengths() {
+        let e = [
+            StatusExtent {
+                length_bytes: 6 << 30,
+                hole: true,
+                zero: true,
+            },
+            StatusExtent {
+                length_bytes: 1 << 20,
+                hole: false,
+                zero: false,
+            },
+        ];
+        let b = block_status_reply(Framing::Extended, 9, 1 << 40, &e);
+        let be32 = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+        let be64 = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap());
+        assert_eq!(b.len(), 32 + 8 + 2 * 16);
+        assert_eq!(be32(0), EXTENDED_REPLY_MAGIC);
+        assert_eq!(u16::from_be_bytes([b[4], b[5]]), REPLY_FLAG_DONE);
+        assert_eq!(
+            u16::from_be_bytes([b[6], b[7]]),
+            REPLY_TYPE_BLOCK_STATUS_EXT
+        );
+        assert_eq!((be64(8), be64(16), be64(24)), (9, 1 << 40, 8 + 32));
+        assert_eq!((be32(32), be32(36)), (BASE_ALLOCATION_ID, 2));
+        assert_eq!((be64(40), be64(48)), (6 << 30, 3));
+        assert_eq!((be64(56), be64(64)), (1 << 20, 0));
     }
 }

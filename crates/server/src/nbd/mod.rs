@@ -3,3 +3,6 @@
 pub mod conn;
 pub mod meta;
 pub mod proto;
+
+#[cfg(test)]
+mod extended_tests;
