@@ -126,6 +126,20 @@ impl ChunkAllocator {
         Some(g)
     }
 
+    /// The longest run of free chunks (for a refusal that names it).
+    pub fn largest_free_run(&self) -> u64 {
+        let (mut best, mut run) = (0, 0);
+        for c in 0..self.chunks {
+            if self.is_used(c) {
+                run = 0;
+            } else {
+                run += 1;
+                best = best.max(run);
+            }
+        }
+        best
+    }
+
     /// Allocate `n` contiguous chunks (first fit from `hint`).
     pub fn allocate_run(&mut self, n: u64, hint: u64, metadata: bool) -> Option<u64> {
         let limit = if metadata { 0 } else { self.reserve };
@@ -194,6 +208,7 @@ mod tests {
         a.mark_used(5);
         assert_eq!(a.allocate_run(10, 0, false), Some(6));
         assert_eq!(a.allocate_run(90, 0, false), None);
+        assert_eq!(a.largest_free_run(), 84);
         a.set_reserve(10);
         while a.allocate(0, false).is_some() {}
         assert_eq!(a.free_chunks(), 10);

@@ -77,6 +77,13 @@ pub enum ControlError {
         free_chunks: u64,
         needed_chunks: u64,
     },
+    /// The destination has no contiguous run of free chunks as long as the volume (a
+    /// thick volume's home region); the longest there is is named.
+    NoContiguousSpace {
+        pool: String,
+        largest_free_run_chunks: u64,
+        needed_chunks: u64,
+    },
     /// The command can no longer take effect (a pivot being made durable, say).
     TooLate(String),
     /// The value is out of range; the text says which and why.
@@ -103,6 +110,14 @@ impl std::fmt::Display for ControlError {
             } => write!(
                 f,
                 "pool {pool} has {free_chunks} free chunks; the volume needs {needed_chunks}"
+            ),
+            ControlError::NoContiguousSpace {
+                pool,
+                largest_free_run_chunks,
+                needed_chunks,
+            } => write!(
+                f,
+                "pool {pool} has no run of {needed_chunks} contiguous free chunks for the volume's home region (the longest is {largest_free_run_chunks})"
             ),
             ControlError::Unsupported(why)
             | ControlError::Busy(why)

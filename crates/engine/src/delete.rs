@@ -115,6 +115,7 @@ pub(crate) fn tombstone(rec: &VolumeRecord) -> VolumeRecord {
         journal_first_chunk: 0,
         journal_chunks: 0,
         migration: None,
+        migration_base_chunk: None,
         deleted: true,
     }
 }
@@ -158,6 +159,13 @@ impl Engine {
             return Err(ControlError::Busy(format!(
                 "volume {name} is migrating; cancel the migration (ctl migrate cancel {name}) \
                  or wait for it to finish"
+            )));
+        }
+        // A thick volume's chunks point at its new region until the table naming it is
+        // durable (`jobs/migrate/thick.rs`): freeing both would free them twice.
+        if self.migrations.thick.rehoming.contains(&volume.0) {
+            return Err(ControlError::Busy(format!(
+                "volume {name}'s migration is recording its new home region; try again"
             )));
         }
         self.deletes.current = Some(Deletion {

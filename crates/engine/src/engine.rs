@@ -842,7 +842,7 @@ impl Engine {
         }
     }
 
-    fn release_chunks(&mut self, what: Freed) {
+    pub(crate) fn release_chunks(&mut self, what: Freed) {
         let Freed::Chunks { pool, first, n } = what;
         for c in first..first + n {
             self.pools[pool.0 as usize].alloc.release(c);

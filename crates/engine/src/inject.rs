@@ -86,6 +86,10 @@ pub enum InjectedBug {
     /// already switched to the destination frees the job's destination copy, and the
     /// pivot switches the chunk back to it, stale.
     TierMovesWhileMigrating,
+    /// A thick volume's old home region is freed as soon as its job is over, before the
+    /// volume table naming the new region is durable: a crash mounts the old table, whose
+    /// home region other data may have taken meanwhile.
+    ThickOldRegionFreedEarly,
 }
 
 impl InjectedBug {
@@ -151,6 +155,7 @@ impl InjectedBug {
             InjectedBug::ShrinkTableFirst => "shrink-table-first",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
             InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
+            InjectedBug::ThickOldRegionFreedEarly => "thick-old-region-freed-early",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).

@@ -99,7 +99,11 @@ impl Engine {
                 }
             }
             for (c, loc) in v.map.iter() {
-                if let ChunkLoc::At(p, pc) = loc {
+                // A thick volume's chunk at its own slot of a region (a migration's) is
+                // claimed with the region.
+                if let ChunkLoc::At(p, pc) = loc
+                    && !self.own_slot(v.id.0, c, p, pc)
+                {
                     claim(p.0 as usize, pc, format!("chunk {c} of {}", r.name))?;
                 }
             }
@@ -229,6 +233,9 @@ impl Engine {
                 ));
             }
         }
+        // What a crash now would mount: every region the volume table (durable or being
+        // written) names for a thick volume, home or a job's new one, is held.
+        self.check_table_regions(&owner)?;
         for (p, pool) in self.pools.iter().enumerate() {
             let used = pool.alloc.chunks() - pool.alloc.free_chunks();
             if used != owner[p].len() as u64 {

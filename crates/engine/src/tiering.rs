@@ -108,7 +108,8 @@ impl Engine {
     /// LR holds a destination copy of each switched chunk that a move would free
     /// (injected bug `tier-moves-while-migrating`; docs/MIGRATION.md, tiered volumes).
     fn tiers_frozen(&self, v: usize) -> bool {
-        self.migrations.jobs.contains_key(&(v as u32))
+        (self.migrations.jobs.contains_key(&(v as u32))
+            || self.migrations.thick.rehoming.contains(&(v as u32)))
             && !self.bug_is(crate::inject::InjectedBug::TierMovesWhileMigrating)
     }
 

@@ -29,6 +29,16 @@ impl TableWriter {
     pub(crate) fn retry_due(&self) -> bool {
         self.retry
     }
+
+    /// The records of the table being written, if a write is in flight.
+    pub(crate) fn in_flight_records(&self) -> &[crate::layout::VolumeRecord] {
+        self.in_flight.as_ref().map_or(&[], |t| &t.volumes[..])
+    }
+
+    /// Record `i` of the table being written, if a write is in flight.
+    pub(crate) fn in_flight_record(&self, i: usize) -> Option<&crate::layout::VolumeRecord> {
+        self.in_flight.as_ref()?.volumes.get(i)
+    }
 }
 
 impl Engine {
@@ -97,6 +107,10 @@ impl Engine {
             self.volume_table_durable(out);
             self.resize_table_durable(out);
             self.delete_table_durable(now, out);
+            // A thick volume's regions wait for the table (`jobs/migrate/thick.rs`), and
+            // a job's first copy for its recorded region.
+            self.thick_table_durable(now);
+            self.migration_step(now, out);
         } else {
             tw.retry = true;
             self.arm_commit_timer(now);

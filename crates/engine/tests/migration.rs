@@ -423,12 +423,14 @@ fn bad_requests_are_refused_with_a_reason() {
             .unwrap_err()
             .contains("granularity")
     );
+    // A thick volume to the pool its home region is on (tests/thick_migration.rs moves
+    // one elsewhere).
     let thick = r.engine.volume_id("thick").unwrap();
     assert!(
         r.engine
             .start_migration(r.now, thick, params(Scheme::Lr), &mut out)
             .unwrap_err()
-            .contains("thick")
+            .contains("already lives on pool ssd")
     );
     let mut big = params(Scheme::Lr);
     big.to = PoolId(7);
@@ -483,10 +485,14 @@ fn control_routes_migrations_and_refuses_each_bad_request() {
     for (c, want) in refused {
         assert_eq!(ctl(&mut r, c.clone()), Err(want), "{c:?}");
     }
-    match ctl(&mut r, start(thick, HDD)) {
-        Err(ControlError::Unsupported(why)) => assert!(why.contains("thick"), "{why}"),
-        other => panic!("a thick volume: {other:?}"),
-    }
+    assert_eq!(
+        ctl(&mut r, start(thick, SSD)),
+        Err(ControlError::SamePool {
+            volume: "thick".into(),
+            pool: "ssd".into(),
+        }),
+        "a thick volume to the pool of its home region"
+    );
     assert!(r.engine.migration_status(v).is_none(), "nothing started");
 
     ctl(&mut r, start(v, SSD)).unwrap();

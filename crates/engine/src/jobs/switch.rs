@@ -23,7 +23,11 @@ impl Engine {
         if let Some((p, _)) = vol.resolve(to, c) {
             vol.dirty_pools |= 1 << p.0;
         }
-        if free_old && let ChunkLoc::At(p, pc) = old {
+        // A slot of a thick volume's region is freed only with the whole region.
+        if free_old
+            && let ChunkLoc::At(p, pc) = old
+            && !self.in_thick_region(v, p, pc)
+        {
             self.defer_free(
                 Freed::Chunks {
                     pool: p,

@@ -199,6 +199,7 @@ impl Engine {
             journal_first_chunk: jfirst,
             journal_chunks: journal_chunks as u32,
             migration: None,
+            migration_base_chunk: None,
             deleted: false,
         };
         let header = JournalHeader {

@@ -101,6 +101,7 @@ impl Engine {
             self.replay(&mut vol, &region)?;
             vol.recount(self.pools.len());
             self.vols[v] = vol;
+            self.thick_rehome_at_mount(v);
             let mapped = self.vols[v]
                 .map
                 .iter()
@@ -259,7 +260,7 @@ impl Engine {
     /// After recovery, everything referenced is in use and everything else is free.
     fn rebuild_allocators(&mut self) -> Result<(), String> {
         let mut claims: Vec<(PoolId, u64, String)> = Vec::new();
-        for v in &self.vols {
+        for (vi, v) in self.vols.iter().enumerate() {
             let r = &v.rec;
             for c in 0..r.journal_chunks as u64 {
                 claims.push((
@@ -279,14 +280,30 @@ impl Engine {
                         format!("home region of {}", r.name),
                     ));
                 }
+                // The new home region of its recorded migration (`jobs/migrate/thick.rs`).
+                if let (Some(m), Some(b)) = (&r.migration, r.migration_base_chunk) {
+                    for c in 0..v.chunks {
+                        claims.push((
+                            m.to,
+                            b + c,
+                            format!("new home region of {}'s migration", r.name),
+                        ));
+                    }
+                }
             }
             for (c, loc) in v.map.iter() {
-                if let ChunkLoc::At(p, pc) = loc {
+                // A chunk at its own slot of a region is claimed with the region.
+                if let ChunkLoc::At(p, pc) = loc
+                    && !self.own_slot(vi as u32, c, p, pc)
+                {
                     claims.push((p, pc, format!("chunk {c} of {}", r.name)));
                 }
             }
             // Destination chunks an interrupted migration wrote newest data into.
             for (p, pc) in crate::jobs::migrate::moved_chunks(v, self.cfg.chunk_bytes) {
+                if self.in_thick_region(vi as u32, p, pc) {
+                    continue;
+                }
                 claims.push((p, pc, format!("migration destination of {}", r.name)));
             }
         }

@@ -23,6 +23,7 @@ mod pass;
 mod presync;
 mod resume;
 mod route;
+mod thick;
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -305,8 +306,15 @@ pub(crate) struct Job {
     pub phase: MigrationPhase,
     pub from: Vec<PoolId>,
     pub progress: Vec<Progress>,
-    /// Destination physical chunk per logical chunk (allocated when first needed).
+    /// Destination physical chunk per logical chunk (allocated when first needed; a
+    /// thick volume's slot `thick_base + c`).
     pub dst: Vec<Option<u64>>,
+    /// A thick volume's new home region on the destination: its first chunk
+    /// (`thick.rs`).
+    pub thick_base: Option<u64>,
+    /// LR may send writes to the destination: at once for a thin volume, once its new
+    /// region's record is durable for a thick one (set by the first copy step after).
+    pub may_write_dst: bool,
     /// LR: the source location of chunks already switched to the destination, kept
     /// until the pivot (freed) or a cancel (copied back into it).
     pub kept_src: Vec<Option<crate::chunkmap::ChunkLoc>>,
@@ -351,6 +359,8 @@ pub(crate) struct Migrations {
     pub timer_at: Option<u64>,
     /// Set while a delayed AIO write goes on, so it is not delayed again.
     pub bypass_delay: bool,
+    /// Thick volumes' regions waiting for a table write (`thick.rs`).
+    pub thick: thick::ThickRegions,
 }
 
 /// Physical chunks that `Moved` overlay entries of volume `vol` point into.
@@ -475,6 +485,8 @@ impl Engine {
             from,
             progress: vec![Progress::Uncopied; chunks as usize],
             dst: vec![None; chunks as usize],
+            thick_base: None,
+            may_write_dst: false,
             kept_src: vec![None; chunks as usize],
             dirty: vec![0; chunks as usize],
             cursor: 0,
@@ -504,10 +516,16 @@ impl Engine {
             params,
         };
         if self.nothing_to_move(vi, params_to) {
+            // A thick volume resumed after its pivot's records were durable: the table
+            // write naming the new region is what is left (`finish_job`).
+            job.thick_base = self.vols[vi as usize].rec.migration_base_chunk;
             return Ok(self.rehome_only(now, job, out));
         }
+        job.thick_base = self.thick_region_for_start(vi, params_to)?;
+        job.may_write_dst = job.thick_base.is_none();
         // Destination data an interrupted LR or SLR job left (its `Moved` entries).
         self.adopt_moved(&mut job);
+        self.adopt_thick_slots(&mut job);
         let rate = job.params.rate_bytes_per_s;
         job.bucket
             .fill(now, (rate / 4).max(2 * self.cfg.chunk_bytes));
@@ -516,8 +534,9 @@ impl Engine {
             scheme: SchemeChoice::Fixed(scheme),
             ..job.params.clone()
         };
+        let base = job.thick_base;
         self.migrations.jobs.insert(vi, job);
-        self.record_job(now, vi, Some(recorded), out);
+        self.record_job(now, vi, Some(recorded), base, out);
         self.migration_step(now, out);
         Ok(self.migration_status(v).expect("just started"))
     }
@@ -547,10 +566,12 @@ impl Engine {
             .get(p.to.0 as usize)
             .ok_or(ControlError::UnknownPool(p.to))?;
         let cb = self.cfg.chunk_bytes;
-        if vol.rec.provisioning != crate::config::Provisioning::Thin {
-            return unsupported(format!(
-                "volume {name} is thick; live migration moves thin volumes only (a thick volume's home region cannot move yet)"
-            ));
+        let thick = vol.rec.provisioning == crate::config::Provisioning::Thick;
+        if thick && p.to == vol.rec.home_pool {
+            return Err(ControlError::SamePool {
+                volume: name.clone(),
+                pool: pool.cfg.name.clone(),
+            });
         }
         // A tiered volume's destination becomes its home pool, which cannot be its fast
         // pool (the configuration refuses that too): tiering would have nowhere to demote.
@@ -598,6 +619,15 @@ impl Engine {
                 p.gamma
             )));
         }
+        if thick
+            && vol.rec.migration_base_chunk.is_none()
+            && let Some(other) = self.moved_pool(v.0)
+        {
+            return unsupported(format!(
+                "volume {name} holds data of an interrupted migration to pool {} outside a recorded home region",
+                self.cfg.pools[other.0 as usize].name
+            ));
+        }
         if let Some(other) = self.moved_pool(v.0)
             && other != p.to
         {
@@ -612,7 +642,8 @@ impl Engine {
                     .is_some_and(|(pl, _)| pl != p.to)
             })
             .count() as u64;
-        if pool.alloc.available_chunks() < needed {
+        // A thick volume needs a contiguous run instead (`thick_region_for_start`).
+        if !thick && pool.alloc.available_chunks() < needed {
             return Err(ControlError::NoSpace {
                 pool: pool.cfg.name.clone(),
                 free_chunks: pool.alloc.available_chunks(),
@@ -676,7 +707,10 @@ impl Engine {
         let to = job.params.to;
         self.migrations.finished.remove(&vi);
         self.migrations.jobs.insert(vi, job);
-        self.vols[vi as usize].rec.home_pool = to;
+        if self.vols[vi as usize].rec.provisioning == crate::config::Provisioning::Thin {
+            // A thick volume's home moves with its region (`thick_job_over`).
+            self.vols[vi as usize].rec.home_pool = to;
+        }
         self.finish_job(now, vi, MigrationPhase::Done, out);
         out.events.push(crate::types::EngineEvent::MigrationPhase {
             volume: self.vols[vi as usize].rec.name.clone(),
@@ -853,8 +887,12 @@ impl Engine {
         let vol = &self.vols[v as usize];
         let mut out: Vec<(PoolId, u64, &'static str)> = Vec::new();
         let mut seen = BTreeSet::new();
+        self.thick_claims(v, &mut out);
         if let Some(job) = self.migrations.jobs.get(&v) {
             for (c, d) in job.dst.iter().enumerate() {
+                if job.thick_base.is_some() {
+                    break; // the slots are in the new region, claimed whole
+                }
                 let Some(pc) = *d else { continue };
                 let loc = crate::chunkmap::ChunkLoc::At(job.params.to, pc);
                 if vol.map.get(c as u64) != loc && seen.insert((job.params.to, pc)) {
@@ -868,7 +906,7 @@ impl Engine {
             }
         }
         for (p, pc) in moved_chunks(vol, self.cfg.chunk_bytes) {
-            if seen.insert((p, pc)) {
+            if !self.in_thick_region(v, p, pc) && seen.insert((p, pc)) {
                 out.push((p, pc, "migration destination"));
             }
         }
@@ -918,7 +956,10 @@ impl Engine {
         let free: Vec<(PoolId, u64)> = gone
             .into_iter()
             .filter(|&(p, pc)| {
-                !still.contains(&(p, pc)) && !held.contains(&(p, pc)) && !mapped(p, pc)
+                !still.contains(&(p, pc))
+                    && !held.contains(&(p, pc))
+                    && !mapped(p, pc)
+                    && !self.in_thick_region(v, p, pc)
             })
             .collect();
         for (pool, pc) in free {

@@ -146,7 +146,11 @@ impl Engine {
 
     /// Copy the next chunk, or end the pass.
     fn copy_step(&mut self, now: u64, v: u32, pass: u32, out: &mut Outputs) -> bool {
+        if !self.region_durable(v) {
+            return false; // the table write's completion steps again
+        }
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
+        job.may_write_dst = true;
         if job.copying.is_some() {
             return false;
         }
@@ -593,14 +597,15 @@ impl Engine {
                         frees.push((p, pc));
                     }
                     // A copy of a chunk that was on the destination already is no one's.
-                    if pc != dpc {
+                    if pc != dpc && !self.in_thick_region(v, to, dpc) {
                         frees.push((to, dpc));
                     }
                 }
                 Some(_) => {
                     self.switch_chunk(v, c, ChunkLoc::At(to, dpc), true);
                 }
-                None => frees.push((to, dpc)),
+                None if !self.in_thick_region(v, to, dpc) => frees.push((to, dpc)),
+                None => {}
             }
         }
         let size = self.vols[v as usize].rec.size_bytes;
@@ -617,8 +622,12 @@ impl Engine {
                 smallvec![(v, seq)],
             );
         }
-        // New chunks of the volume go to its new pool from now on.
-        self.vols[v as usize].rec.home_pool = to;
+        // New chunks of the volume go to its new pool from now on. A thick volume's home
+        // changes with its region once the switch is durable (`thick_job_over`): a table
+        // written meanwhile must still name the old one, which the map may still use.
+        if self.vols[v as usize].rec.provisioning == crate::config::Provisioning::Thin {
+            self.vols[v as usize].rec.home_pool = to;
+        }
         self.pivot_flushes_only(v, to);
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.phase = MigrationPhase::Committing { seq };
@@ -701,7 +710,11 @@ impl Engine {
         };
         job.phase = phase;
         job.stats.finished_ns = Some(now);
-        self.record_job(now, v, None, out);
+        if let Some(base) = job.thick_base {
+            self.thick_job_over(v, job.params.to, base, phase == MigrationPhase::Done);
+        }
+        self.record_job(now, v, None, None, out);
+        self.thick_table_durable(now);
         if let Some(at) = job.stats.paused_ns.take() {
             job.stats.downtime_ns += now - at;
         }
@@ -751,8 +764,10 @@ impl Engine {
                 job.cursor += 1;
                 // Nothing of the chunk's newest data is on its destination copy.
                 // (After the records that dropped any entry into it are durable.)
+                // (A thick volume's slots go with the whole region, `thick_job_over`.)
                 if let Some(dpc) = job.dst[c as usize].take()
                     && !on_dst
+                    && job.thick_base.is_none()
                 {
                     let seq = self.vols[v as usize].journal.next_seq - 1;
                     self.defer_free(
@@ -815,6 +830,11 @@ impl Engine {
             };
             let target = match job.kept_src[c as usize] {
                 Some(ChunkLoc::At(p, pc)) => (p, pc),
+                // A thick volume's chunk goes back to its home slot.
+                Some(ChunkLoc::Home) => match vol.resolve(ChunkLoc::Home, c) {
+                    Some(t) => t,
+                    None => return,
+                },
                 _ => match self.pools[home.0 as usize].alloc.allocate(c, false) {
                     Some(pc) => {
                         job.kept_src[c as usize] = Some(ChunkLoc::At(home, pc));
@@ -879,7 +899,9 @@ impl Engine {
             }
             let seq = self.clear_moved(v, c * cb, (c + 1) * cb);
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
-            if let (Some(dpc), Some(seq)) = (job.dst[c as usize].take(), seq) {
+            if let (Some(dpc), Some(seq)) = (job.dst[c as usize].take(), seq)
+                && job.thick_base.is_none()
+            {
                 self.defer_free(
                     Freed::Chunks {
                         pool: to,

@@ -12,8 +12,10 @@ use crate::codec::{Dec, Enc};
 use crate::engine::Engine;
 use crate::types::{EngineEvent, Outputs, PoolId, VolumeId};
 
-/// Encode a volume's recorded job (a zero byte when there is none).
-pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>) {
+/// Encode a volume's recorded job: a tag byte (0: none; 1: a job; 2: a thick volume's
+/// job, followed after the parameters by the first chunk of the new home region it
+/// reserved). Tags 0 and 1 are what tables written before thick migration hold.
+pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk: Option<u64>) {
     let Some(p) = job else {
         e.u8(0);
         return;
@@ -22,7 +24,9 @@ pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>) {
         SchemeChoice::Fixed(s) => Scheme::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8,
         SchemeChoice::Auto => u8::MAX,
     };
-    e.u8(1).u16(p.to.0).u8(scheme);
+    e.u8(if base_chunk.is_some() { 2 } else { 1 })
+        .u16(p.to.0)
+        .u8(scheme);
     e.u64(p.rate_bytes_per_s)
         .u64(p.granularity_bytes)
         .u64(p.buffer_bytes)
@@ -30,21 +34,28 @@ pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>) {
         .u32(p.aio_threshold)
         .u64(p.aio_delay_ns)
         .u64(p.gamma.to_bits());
+    if let Some(b) = base_chunk {
+        e.u64(b);
+    }
 }
 
+/// A decoded job record: the job's parameters, and a thick volume's new region.
+type Decoded = (Option<MigrationParams>, Option<u64>);
+
 /// Decode what `encode_job` wrote: `None` if the bytes are not a job record.
-pub(crate) fn decode_job(d: &mut Dec) -> Option<Option<MigrationParams>> {
-    match d.u8()? {
-        0 => return Some(None),
-        1 => {}
+pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
+    let thick = match d.u8()? {
+        0 => return Some((None, None)),
+        1 => false,
+        2 => true,
         _ => return None,
-    }
+    };
     let to = PoolId(d.u16()?);
     let scheme = match d.u8()? {
         u8::MAX => SchemeChoice::Auto,
         i => SchemeChoice::Fixed(*Scheme::ALL.get(i as usize)?),
     };
-    Some(Some(MigrationParams {
+    let params = MigrationParams {
         to,
         scheme,
         rate_bytes_per_s: d.u64()?,
@@ -54,19 +65,25 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Option<MigrationParams>> {
         aio_threshold: d.u32()?,
         aio_delay_ns: d.u64()?,
         gamma: f64::from_bits(d.u64()?),
-    }))
+    };
+    let base = if thick { Some(d.u64()?) } else { None };
+    Some((Some(params), base))
 }
 
 impl Engine {
-    /// Record (or clear) volume `v`'s job in the volume table.
+    /// Record (or clear) volume `v`'s job in the volume table, with a thick volume's new
+    /// home region (its first chunk on the destination).
     pub(crate) fn record_job(
         &mut self,
         now: u64,
         v: u32,
         job: Option<MigrationParams>,
+        base_chunk: Option<u64>,
         out: &mut Outputs,
     ) {
-        self.vols[v as usize].rec.migration = job;
+        let rec = &mut self.vols[v as usize].rec;
+        rec.migration_base_chunk = job.as_ref().and(base_chunk);
+        rec.migration = job;
         self.write_volume_table(now, out);
     }
 
@@ -81,15 +98,73 @@ impl Engine {
                 Ok(_) => out.events.push(EngineEvent::Warning {
                     message: format!("volume {name}: resumed its migration after a restart"),
                 }),
+                Err(e) if self.vols[v as usize].rec.migration_base_chunk.is_some() => {
+                    // A thick volume's chunks may already be in the new region (LR's and
+                    // SLR's writes, a pivot's switch): the record keeps it claimed, and a
+                    // start to the same pool takes the job up again.
+                    out.events.push(EngineEvent::Warning {
+                        message: format!(
+                            "volume {name}: its migration cannot resume ({e}); its new home region stays reserved until a migration to the same pool finishes"
+                        ),
+                    });
+                }
                 Err(e) => {
                     out.events.push(EngineEvent::Warning {
                         message: format!(
                             "volume {name}: its migration cannot resume ({e}); the volume stays where its map says"
                         ),
                     });
-                    self.record_job(now, v, None, out);
+                    self.record_job(now, v, None, None, out);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What tables written before thick migration hold: tag 1 and the parameters.
+    fn old_format(p: &MigrationParams) -> Vec<u8> {
+        let mut e = Enc::with_capacity(64);
+        e.u8(1).u16(p.to.0).u8(2);
+        e.u64(p.rate_bytes_per_s)
+            .u64(p.granularity_bytes)
+            .u64(p.buffer_bytes)
+            .u32(p.dbt_max_passes)
+            .u32(p.aio_threshold)
+            .u64(p.aio_delay_ns)
+            .u64(p.gamma.to_bits());
+        e.pad_to(80);
+        e.seal(84)
+    }
+
+    #[test]
+    fn an_old_job_record_decodes_and_a_thin_job_is_written_as_before() {
+        let p = MigrationParams {
+            scheme: SchemeChoice::Fixed(Scheme::Lr),
+            ..MigrationParams::new(PoolId(3))
+        };
+        let old = old_format(&p);
+        let (params, base) = decode_job(&mut Dec::new(&old)).unwrap();
+        assert_eq!((params, base), (Some(p.clone()), None));
+        let mut e = Enc::with_capacity(64);
+        encode_job(&mut e, Some(&p), None);
+        e.pad_to(80);
+        assert_eq!(
+            e.seal(84),
+            old,
+            "a thin volume's job keeps the old encoding"
+        );
+        // A thick volume's job is tagged 2 and carries its new region.
+        let mut e = Enc::with_capacity(64);
+        encode_job(&mut e, Some(&p), Some(77));
+        let b = e.seal(84);
+        assert_eq!(b[0], 2);
+        assert_eq!(decode_job(&mut Dec::new(&b)).unwrap(), (Some(p), Some(77)));
+        let mut bad = b.clone();
+        bad[0] = 3;
+        assert!(decode_job(&mut Dec::new(&bad)).is_none());
     }
 }

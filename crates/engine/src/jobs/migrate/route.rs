@@ -84,7 +84,10 @@ impl Engine {
                 }
                 false
             }
-            Scheme::Lr => !cancelling && pool != dst && prog == Progress::Uncopied,
+            // Not into a thick volume's new region before its record is durable.
+            Scheme::Lr => {
+                !cancelling && pool != dst && prog == Progress::Uncopied && job.may_write_dst
+            }
             Scheme::Slr => !cancelling && pool != dst && prog == Progress::Copied && !slr_bug,
         };
         let target = if to_dst {
@@ -133,6 +136,11 @@ impl Engine {
         let job = self.migrations.jobs.get_mut(&v)?;
         if let Some(pc) = job.dst[c as usize] {
             return Some(pc);
+        }
+        if let Some(base) = job.thick_base {
+            // A thick volume's chunk has its slot in the new region.
+            job.dst[c as usize] = Some(base + c);
+            return Some(base + c);
         }
         let pc = self.pools[job.params.to.0 as usize]
             .alloc
