@@ -112,7 +112,7 @@ pub fn block_status_reply(
     };
     if framing == Framing::Extended {
         let len = 8 + 16 * extents.len();
-        let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS_EXT, handle, req_offset, len);
+        let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS_EXT, handle, req_offset, len, len);
         b.put_u32(BASE_ALLOCATION_ID);
         b.put_u32(extents.len() as u32);
         for e in extents {
@@ -122,7 +122,7 @@ pub fn block_status_reply(
         return b.freeze();
     }
     let len = 4 + 8 * extents.len();
-    let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS, handle, req_offset, len);
+    let mut b = framing.chunk(REPLY_TYPE_BLOCK_STATUS, handle, req_offset, len, len);
     b.put_u32(BASE_ALLOCATION_ID);
     for e in extents {
         // A compact request's length is 32-bit and a query covers no more, so every run fits.

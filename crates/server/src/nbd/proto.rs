@@ -158,10 +158,18 @@ impl Framing {
     }
 
     /// Start a reply chunk marked done: the structured header (20 bytes) or the extended
-    /// one (32 bytes, with `req_offset`, the offset of the request it answers). The caller
-    /// appends `payload_len` bytes.
-    pub fn chunk(self, ty: u16, handle: u64, req_offset: u64, payload_len: usize) -> BytesMut {
-        let mut b = BytesMut::with_capacity(32 + payload_len.min(64 << 10));
+    /// one (32 bytes, with `req_offset`, the offset of the request it answers), announcing
+    /// `payload_len` bytes, of which the caller appends `appended` to this buffer (a read's
+    /// data goes out as a buffer of its own).
+    pub fn chunk(
+        self,
+        ty: u16,
+        handle: u64,
+        req_offset: u64,
+        payload_len: usize,
+        appended: usize,
+    ) -> BytesMut {
+        let mut b = BytesMut::with_capacity(32 + appended);
         if self == Framing::Extended {
             b.put_u32(EXTENDED_REPLY_MAGIC);
             b.put_u16(REPLY_FLAG_DONE);
@@ -182,7 +190,7 @@ impl Framing {
     /// Header of an OFFSET_DATA chunk for a read of `data_len` bytes at `offset` (the data
     /// follows). One chunk answers the whole read, so its offset is the request's.
     pub fn data_header(self, handle: u64, offset: u64, data_len: usize) -> Bytes {
-        let mut b = self.chunk(REPLY_TYPE_OFFSET_DATA, handle, offset, 8 + data_len);
+        let mut b = self.chunk(REPLY_TYPE_OFFSET_DATA, handle, offset, 8 + data_len, 8);
         b.put_u64(offset);
         b.freeze()
     }
@@ -191,14 +199,17 @@ impl Framing {
     pub fn done(self, handle: u64, req_offset: u64) -> Bytes {
         match self {
             Framing::Simple => simple_reply_header(0, handle),
-            _ => self.chunk(REPLY_TYPE_NONE, handle, req_offset, 0).freeze(),
+            _ => self
+                .chunk(REPLY_TYPE_NONE, handle, req_offset, 0, 0)
+                .freeze(),
         }
     }
 
     /// An ERROR chunk carrying a message (at most the protocol's 4096-byte string).
     pub fn error_chunk(self, handle: u64, req_offset: u64, error: u32, msg: &str) -> Bytes {
         let m = &msg.as_bytes()[..msg.len().min(4096)];
-        let mut b = self.chunk(REPLY_TYPE_ERROR, handle, req_offset, 6 + m.len());
+        let n = 6 + m.len();
+        let mut b = self.chunk(REPLY_TYPE_ERROR, handle, req_offset, n, n);
         b.put_u32(error);
         b.put_u16(m.len() as u16);
         b.put_slice(m);
