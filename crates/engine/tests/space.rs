@@ -335,7 +335,10 @@ fn a_mount_that_finds_no_space_waits_for_it_and_then_mounts() {
 /// A format whose metadata writes find no space waits the same way.
 #[test]
 fn a_format_that_finds_no_space_waits_for_it() {
-    let cfg = config(1 << 20);
+    let mut cfg = config(1 << 20);
+    // An hour between commits (as serve_space's configurations have): the start must
+    // still try again within a second, not wait an interval.
+    cfg.commit_interval_ns = 3_600_000_000_000;
     let mut r = Rig::new(cfg.clone());
     r.devs = cfg
         .pools
@@ -355,9 +358,18 @@ fn a_format_that_finds_no_space_waits_for_it() {
             .engine
             .next_deadline()
             .expect("the format retries from its timer");
+        assert!(t - r.now <= 1_000_000_000, "next try in {} ns", t - r.now);
         r.tick(t.saturating_sub(r.now));
         assert_eq!(r.engine.state(), &EngineState::Starting, "{:?}", r.events);
     }
+    // Nothing is formatted yet, so nothing says so (`serve` printed "formatted" before
+    // its "no space" warning).
+    let formatted = |ev: &[EngineEvent]| {
+        (ev.iter())
+            .filter(|e| matches!(e, EngineEvent::Formatted { .. }))
+            .count()
+    };
+    assert_eq!(formatted(&r.events), 0, "{:?}", r.events);
     r.fail_write_if = None;
     let mut n = 0;
     while r.engine.state() != &EngineState::Ready {
@@ -372,6 +384,7 @@ fn a_format_that_finds_no_space_waits_for_it() {
     assert!(r.events.iter().any(
         |e| matches!(e, EngineEvent::Warning { message } if message.starts_with("format: no space"))
     ));
+    assert_eq!(formatted(&r.events), 1, "{:?}", r.events);
     let a = pattern(5, 4096);
     r.write("thin", 0, &a);
     r.flush("thin");

@@ -9,6 +9,7 @@
 mod support;
 
 use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 
 use support::raw_nbd::*;
 use support::*;
@@ -116,6 +117,61 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     assert_eq!(read(&mut v1, 8 * MIB, big.len()), big);
     assert_eq!(read(&mut v2, 0, b2.len()), b2);
     drop((v1, v2));
+    assert_eq!(s.term(), Some(0));
+}
+
+/// Issue 15: pools formatted on a filesystem with no room left. The format waits for
+/// space (serving nothing, saying so once, not "formatted"), and once space is freed it
+/// finishes and serves; what is then written and flushed is there after a restart.
+#[test]
+fn a_format_on_a_full_filesystem_waits_for_space_then_serves() {
+    let d = TempDir::new("space-format");
+    let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+        return;
+    };
+    let conf = d.path().join("c.toml");
+    std::fs::write(&conf, TWO_VOLUMES).unwrap();
+    let c = conf.to_str().unwrap();
+    fill(&fs.0);
+    let filler = fs.0.join("filler");
+    let freed_at = Arc::new(Mutex::new(None::<String>));
+    let freed = freed_at.clone();
+    let s = ServerProc::start_watching(
+        &fs.0,
+        &["--threads", "1", "--format-new", "--config", c],
+        move |line| {
+            let mut f = freed.lock().unwrap();
+            if f.is_none() && line.contains("format: no space left on pool") {
+                // Room for the metadata, not for the pools: the server must not need more.
+                let len = std::fs::metadata(&filler).unwrap().len();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&filler)
+                    .and_then(|h| h.set_len(len.saturating_sub(4 * MIB)))
+                    .unwrap();
+                *f = Some(line.to_string());
+            }
+        },
+    );
+    let log = s.log();
+    assert!(freed_at.lock().unwrap().is_some(), "never waited for space:\n{log}");
+    // The order an operator reads: waiting, room again, formatted, ready.
+    let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("no {what:?}:\n{log}"));
+    assert!(at("format: no space left") < at("there is room again"), "{log}");
+    assert!(at("there is room again") < at("formatted 2 pool(s)"), "{log}");
+    assert!(at("formatted 2 pool(s)") < at("tiervisor: ready"), "{log}");
+
+    let mut v1 = handshake(&s.addr, "vm1");
+    let a = vec![0xA7u8; 65536];
+    assert_eq!(write(&mut v1, MIB, &a), 0, "{}", s.log());
+    assert_eq!(flush(&mut v1), 0, "{}", s.log());
+    drop(v1);
+    assert_eq!(s.term(), Some(0));
+    let s = ServerProc::start_plain(&fs.0, &["--threads", "1", "--config", c]);
+    let mut v1 = handshake(&s.addr, "vm1");
+    assert_eq!(read(&mut v1, MIB, a.len()), a);
+    assert_eq!(read(&mut v1, 0, 4096), vec![0u8; 4096]);
+    drop(v1);
     assert_eq!(s.term(), Some(0));
 }
 

@@ -446,6 +446,12 @@ impl Engine {
                 Ok(())
             }
             Phase::Flushing | Phase::CommitOthers => {
+                if s.formatting {
+                    out.events.push(EngineEvent::Formatted {
+                        pools: self.pools.len(),
+                        volumes: self.vols.len(),
+                    });
+                }
                 self.startup = None;
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);

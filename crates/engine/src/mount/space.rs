@@ -54,11 +54,14 @@ impl Engine {
         w.failures += 1;
         w.parked.push(op);
         if w.retry_at.is_none() {
+            // Capped at a second whatever the commit interval: an operator who frees
+            // space expects the start to notice soon, not after an hour-long interval.
             w.backoff_ns = if w.backoff_ns == 0 {
                 interval
             } else {
-                (w.backoff_ns * 2).min(MAX_BACKOFF_NS.max(interval))
-            };
+                w.backoff_ns * 2
+            }
+            .min(MAX_BACKOFF_NS);
             w.retry_at = Some(now + w.backoff_ns);
         }
         if !w.in_spell {

@@ -146,6 +146,16 @@ impl ServerProc {
     /// Start `tiervisor serve` with exactly these extra arguments (and `--threads N`
     /// when `TIERVISOR_TEST_THREADS=N` is set and the test does not choose).
     pub fn start_plain(data_dir: &Path, extra: &[&str]) -> ServerProc {
+        Self::start_watching(data_dir, extra, |_| {})
+    }
+
+    /// `start_plain`, calling `on_line` with each line the server logs, from the thread
+    /// that reads them: a test can act on a line logged before the server is ready.
+    pub fn start_watching(
+        data_dir: &Path,
+        extra: &[&str],
+        on_line: impl Fn(&str) + Send + 'static,
+    ) -> ServerProc {
         let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .arg("--data-dir")
@@ -168,6 +178,7 @@ impl ServerProc {
         let log2 = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                on_line(&line);
                 // nbd:// or, with TLS, nbds://
                 if let Some(rest) = line.split("://").nth(1)
                     && line.contains("NBD over TCP")
