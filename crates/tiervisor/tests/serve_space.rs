@@ -154,11 +154,23 @@ fn a_format_on_a_full_filesystem_waits_for_space_then_serves() {
         },
     );
     let log = s.log();
-    assert!(freed_at.lock().unwrap().is_some(), "never waited for space:\n{log}");
+    assert!(
+        freed_at.lock().unwrap().is_some(),
+        "never waited for space:\n{log}"
+    );
     // The order an operator reads: waiting, room again, formatted, ready.
-    let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("no {what:?}:\n{log}"));
-    assert!(at("format: no space left") < at("there is room again"), "{log}");
-    assert!(at("there is room again") < at("formatted 2 pool(s)"), "{log}");
+    let at = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("no {what:?}:\n{log}"))
+    };
+    assert!(
+        at("format: no space left") < at("there is room again"),
+        "{log}"
+    );
+    assert!(
+        at("there is room again") < at("formatted 2 pool(s)"),
+        "{log}"
+    );
     assert!(at("formatted 2 pool(s)") < at("tiervisor: ready"), "{log}");
 
     let mut v1 = handshake(&s.addr, "vm1");
