@@ -19,6 +19,13 @@
 //! since k last grew counts as new evidence: a device stall makes every operation in
 //! flight late at once, and compounding 10 % per such completion would inflate k far
 //! past what the stall showed. k never grows past what the late completion needed.
+//!
+//! A pile needs more than `PILE` operations in flight, so on a pool of queue depth 4 or
+//! less (the paper's drive ran at depth 1) k could only grow. tiervisor's own addition:
+//! over every `WINDOW` completions with none late, if k exceeds `SLACK` times the largest
+//! k any of them needed (its real service over the model's time), k shrinks by up to
+//! 10 % toward that. A device that got faster then lowers k at any depth, and k stays
+//! above what the window showed, so the same load does not turn late.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +36,10 @@ use crate::types::DeviceCompletion;
 
 /// Held completions beyond which an adapting throttle lowers k.
 const PILE: usize = 4;
+/// Completions per window of the slack rule.
+const WINDOW: u32 = 64;
+/// Margin kept over the largest k a window needed.
+const SLACK: f64 = 1.25;
 pub const K_MIN: f64 = 1.0;
 pub const K_MAX: f64 = 1000.0;
 
@@ -83,6 +94,8 @@ pub struct ThrottleReport {
     pub ops: u64,
     /// Completions that arrived after their target.
     pub late: u64,
+    /// Times the slack rule lowered k.
+    pub k_lowered: u64,
     /// Predicted cache hits.
     pub cache_hits: u64,
     pub held_now: u64,
@@ -115,6 +128,16 @@ pub(crate) struct Throttle {
     service_ms: (f64, f64),
     /// When k last grew: completions dispatched before it were targeted with the old k.
     k_grown_at_ns: u64,
+    slack: SlackWindow,
+}
+
+/// The slack rule's window: completions dispatched since k last changed.
+#[derive(Default)]
+struct SlackWindow {
+    since_ns: u64,
+    n: u32,
+    max_need: f64,
+    late: bool,
 }
 
 impl Throttle {
@@ -133,6 +156,7 @@ impl Throttle {
             seq: 0,
             service_ms: (0.0, 0.0),
             k_grown_at_ns: 0,
+            slack: SlackWindow::default(),
             stat: ThrottleReport {
                 model: cfg.model.clone(),
                 adapt: cfg.adapt,
@@ -182,6 +206,9 @@ impl Throttle {
         (dispatched, target): (u64, u64),
         c: DeviceCompletion,
     ) -> Result<(), DeviceCompletion> {
+        if self.cfg.adapt {
+            self.slack_sample(now, dispatched, target);
+        }
         if target <= now {
             self.served(dispatched, now);
             if target < now {
@@ -192,6 +219,10 @@ impl Throttle {
                     let needed = (now - dispatched) as f64 / model_ns.max(1.0);
                     self.k = (self.k * 1.1).min(needed.max(self.k)).min(K_MAX);
                     self.k_grown_at_ns = now;
+                    self.slack = SlackWindow {
+                        since_ns: now,
+                        ..SlackWindow::default()
+                    };
                 }
             }
             return Err(c);
@@ -199,6 +230,33 @@ impl Throttle {
         self.seq += 1;
         self.held.insert((target, self.seq), (c, now, dispatched));
         Ok(())
+    }
+
+    /// The slack rule: one completion of an operation dispatched at `dispatched` with
+    /// `target` arrived at `now`.
+    fn slack_sample(&mut self, now: u64, dispatched: u64, target: u64) {
+        let w = &mut self.slack;
+        // Targeted with an earlier k: its model time cannot be told from it.
+        if dispatched < w.since_ns || target <= dispatched {
+            return;
+        }
+        let model_ns = (target - dispatched) as f64 / self.k;
+        let need = (now - dispatched) as f64 / model_ns.max(1.0);
+        w.max_need = w.max_need.max(need);
+        w.late |= target < now;
+        w.n += 1;
+        if w.n < WINDOW {
+            return;
+        }
+        let floor = (SLACK * w.max_need).max(K_MIN);
+        if !w.late && self.k > floor {
+            self.k = (self.k * 0.9).max(floor);
+            self.stat.k_lowered += 1;
+        }
+        self.slack = SlackWindow {
+            since_ns: now,
+            ..SlackWindow::default()
+        };
     }
 
     /// When the earliest held completion may pass (a deadline of the engine's).
@@ -361,6 +419,75 @@ mod tests {
         }
         while t.release(1_000).is_some() {}
         assert_eq!(t.report().k, 10.0);
+    }
+
+    /// One operation at a time (queue depth 1, as the paper's drive): the device serves
+    /// each in `device_ns`; returns the throttle after `n` operations.
+    fn run_depth_one(k: f64, adapt: bool, device_ns: u64, n: u64) -> Throttle {
+        let mut t = Throttle::new(&linear(k, adapt), 1 << 20);
+        let mut now = 0;
+        for i in 0..n {
+            let target = t.target(now, 0, 4096, false);
+            let arrived = now + device_ns;
+            now = match t.arrive(arrived, (now, target), done(i)) {
+                Err(_) => arrived,
+                Ok(()) => {
+                    assert!(t.release(target).is_some());
+                    target
+                }
+            };
+        }
+        t
+    }
+
+    #[test]
+    fn at_queue_depth_one_k_comes_down_to_what_the_device_needs() {
+        // X is about 2.016 ms; the device takes 3 ms, so it needs k = 1.49. Starting at
+        // k = 10, no completion is ever held beside another: the pile rule cannot fire.
+        let t = run_depth_one(10.0, true, 3 * MS, 3_000);
+        let r = t.report();
+        let need = 3.0 / 2.015625;
+        assert!(r.k <= SLACK * need * 1.12, "k {} (need {need})", r.k);
+        assert!(r.k >= SLACK * need - 1e-9, "k {} (need {need})", r.k);
+        assert_eq!(r.late, 0);
+        assert!(r.k_lowered >= 10, "{}", r.k_lowered);
+        // A device faster than the model at k = 1: k goes to 1 and stays there.
+        let r = run_depth_one(10.0, true, MS / 10, 3_000).report();
+        assert_eq!(r.k, K_MIN);
+        // Without adapt, k stays put.
+        let r = run_depth_one(10.0, false, 3 * MS, 3_000).report();
+        assert_eq!((r.k, r.k_lowered), (10.0, 0));
+    }
+
+    #[test]
+    fn a_late_completion_restarts_the_window() {
+        let mut t = Throttle::new(&linear(4.0, true), 1 << 20);
+        let mut now = 0;
+        let mut one = |t: &mut Throttle, i: u64, late: bool| {
+            let target = t.target(now, 0, 4096, false);
+            let arrived = if late { target + MS } else { now + MS / 10 };
+            now = if t.arrive(arrived, (now, target), done(i)).is_ok() {
+                assert!(t.release(target).is_some());
+                target
+            } else {
+                arrived
+            };
+        };
+        for i in 0..10 {
+            one(&mut t, i, false);
+        }
+        one(&mut t, 10, true);
+        let grown = t.report().k;
+        assert!(grown > 4.0, "{grown}");
+        // The window counts from the growth: 63 fast completions do not fill it.
+        for i in 11..11 + WINDOW as u64 - 1 {
+            one(&mut t, i, false);
+        }
+        assert_eq!((t.report().k, t.report().k_lowered), (grown, 0));
+        one(&mut t, 99, false);
+        let r = t.report();
+        assert_eq!(r.k_lowered, 1);
+        assert!((r.k - grown * 0.9).abs() < 1e-9, "{} {grown}", r.k);
     }
 
     #[test]
