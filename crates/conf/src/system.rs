@@ -69,6 +69,7 @@ pub struct VolumeKeys<'a> {
     pub fast_percent: Option<&'a Spanned<u8>>,
     pub fast_budget: Option<&'a Spanned<SizeVal>>,
     pub priority: Option<u8>,
+    pub cache_policy: Option<&'a Spanned<String>>,
     pub log: Option<Switch>,
     pub reservation_iops: Option<&'a Spanned<u32>>,
     pub limit_iops: Option<&'a Spanned<u32>>,
@@ -265,6 +266,7 @@ fn volume(src: &Source, v: &VolumeKeys, pools: &[PoolConfig]) -> Result<VolumeCo
             fast_percent: v.fast_percent,
             fast_budget: v.fast_budget,
             priority: v.priority,
+            cache_policy: v.cache_policy,
         },
     )?;
     if placement != Placement::Pinned && fast.is_none_or(|f| f == home) {

@@ -16,6 +16,8 @@ pub struct TieringToml {
     decay_s: Option<f64>,
     promote_min_heat: Option<u32>,
     hysteresis_pct: Option<u32>,
+    writeback_percent: Option<Spanned<u32>>,
+    sequential_cutoff: Option<Spanned<SizeVal>>,
 }
 
 impl TieringToml {
@@ -36,6 +38,17 @@ impl TieringToml {
                 .map_or(d.decay_ns, |x| (x.max(0.001) * 1e9) as u64),
             promote_min_heat: t.promote_min_heat.unwrap_or(d.promote_min_heat),
             hysteresis_pct: t.hysteresis_pct.unwrap_or(d.hysteresis_pct),
+            writeback_percent: match &t.writeback_percent {
+                Some(w) if *w.get_ref() > 100 => {
+                    return src.err(w.span(), "writeback_percent: expected 0 to 100");
+                }
+                Some(w) => *w.get_ref(),
+                None => d.writeback_percent,
+            },
+            sequential_cutoff_bytes: match &t.sequential_cutoff {
+                Some(b) => src.size(b, "sequential_cutoff")?,
+                None => d.sequential_cutoff_bytes,
+            },
         })
     }
 }

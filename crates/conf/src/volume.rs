@@ -1,7 +1,7 @@
 //! Volume keys that server configurations and scenarios share: the pool a key names,
 //! provisioning, the fast pool and placement.
 
-use tiervisor_engine::{Placement, Provisioning};
+use tiervisor_engine::{CachePolicy, Placement, Provisioning};
 use toml::Spanned;
 
 use crate::{ConfError, SizeVal, Source};
@@ -60,10 +60,17 @@ pub struct PlacementKeys<'a> {
     pub fast_percent: Option<&'a Spanned<u8>>,
     pub fast_budget: Option<&'a Spanned<SizeVal>>,
     pub priority: Option<u8>,
+    pub cache_policy: Option<&'a Spanned<String>>,
 }
 
-/// `placement = "pinned" | "split" | "hot"` with the keys each takes.
+/// `placement = "pinned" | "split" | "hot" | "cache"` with the keys each takes.
 pub fn placement(src: &Source, k: PlacementKeys) -> Result<Placement, ConfError> {
+    let is_cache = k.placement.is_some_and(|p| p.get_ref() == "cache");
+    if let Some(c) = k.cache_policy
+        && !is_cache
+    {
+        return src.err(c.span(), "cache_policy: only for placement = \"cache\"");
+    }
     if let Some(f) = k.fast_percent
         && *f.get_ref() > 100
     {
@@ -81,14 +88,36 @@ pub fn placement(src: &Source, k: PlacementKeys) -> Result<Placement, ConfError>
             },
             priority: k.priority.unwrap_or(0),
         }),
+        Some(("cache", _)) => Ok(Placement::Cache {
+            cache_policy: match k.cache_policy {
+                None => CachePolicy::Smq,
+                Some(c) => match CachePolicy::parse(c.get_ref()) {
+                    Some(p) => p,
+                    None => {
+                        return src.err(
+                            c.span(),
+                            format!(
+                                "cache_policy {:?}: expected {}",
+                                c.get_ref(),
+                                CachePolicy::NAMES
+                            ),
+                        );
+                    }
+                },
+            },
+            fast_budget_bytes: match k.fast_budget {
+                Some(b) => src.size(b, "fast_budget")?,
+                None => 0,
+            },
+        }),
         Some(("oracle", span)) => src.err(
             span,
             "placement \"oracle\" is for simulation scenarios only (it places data knowing the \
-             whole workload in advance); expected \"pinned\", \"split\" or \"hot\"",
+             whole workload in advance); expected \"pinned\", \"split\", \"hot\" or \"cache\"",
         ),
         Some((o, span)) => src.err(
             span,
-            format!("placement {o:?}: expected \"pinned\", \"split\" or \"hot\""),
+            format!("placement {o:?}: expected \"pinned\", \"split\", \"hot\" or \"cache\""),
         ),
     }
 }
@@ -130,6 +159,7 @@ mod tests {
             fast_percent: v.fast_percent.as_ref(),
             fast_budget: None,
             priority: None,
+            cache_policy: None,
         };
         assert_eq!(
             placement(&src, keys).unwrap(),
@@ -150,6 +180,7 @@ mod tests {
             fast_percent: v.fast_percent.as_ref(),
             fast_budget: None,
             priority: None,
+            cache_policy: None,
         };
         assert_eq!(placement(&src, keys).unwrap_err().line, Some(3));
 
@@ -160,9 +191,49 @@ mod tests {
             fast_percent: None,
             fast_budget: None,
             priority: None,
+            cache_policy: None,
         };
         let e = placement(&src, keys).unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.message.contains("simulation scenarios only"), "{e}");
+    }
+
+    #[test]
+    fn cache_policies_parse_and_unknown_ones_list_the_valid_ones() {
+        #[derive(serde::Deserialize)]
+        struct C {
+            placement: Option<Spanned<String>>,
+            cache_policy: Option<Spanned<String>>,
+        }
+        fn keys(c: &C) -> PlacementKeys<'_> {
+            PlacementKeys {
+                placement: c.placement.as_ref(),
+                fast_percent: None,
+                fast_budget: None,
+                priority: None,
+                cache_policy: c.cache_policy.as_ref(),
+            }
+        }
+        let src = Source::new(
+            "v.toml",
+            "placement = \"cache\"\ncache_policy = \"bcache\"\n",
+        );
+        let c: C = src.parse().unwrap();
+        assert_eq!(
+            placement(&src, keys(&c)).unwrap(),
+            Placement::Cache {
+                cache_policy: CachePolicy::Bcache,
+                fast_budget_bytes: 0
+            }
+        );
+        let src = Source::new("v.toml", "placement = \"cache\"\ncache_policy = \"lru\"\n");
+        let c: C = src.parse().unwrap();
+        let e = placement(&src, keys(&c)).unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("\"smq\" or \"bcache\""), "{e}");
+        let src = Source::new("v.toml", "placement = \"hot\"\ncache_policy = \"smq\"\n");
+        let c: C = src.parse().unwrap();
+        let e = placement(&src, keys(&c)).unwrap_err();
+        assert!(e.message.contains("only for placement"), "{e}");
     }
 }

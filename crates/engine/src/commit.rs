@@ -16,7 +16,7 @@ use std::mem;
 use crate::engine::{Engine, OpSpec, Owner};
 use crate::inject::InjectedBug;
 use crate::journal::Journal;
-use crate::journal::checkpoint::{build_chain, encode_state, pieces_needed};
+use crate::journal::checkpoint::{build_chain, encode_state_with_cache, pieces_needed};
 use crate::layout::{BLOCK_BYTES, JournalHeader, chunk_offset};
 use crate::reclaim::Freed;
 use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs, PoolId};
@@ -45,7 +45,7 @@ impl Engine {
         let first_seq = last_seq + 1 - records.len() as u64;
         let blocks = Journal::blocks_for(records.len());
         let work = if vol.checkpoint_wanted || !vol.journal.fits(blocks) {
-            let payload = encode_state(&vol.map, &vol.overlay);
+            let payload = encode_state_with_cache(&vol.map, &vol.overlay, vol.cache.raw());
             let n = pieces_needed(payload.len() as u64, cb);
             let hint = vol.rec.journal_first_chunk;
             let alloc = &mut self.pools[meta.0 as usize].alloc;

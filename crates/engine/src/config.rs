@@ -66,6 +66,42 @@ pub enum Placement {
         fast_budget_bytes: u64,
         priority: u8,
     },
+    /// A write-back cache of the home (slow) pool on the fast pool, as an operator would
+    /// deploy dm-cache or bcache instead of tiering (`cache.rs`): a cached chunk is
+    /// *copied* to the fast pool and keeps its home slot. At most `fast_budget_bytes` on
+    /// the fast pool (0: the pool divided evenly among the cache volumes using it).
+    Cache {
+        cache_policy: CachePolicy,
+        fast_budget_bytes: u64,
+    },
+}
+
+/// What a `cache` volume admits (docs/ARCHITECTURE.md, "Cache placement").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CachePolicy {
+    /// dm-cache's smq, approximated: promote on repeated access, no sequential detection.
+    Smq,
+    /// bcache, approximated: admit on first access unless the request belongs to a
+    /// sequential stream longer than `sequential_cutoff_bytes`.
+    Bcache,
+}
+
+impl CachePolicy {
+    pub const NAMES: &'static str = "\"smq\" or \"bcache\"";
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Smq => "smq",
+            CachePolicy::Bcache => "bcache",
+        }
+    }
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        match s {
+            "smq" => Some(CachePolicy::Smq),
+            "bcache" => Some(CachePolicy::Bcache),
+            _ => None,
+        }
+    }
 }
 
 impl Placement {
@@ -74,6 +110,7 @@ impl Placement {
             Placement::Pinned => "pinned",
             Placement::Split { .. } => "split",
             Placement::Hot { .. } => "hot",
+            Placement::Cache { .. } => "cache",
         }
     }
 }
@@ -93,6 +130,12 @@ pub struct TieringConfig {
     pub promote_min_heat: u32,
     /// A chunk displaces a fast-pool chunk only if this many percent hotter.
     pub hysteresis_pct: u32,
+    /// `cache` volumes: dirty chunks are written back while more than this percentage
+    /// of the volume's cache is dirty (bcache's `writeback_percent`, default 10).
+    pub writeback_percent: u32,
+    /// `cache` volumes with the bcache policy: a request in a sequential stream longer
+    /// than this bypasses the cache (bcache's `sequential_cutoff`, default 4 MiB).
+    pub sequential_cutoff_bytes: u64,
 }
 
 impl Default for TieringConfig {
@@ -104,6 +147,8 @@ impl Default for TieringConfig {
             decay_ns: 10_000_000_000,
             promote_min_heat: 4,
             hysteresis_pct: 50,
+            writeback_percent: 10,
+            sequential_cutoff_bytes: 4 << 20,
         }
     }
 }

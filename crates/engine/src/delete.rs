@@ -262,6 +262,9 @@ impl Engine {
                 frees.push((p, pc, 1));
             }
         }
+        for (p, pc, _) in Engine::cache_claims(vol) {
+            frees.push((p, pc, 1));
+        }
         if rec.provisioning == Provisioning::Thick {
             frees.push((rec.home_pool, rec.home_base_chunk, vol.chunks));
         }

@@ -90,6 +90,10 @@ pub enum InjectedBug {
     /// volume table naming the new region is durable: a crash mounts the old table, whose
     /// home region other data may have taken meanwhile.
     ThickOldRegionFreedEarly,
+    /// `cache` placement: a dirty chunk chosen for eviction is mapped back to its slow
+    /// slot when its writeback starts, not once it has landed: reads see the stale slow
+    /// copy, and a crash after the record is durable loses the cached writes.
+    CacheCleanTooEarly,
 }
 
 impl InjectedBug {
@@ -156,6 +160,7 @@ impl InjectedBug {
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
             InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
             InjectedBug::ThickOldRegionFreedEarly => "thick-old-region-freed-early",
+            InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -176,6 +181,11 @@ impl InjectedBug {
     pub fn shard() -> [InjectedBug; 1] {
         [InjectedBug::ShardOverlap]
     }
+    /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by
+    /// `crates/engine/tests/cache.rs`.
+    pub fn cache() -> [InjectedBug; 1] {
+        [InjectedBug::CacheCleanTooEarly]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -184,6 +194,7 @@ impl InjectedBug {
             .chain(Self::space())
             .chain(Self::create())
             .chain(Self::shard())
+            .chain(Self::cache())
             .find(|b| b.name() == s)
     }
 }

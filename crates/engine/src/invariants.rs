@@ -38,6 +38,9 @@ impl Engine {
                     add(p.0 as usize, "mapped", 1);
                 }
             }
+            for (p, _, _) in Engine::cache_claims(v) {
+                add(p.0 as usize, "slow slot of a cached chunk", 1);
+            }
         }
         for (_, f) in self.frees.iter() {
             let Freed::Chunks { pool, n, .. } = f.what;
@@ -132,6 +135,39 @@ impl Engine {
                     _ => {}
                 }
             }
+            // A cached chunk owns two slots: its fast copy (the map) and its slow slot.
+            for (p, pc, c) in Engine::cache_claims(v) {
+                claim(
+                    p.0 as usize,
+                    pc,
+                    format!("slow slot of cached chunk {c} of {}", r.name),
+                )?;
+            }
+            let mut dirty = 0;
+            for (c, slow, d) in v.cache.iter() {
+                dirty += d as u64;
+                let on_fast = c < v.chunks
+                    && matches!(v.map.get(c), ChunkLoc::At(p, _) if Some(p) == r.fast_pool);
+                let slow_ok = match slow {
+                    ChunkLoc::Home => r.provisioning == Provisioning::Thick,
+                    ChunkLoc::At(p, _) => p == r.home_pool && r.provisioning == Provisioning::Thin,
+                    ChunkLoc::Unmapped => false,
+                };
+                if !on_fast || !slow_ok {
+                    return Err(format!(
+                        "volume {}: cached chunk {c} mapped at {:?} with slow slot {slow:?}",
+                        r.name,
+                        v.map.get(c.min(v.chunks.saturating_sub(1)))
+                    ));
+                }
+            }
+            if dirty != v.cache.dirty_count() {
+                return Err(format!(
+                    "volume {}: {dirty} dirty cached chunks but {} counted",
+                    r.name,
+                    v.cache.dirty_count()
+                ));
+            }
             for (p, pc, what) in self.migration_claims(v.id.0) {
                 claim(p.0 as usize, pc, format!("{what} of {}", r.name))?;
             }
@@ -181,6 +217,9 @@ impl Engine {
             // Tier moves in flight agree with the counters that ration them.
             let mut promoting = 0;
             for (&c, a) in &v.activity {
+                if let ChunkState::Cleaning { .. } = a.state {
+                    moves += 1;
+                }
                 if let ChunkState::Moving { dst, .. } = a.state {
                     moves += 1;
                     match v.resolve(dst, c) {

@@ -60,13 +60,21 @@ impl Engine {
         }
         let mut sequential = false;
         if req.kind != ReqKind::Flush {
-            sequential = vol
+            let seen = vol
                 .monitor
-                .observe(epoch, req.kind, req.offset_bytes, req.len_bytes, cb)
-                .sequential;
-            if matches!(vol.rec.placement, crate::config::Placement::Hot { .. }) {
-                self.note_hot(v, req.offset_bytes, req.len_bytes, epoch);
-                self.arm_tier_timer(now);
+                .observe(epoch, req.kind, req.offset_bytes, req.len_bytes, cb);
+            sequential = seen.sequential;
+            match vol.rec.placement {
+                crate::config::Placement::Hot { .. } => {
+                    self.note_hot(v, req.offset_bytes, req.len_bytes, epoch);
+                    self.arm_tier_timer(now);
+                }
+                crate::config::Placement::Cache { .. } => {
+                    let (off, len) = (req.offset_bytes, req.len_bytes);
+                    self.cache_note(v, off, len, seen.stream_bytes, epoch);
+                    self.arm_tier_timer(now);
+                }
+                _ => {}
             }
         }
         let kind = req.kind;
@@ -356,6 +364,7 @@ impl Engine {
         } else {
             kind
         };
+        self.cache_wrote(v, c);
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {
@@ -407,6 +416,11 @@ impl Engine {
             return None;
         }
         let vol = &self.vols[v as usize];
+        // A cache's chunks are written where the map says and written back whole; the
+        // log's overlay would sit beside both copies (not supported together).
+        if matches!(vol.rec.placement, crate::config::Placement::Cache { .. }) {
+            return None;
+        }
         let pool = match vol.resolve(vol.map.get(c), c) {
             Some((p, _)) => p,
             None => self.place_new_chunk(v, c).0,
@@ -469,7 +483,11 @@ impl Engine {
         // for `pinned`: its data stays on the home pool, and a full home pool is ENOSPC.
         let other = {
             let r = &self.vols[v as usize].rec;
-            if r.placement == crate::config::Placement::Pinned {
+            // A cache caches the home pool: new data lives there.
+            if matches!(
+                r.placement,
+                crate::config::Placement::Pinned | crate::config::Placement::Cache { .. }
+            ) {
                 None
             } else if pool == r.home_pool {
                 r.fast_pool
@@ -691,6 +709,7 @@ impl Engine {
                     entry: ChunkLoc::Unmapped.encode(),
                 });
                 self.clear_overlay(v, s, e);
+                self.cache_unmapped(v, c, seq);
                 let needs = smallvec::smallvec![(v, seq)];
                 self.defer_free(
                     Freed::Chunks {

@@ -10,7 +10,7 @@
 //! Every structure carries a magic number, a version and a CRC32C.
 
 use crate::codec::{Dec, Enc, sealed_ok};
-use crate::config::{Medium, Placement, Provisioning};
+use crate::config::{CachePolicy, Medium, Placement, Provisioning};
 use crate::types::PoolId;
 
 pub const BLOCK_BYTES: u64 = 4096;
@@ -218,6 +218,16 @@ fn encode_placement(e: &mut Enc, p: &Placement) {
             fast_budget_bytes,
             priority,
         } => e.u8(2).u8(priority).u64(fast_budget_bytes),
+        Placement::Cache {
+            cache_policy,
+            fast_budget_bytes,
+        } => e
+            .u8(3)
+            .u8(match cache_policy {
+                CachePolicy::Smq => 0,
+                CachePolicy::Bcache => 1,
+            })
+            .u64(fast_budget_bytes),
     };
 }
 
@@ -231,6 +241,14 @@ fn decode_placement(d: &mut Dec) -> Option<Placement> {
         2 => Some(Placement::Hot {
             fast_budget_bytes: big,
             priority: small,
+        }),
+        3 => Some(Placement::Cache {
+            cache_policy: match small {
+                0 => CachePolicy::Smq,
+                1 => CachePolicy::Bcache,
+                _ => return None,
+            },
+            fast_budget_bytes: big,
         }),
         _ => None,
     }

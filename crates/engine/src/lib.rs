@@ -8,6 +8,7 @@
 
 mod alloc;
 mod bucket;
+pub mod cache;
 pub mod chunkmap;
 mod codec;
 mod commit;
@@ -44,8 +45,8 @@ mod volume;
 pub mod wbuf;
 
 pub use config::{
-    CleanerPolicy, ConfigError, EngineConfig, LogConfig, Medium, Placement, PoolConfig,
-    Provisioning, TieringConfig, VolumeConfig,
+    CachePolicy, CleanerPolicy, ConfigError, EngineConfig, LogConfig, Medium, Placement,
+    PoolConfig, Provisioning, TieringConfig, VolumeConfig,
 };
 pub use control::{Control, ControlError};
 pub use engine::{Engine, EngineState, StartMode};

@@ -28,6 +28,8 @@ const STREAM_GAP_BYTES: u64 = 128 << 10;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Stream {
+    /// Where the stream began (its length is `next - start`).
+    start: u64,
     next: u64,
     last_use: u64,
     run: u32,
@@ -50,6 +52,9 @@ pub struct Monitor {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Observed {
     pub sequential: bool,
+    /// Bytes of the sequential stream so far, this request included (its own length
+    /// when random): what bcache's `sequential_cutoff` is compared with.
+    pub stream_bytes: u64,
 }
 
 #[inline]
@@ -127,6 +132,7 @@ impl Monitor {
         // Several interleaved streams: match the closest one, else replace the oldest.
         let end = off + len;
         let mut sequential = false;
+        let mut stream_bytes = len;
         match self
             .streams
             .iter_mut()
@@ -137,6 +143,7 @@ impl Monitor {
                 s.run += 1;
                 s.last_use = self.clock;
                 sequential = true;
+                stream_bytes = end - s.start;
             }
             None => {
                 let oldest = self
@@ -145,6 +152,7 @@ impl Monitor {
                     .min_by_key(|s| s.last_use)
                     .expect("streams is non-empty");
                 *oldest = Stream {
+                    start: off,
                     next: end,
                     last_use: self.clock,
                     run: 1,
@@ -157,7 +165,10 @@ impl Monitor {
             self.random_requests += 1;
         }
         if len == 0 || self.heat.is_empty() {
-            return Observed { sequential };
+            return Observed {
+                sequential,
+                stream_bytes,
+            };
         }
         let last = ((end - 1) / chunk_bytes).min(self.heat.len() as u64 - 1);
         for c in off / chunk_bytes..=last {
@@ -176,12 +187,24 @@ impl Monitor {
             let counter = if sequential { &mut h.seq } else { &mut h.rnd };
             *counter += 1;
         }
-        Observed { sequential }
+        Observed {
+            sequential,
+            stream_bytes,
+        }
     }
 
     #[inline]
     pub fn score(&self, chunk: u64, epoch: u16) -> u32 {
         self.heat.get(chunk as usize).map_or(0, |h| h.score(epoch))
+    }
+
+    /// Decayed reads plus writes at `epoch`, unweighted (smq's notion of a hit).
+    #[inline]
+    pub fn accesses(&self, chunk: u64, epoch: u16) -> u32 {
+        self.heat.get(chunk as usize).map_or(0, |h| {
+            let by = epoch.wrapping_sub(h.epoch);
+            decay(h.reads, by) as u32 + decay(h.writes, by) as u32
+        })
     }
 
     /// Whole decay periods since the chunk was last accessed (at `epoch`).

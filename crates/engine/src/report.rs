@@ -163,6 +163,7 @@ impl Engine {
         let mem = vol.map.memory_bytes()
             + vol.overlay.memory_bytes()
             + vol.monitor.memory_bytes()
+            + vol.cache.memory_bytes()
             + candidates;
 
         let s = &vol.stats;

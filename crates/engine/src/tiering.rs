@@ -89,10 +89,11 @@ impl Engine {
     /// Whether a tier tick could have anything to do.
     fn tier_work(&self) -> bool {
         self.moves_in_flight > 0
-            || self.vols.iter().any(|v| match v.rec.placement {
+            || (0..self.vols.len()).any(|i| match self.vols[i].rec.placement {
                 Placement::Pinned => false,
                 Placement::Split { .. } => false,
-                Placement::Hot { .. } => !v.hot_candidates.is_empty(),
+                Placement::Hot { .. } => !self.vols[i].hot_candidates.is_empty(),
+                Placement::Cache { .. } => self.cache_work(i),
             })
     }
 
@@ -189,8 +190,9 @@ impl Engine {
                 Placement::Pinned => false,
                 Placement::Split { .. } => false,
                 // A migrating volume's chunks stay where the job expects them.
-                Placement::Hot { .. } if self.tiers_frozen(v) => false,
+                Placement::Hot { .. } | Placement::Cache { .. } if self.tiers_frozen(v) => false,
                 Placement::Hot { .. } => self.hot_step(now, v, epoch, out),
+                Placement::Cache { .. } => self.cache_step(now, v, epoch, out),
             };
             if started {
                 idle = 0;
@@ -481,7 +483,8 @@ impl Engine {
             let want_fast = match placement {
                 Placement::Split { fast_percent } => split_selects(id, c, fast_percent),
                 Placement::Hot { .. } => fast.is_some_and(|f| self.hot_places_new_on_fast(vi, f)),
-                Placement::Pinned => false,
+                // A cache starts cold: everything on the home pool.
+                Placement::Pinned | Placement::Cache { .. } => false,
             };
             let loc = match (want_fast, fast) {
                 (true, Some(f)) => self.pools[f.0 as usize]

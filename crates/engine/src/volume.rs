@@ -39,6 +39,11 @@ pub enum ChunkState {
     },
     /// Live migration: the chunk is being copied (or copied back); writes wait.
     Migrating,
+    /// `cache` placement: the chunk's fast copy is being written back to its slow slot
+    /// (then evicted when `evict`); writes wait, reads use the fast copy.
+    Cleaning {
+        evict: bool,
+    },
 }
 
 /// What is going on in one chunk right now; only chunks with activity have an entry.
@@ -169,6 +174,8 @@ pub struct Volume {
     /// Where the demotion scan resumes.
     pub scan_cursor: u64,
     pub log: crate::log::VolLog,
+    /// `cache` placement: slow slots and dirty bits of cached chunks (`cache.rs`).
+    pub cache: crate::cache::CacheTable,
 }
 
 impl Volume {

@@ -26,6 +26,7 @@ fn hot_config() -> EngineConfig {
         decay_ns: 10_000_000_000,
         promote_min_heat: 4,
         hysteresis_pct: 50,
+        ..TieringConfig::default()
     };
     cfg
 }

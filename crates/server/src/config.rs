@@ -111,6 +111,8 @@ struct RawVolume {
     fast_pool: Option<Spanned<String>>,
     fast_percent: Option<Spanned<u8>>,
     fast_budget: Option<Spanned<SizeVal>>,
+    /// cache: "smq" (default) or "bcache".
+    cache_policy: Option<Spanned<String>>,
     priority: Option<u8>,
     description: Option<String>,
     read_only: Option<bool>,
@@ -317,6 +319,7 @@ impl ServerConfig {
                     fast_percent: v.fast_percent.as_ref(),
                     fast_budget: v.fast_budget.as_ref(),
                     priority: v.priority,
+                    cache_policy: v.cache_policy.as_ref(),
                     log: v.log,
                     reservation_iops: v.reservation_iops.as_ref(),
                     limit_iops: v.limit_iops.as_ref(),

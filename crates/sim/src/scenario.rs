@@ -120,6 +120,8 @@ struct RawVolume {
     fast_percent: Option<Spanned<u8>>,
     /// hot: most bytes on the fast pool (0: no limit).
     fast_budget: Option<Spanned<SizeVal>>,
+    /// cache: "smq" (default) or "bcache".
+    cache_policy: Option<Spanned<String>>,
     priority: Option<u8>,
     /// Map the chunks the volume's workloads touch before the run, as an existing disk.
     prefill: Option<bool>,
@@ -537,6 +539,7 @@ impl Scenario {
                     fast_percent: v.fast_percent.as_ref(),
                     fast_budget: v.fast_budget.as_ref(),
                     priority: v.priority,
+                    cache_policy: v.cache_policy.as_ref(),
                     log: v.log,
                     reservation_iops: v.reservation_iops.as_ref(),
                     limit_iops: v.limit_iops.as_ref(),

@@ -13,9 +13,35 @@ use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CopyFor {
     /// A tier move of chunk `chunk` of volume `vol` (see `tiering.rs`).
-    TierMove { vol: u32, chunk: u64 },
+    TierMove {
+        vol: u32,
+        chunk: u64,
+    },
     /// A piece of the live storage migration of volume `vol`'s chunk `chunk`.
-    Migration { vol: u32, chunk: u64 },
+    Migration {
+        vol: u32,
+        chunk: u64,
+    },
+    /// `cache` placement: a fill (slow -> fast) or a writeback (fast -> slow) of a chunk.
+    CacheFill {
+        vol: u32,
+        chunk: u64,
+    },
+    CacheClean {
+        vol: u32,
+        chunk: u64,
+    },
+}
+
+impl CopyFor {
+    fn vol(self) -> u32 {
+        match self {
+            CopyFor::TierMove { vol, .. }
+            | CopyFor::Migration { vol, .. }
+            | CopyFor::CacheFill { vol, .. }
+            | CopyFor::CacheClean { vol, .. } => vol,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -38,9 +64,7 @@ impl Engine {
         len_bytes: u64,
         out: &mut Outputs,
     ) {
-        let vol = match for_ {
-            CopyFor::TierMove { vol, .. } | CopyFor::Migration { vol, .. } => vol,
-        };
+        let vol = for_.vol();
         let slot = self.copies.insert(Copy {
             for_,
             dst,
@@ -71,9 +95,7 @@ impl Engine {
         if result.is_ok() && !c.writing {
             c.writing = true;
             let (dst, len, for_) = (c.dst, c.len_bytes, c.for_);
-            let vol = match for_ {
-                CopyFor::TierMove { vol, .. } | CopyFor::Migration { vol, .. } => vol,
-            };
+            let vol = for_.vol();
             let spec = OpSpec::new(
                 Owner::Copy { slot },
                 dst.0,
@@ -88,6 +110,12 @@ impl Engine {
             CopyFor::TierMove { vol, chunk } => self.move_done(now, vol, chunk, result, out),
             CopyFor::Migration { vol, chunk } => {
                 self.migration_copy_done(now, vol, chunk, &c, result, out)
+            }
+            CopyFor::CacheFill { vol, chunk } => {
+                self.cache_copy_done(now, vol, chunk, true, result, out)
+            }
+            CopyFor::CacheClean { vol, chunk } => {
+                self.cache_copy_done(now, vol, chunk, false, result, out)
             }
         }
     }

@@ -34,8 +34,41 @@ pub fn encode_state(map: &ChunkMap, overlay: &ExtentMap<Overlay>) -> Vec<u8> {
     e.buf
 }
 
+/// [`encode_state`] followed by the cached chunks of a `cache` volume, (chunk, slow slot)
+/// pairs (`cache.rs`); written only when there are any, so other volumes' checkpoints
+/// are as before.
+pub fn encode_state_with_cache(
+    map: &ChunkMap,
+    overlay: &ExtentMap<Overlay>,
+    cached: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> Vec<u8> {
+    let mut buf = encode_state(map, overlay);
+    if cached.len() > 0 {
+        let mut e = Enc::with_capacity(8 + cached.len() * 16);
+        e.bytes(CACHE_MAGIC).u64(cached.len() as u64);
+        for (c, slot) in cached {
+            e.u64(c).u64(slot);
+        }
+        buf.extend_from_slice(&e.buf);
+    }
+    buf
+}
+
+const CACHE_MAGIC: &[u8; 8] = b"TVCACHE1";
+
 /// Parse a state payload; `None` if it is malformed.
 pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentMap<Overlay>)> {
+    decode_state_full(buf, expect_chunks).map(|(m, o, _)| (m, o))
+}
+
+/// Cached chunks as read from a checkpoint: (chunk, slow slot).
+pub type CachedEntries = Vec<(u64, u64)>;
+
+/// [`decode_state`] with the cached chunks that may follow (empty if none).
+pub fn decode_state_full(
+    buf: &[u8],
+    expect_chunks: u64,
+) -> Option<(ChunkMap, ExtentMap<Overlay>, CachedEntries)> {
     let mut d = Dec::new(buf);
     if d.bytes(8)? != STATE_MAGIC {
         return None;
@@ -75,7 +108,27 @@ pub fn decode_state(buf: &[u8], expect_chunks: u64) -> Option<(ChunkMap, ExtentM
         }
         overlay.insert(s, end, v);
     }
-    Some((ChunkMap::from_raw(entries), overlay))
+    let mut cached = Vec::new();
+    if let Some(magic) = d.bytes(8) {
+        if magic != CACHE_MAGIC {
+            return None;
+        }
+        let k = d.u64()?;
+        if k > n {
+            return None;
+        }
+        let mut prev = None;
+        for _ in 0..k {
+            let (c, slot) = (d.u64()?, d.u64()?);
+            // Sorted and unique, as written.
+            if prev.is_some_and(|p| p >= c) {
+                return None;
+            }
+            prev = Some(c);
+            cached.push((c, slot));
+        }
+    }
+    Some((ChunkMap::from_raw(entries), overlay, cached))
 }
 
 /// Header of one chunk of a checkpoint chain.

@@ -29,6 +29,10 @@ pub enum Record {
     },
     /// Remove `[start, end)` from the overlay.
     OverlayClear { start: u64, end: u64 },
+    /// `cache` placement: chunk `chunk` is now read and written at `fast` (a raw map
+    /// entry) and keeps its slow slot `slow` (`cache::encode_slot`). A later `Map`
+    /// record of the chunk ends its caching.
+    Cache { chunk: u64, fast: u64, slow: u64 },
 }
 
 impl Record {
@@ -53,6 +57,9 @@ impl Record {
             }
             Record::OverlayClear { start, end } => {
                 e.u8(3).u8(0).u16(0).u32(0).u64(start).u64(end).u64(0);
+            }
+            Record::Cache { chunk, fast, slow } => {
+                e.u8(4).u8(0).u16(0).u32(0).u64(chunk).u64(fast).u64(slow);
             }
         }
     }
@@ -85,6 +92,11 @@ impl Record {
                 })
             }
             3 => (a < b).then_some(Record::OverlayClear { start: a, end: b }),
+            4 => Some(Record::Cache {
+                chunk: a,
+                fast: b,
+                slow: c,
+            }),
             _ => None,
         }
     }

@@ -11,10 +11,10 @@
 use bytes::Bytes;
 
 use crate::chunkmap::{ChunkLoc, ChunkMap};
-use crate::config::{Provisioning, VolumeConfig};
+use crate::config::{Placement, Provisioning, VolumeConfig};
 use crate::engine::{Engine, EngineState, OpSpec, Owner, StartMode};
 use crate::extents::ExtentMap;
-use crate::journal::checkpoint::{CkptChunkHeader, decode_state};
+use crate::journal::checkpoint::{CkptChunkHeader, decode_state_full};
 use crate::journal::{Block, HEADER_SLOTS_BYTES, Journal, Record};
 use crate::layout::{
     BLOCK_BYTES, JournalHeader, SUPERBLOCK_BACKUP_OFFSET, SUPERBLOCK_OFFSET, Superblock,
@@ -290,29 +290,40 @@ impl Engine {
     /// (size, logs) of every volume the reserve covers: the mounted ones still live, then
     /// those the configuration adds (a volume created or grown at run time is in the
     /// table, not necessarily in the configuration).
-    pub(crate) fn reserve_inputs(&self) -> Vec<(u64, bool)> {
+    pub(crate) fn reserve_inputs(&self) -> Vec<(u64, bool, bool)> {
         let any_log = self.cfg.pools.iter().any(|p| p.log);
         // A volume deleted while running keeps a hollow slot until the next start; it
         // will never write a checkpoint again.
-        let mut out: Vec<(u64, bool)> = (self.vols.iter())
+        let caches = |p: &Placement| matches!(p, Placement::Cache { .. });
+        let mut out: Vec<(u64, bool, bool)> = (self.vols.iter())
             .filter(|v| !v.rec.deleted)
-            .map(|v| (v.rec.size_bytes, v.log.enabled.unwrap_or(any_log)))
+            .map(|v| {
+                (
+                    v.rec.size_bytes,
+                    v.log.enabled.unwrap_or(any_log),
+                    caches(&v.rec.placement),
+                )
+            })
             .collect();
         for vc in &self.cfg.volumes {
             if !self.vols.iter().any(|v| v.rec.name == vc.name) {
-                out.push((vc.size_bytes, vc.log.unwrap_or(any_log)));
+                out.push((
+                    vc.size_bytes,
+                    vc.log.unwrap_or(any_log),
+                    caches(&vc.placement),
+                ));
             }
         }
         out
     }
 
     /// Chunks of the metadata pool that journals take, and the checkpoint reserve, for
-    /// volumes of these (size, logs).
-    pub(crate) fn checkpoint_reserve(&self, volumes: &[(u64, bool)]) -> (u64, u64) {
+    /// volumes of these (size, logs, caches).
+    pub(crate) fn checkpoint_reserve(&self, volumes: &[(u64, bool, bool)]) -> (u64, u64) {
         let cb = self.cfg.chunk_bytes;
         let mut reserve = 4;
         let mut journals = 0;
-        for &(size_bytes, logs) in volumes {
+        for &(size_bytes, logs, caches) in volumes {
             let chunks = size_bytes.div_ceil(cb);
             // A logging volume's checkpoint also carries its overlay, which is bounded.
             let overlay = if logs {
@@ -320,7 +331,12 @@ impl Engine {
             } else {
                 0
             };
-            reserve += 3 * crate::journal::checkpoint::pieces_needed(64 + chunks * 8 + overlay, cb);
+            // A `cache` volume's also carries its cached chunks, 16 bytes each.
+            let cached = if caches { 16 + chunks * 16 } else { 0 };
+            reserve += 3 * crate::journal::checkpoint::pieces_needed(
+                64 + chunks * 8 + overlay + cached,
+                cb,
+            );
             journals += self.cfg.journal_bytes.div_ceil(cb);
         }
         (journals, reserve)

@@ -249,6 +249,7 @@ impl Engine {
             log_override,
             crate::log::max_extents_for(rec.size_bytes),
         );
+        let cache = crate::cache::CacheTable::new(rec.home_pool);
         let mut v = Volume {
             id: VolumeId(self.vols.len() as u32),
             qos: Default::default(),
@@ -269,6 +270,7 @@ impl Engine {
             hot_candidates: Default::default(),
             scan_cursor: 0,
             log,
+            cache,
         };
         v.recount(self.pools.len());
         v

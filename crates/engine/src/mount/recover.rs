@@ -77,8 +77,8 @@ impl Engine {
             let name = self.vols[v].rec.name.clone();
             let chunks = self.vols[v].chunks;
             let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
-            let (map, overlay) = if h.checkpoint.is_some() {
-                decode_state(&chain.payload, chunks)
+            let (map, overlay, cached) = if h.checkpoint.is_some() {
+                decode_state_full(&chain.payload, chunks)
                     .ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
             } else {
                 (
@@ -91,10 +91,18 @@ impl Engine {
                         },
                     ),
                     ExtentMap::new(),
+                    Vec::new(),
                 )
             };
             let rec = self.vols[v].rec.clone();
             let mut vol = self.volume_from(rec, map, overlay, h.clone());
+            for (c, slot) in cached {
+                let (fast, slow) = (vol.map.get(c), crate::cache::decode_slot(slot));
+                check_cached(self, &vol, c, fast, slow)
+                    .map_err(|e| format!("volume {name}: checkpoint: {e}"))?;
+                // Clean/dirty is not journaled: everything cached is dirty at mount.
+                vol.cache.insert(c, slow, true);
+            }
             vol.id = VolumeId(v as u32);
             vol.journal.checkpoint_chunks = chain.chunks;
             let region = s.regions[v].take().unwrap_or_default();
@@ -207,14 +215,15 @@ impl Engine {
 
     /// Apply the ring's valid block chain to a freshly loaded volume.
     fn replay(&self, vol: &mut Volume, region: &[u8]) -> Result<(), String> {
-        let j = &mut vol.journal;
+        let j = &vol.journal;
         let h = j.header.clone();
+        let ring_blocks = j.ring_blocks;
         let mut seq = h.replay_block_seq;
         let mut prev = h.replay_prev_crc;
         let mut next_rec = h.checkpoint_seq + 1;
         let mut replayed = 0;
-        for _ in 0..j.ring_blocks {
-            let pos = (HEADER_SLOTS_BYTES + (seq % j.ring_blocks) * BLOCK_BYTES) as usize;
+        for _ in 0..ring_blocks {
+            let pos = (HEADER_SLOTS_BYTES + (seq % ring_blocks) * BLOCK_BYTES) as usize;
             let Some(buf) = region.get(pos..pos + BLOCK_BYTES as usize) else {
                 break;
             };
@@ -235,9 +244,9 @@ impl Engine {
                 break;
             }
             for r in &b.records {
-                apply_record(&mut vol.map, &mut vol.overlay, vol.rec.size_bytes, self, r).map_err(
-                    |e| format!("volume {}: journal record {next_rec}: {e}", vol.rec.name),
-                )?;
+                apply_record(vol, self, r).map_err(|e| {
+                    format!("volume {}: journal record {next_rec}: {e}", vol.rec.name)
+                })?;
                 next_rec += 1;
                 replayed += 1;
             }
@@ -299,6 +308,14 @@ impl Engine {
                     claims.push((p, pc, format!("chunk {c} of {}", r.name)));
                 }
             }
+            // The slow slots of cached chunks (`cache.rs`).
+            for (p, pc, c) in Engine::cache_claims(v) {
+                claims.push((
+                    p,
+                    pc,
+                    format!("slow slot of cached chunk {c} of {}", r.name),
+                ));
+            }
             // Destination chunks an interrupted migration wrote newest data into.
             for (p, pc) in crate::jobs::migrate::moved_chunks(v, self.cfg.chunk_bytes) {
                 if self.in_thick_region(vi as u32, p, pc) {
@@ -330,38 +347,76 @@ impl Engine {
     }
 }
 
-/// Apply one record, checking it against the volume and the pools.
-fn apply_record(
-    map: &mut ChunkMap,
-    overlay: &mut ExtentMap<Overlay>,
-    size: u64,
+/// Whether `loc` names a chunk that exists.
+fn check_loc(e: &Engine, loc: ChunkLoc) -> Result<(), String> {
+    if let ChunkLoc::At(p, pc) = loc
+        && (p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks())
+    {
+        return Err(format!(
+            "maps to pool {} chunk {pc}, which does not exist",
+            p.0
+        ));
+    }
+    Ok(())
+}
+
+/// A cached chunk read from disk: its fast copy on the volume's fast pool, its slow slot
+/// the home slot of a thick volume or a chunk of the home pool of a thin one.
+fn check_cached(
     e: &Engine,
-    r: &Record,
+    vol: &Volume,
+    c: u64,
+    fast: ChunkLoc,
+    slow: ChunkLoc,
 ) -> Result<(), String> {
+    if c >= vol.map.len() {
+        return Err(format!("cached chunk {c} beyond the volume"));
+    }
+    check_loc(e, fast)?;
+    check_loc(e, slow)?;
+    let thick = vol.rec.provisioning == Provisioning::Thick;
+    let fast_ok = matches!(fast, ChunkLoc::At(p, _) if Some(p) == vol.rec.fast_pool);
+    let slow_ok = match slow {
+        ChunkLoc::Home => thick,
+        ChunkLoc::At(p, _) => !thick && p == vol.rec.home_pool,
+        ChunkLoc::Unmapped => false,
+    };
+    if !fast_ok || !slow_ok || !vol.cache.fits(c, slow) {
+        return Err(format!(
+            "cached chunk {c} at {fast:?} with slow slot {slow:?} does not fit the volume's pools"
+        ));
+    }
+    Ok(())
+}
+
+/// Apply one record, checking it against the volume and the pools.
+fn apply_record(vol: &mut Volume, e: &Engine, r: &Record) -> Result<(), String> {
+    let size = vol.rec.size_bytes;
     match *r {
         Record::Map { chunk, entry } => {
-            if chunk >= map.len() {
+            if chunk >= vol.map.len() {
                 return Err(format!("chunk {chunk} beyond the volume"));
             }
             let loc = ChunkLoc::decode(entry);
-            if let ChunkLoc::At(p, pc) = loc
-                && (p.0 as usize >= e.pools.len() || pc >= e.pools[p.0 as usize].alloc.chunks())
-            {
-                return Err(format!(
-                    "maps to pool {} chunk {pc}, which does not exist",
-                    p.0
-                ));
-            }
-            map.set(chunk, loc);
+            check_loc(e, loc)?;
+            vol.map.set(chunk, loc);
+            // A new mapping of a cached chunk ends its caching (eviction, trim).
+            vol.cache.remove(chunk);
+        }
+        Record::Cache { chunk, fast, slow } => {
+            let (fast, slow) = (ChunkLoc::decode(fast), crate::cache::decode_slot(slow));
+            check_cached(e, vol, chunk, fast, slow)?;
+            vol.map.set(chunk, fast);
+            vol.cache.insert(chunk, slow, true);
         }
         Record::Overlay { start, end, value } => {
             if end > size {
                 return Err("overlay beyond the volume".into());
             }
-            overlay.insert(start, end, value);
+            vol.overlay.insert(start, end, value);
         }
         Record::OverlayClear { start, end } => {
-            overlay.remove(start, end);
+            vol.overlay.remove(start, end);
         }
     }
     Ok(())

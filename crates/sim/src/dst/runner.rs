@@ -432,6 +432,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
             decay_ns: (10 + below(&mut trng, 500)) * 1_000_000,
             promote_min_heat: 1 + below(&mut trng, 2) as u32,
             hysteresis_pct: below(&mut trng, 60) as u32,
+            ..TieringConfig::default()
         },
         log,
         ..EngineConfig::default()

@@ -584,6 +584,11 @@ impl Engine {
                 pool.cfg.name
             ));
         }
+        if matches!(vol.rec.placement, crate::config::Placement::Cache { .. }) {
+            return unsupported(format!(
+                "volume {name} uses cache placement; migrating a cached volume (two copies of its cached chunks) is not supported"
+            ));
+        }
         if self.vols_logs(v.0) {
             return unsupported(format!(
                 "volume {name} uses the log-structured write path; migrating logged data is not supported"
