@@ -9,6 +9,8 @@ One scenario per (trace, VM count, configuration) in scenarios/tiering/:
          ssd   every volume on the SSD (intel-320-160g)
          split 50 % of chunks on the SSD by hash, the rest on the HDD
          hot   monitor-driven placement and tier migration
+         smq, bcache  placement = "cache": a write-back cache of the HDD on the SSD with
+               the smq-like or bcache-like policy (what an operator would deploy instead)
 Every volume is prefilled (the data exists before the run). For split and hot the SSD holds
 half of the 1 MiB chunks the VMs touch, so neither can hold everything. The chunk counts
 are computed here from the traces and checked again by the test suite.
@@ -38,7 +40,8 @@ TRACES = {
     "wsrch": ("wsrch-small.trace.xz", 20 << 30, lambda i: [i % 3]),
     "tpcc": ("tpcc-small.trace.xz", 224 << 30, lambda i: None),
 }
-CONFIGS = ["hdd", "ssd", "split", "hot"]
+CONFIGS = ["hdd", "ssd", "split", "hot", "smq", "bcache"]
+FAST = ("split", "hot", "smq", "bcache", "oracle")
 GEN_CONFIGS = CONFIGS + ["oracle"]
 # name: (volume size MiB, footprint MiB, the [vm] body)
 GENERATORS = {
@@ -95,7 +98,7 @@ def scenario(trace, tfile, vol_bytes, devs, vms, config, fast_chunks):
         'name = "ssd"',
         'model = "intel-320-160g"',
     ]
-    if config in ("split", "hot"):
+    if config in FAST:
         # One extra chunk holds the pool's superblock.
         s.append(f'capacity = "{fast_chunks + 1}m"   # half of the {2 * fast_chunks} MiB touched')
     for i in range(vms):
@@ -106,6 +109,8 @@ def scenario(trace, tfile, vol_bytes, devs, vms, config, fast_chunks):
             s += ['placement = "split"', 'fast_pool = "ssd"', "fast_percent = 50"]
         elif config == "hot":
             s += ['placement = "hot"', 'fast_pool = "ssd"']
+        elif config in ("smq", "bcache"):
+            s += ['placement = "cache"', f'cache_policy = "{config}"', 'fast_pool = "ssd"']
         s += ["", "[[vm]]", f'volume = "vm{i + 1}"', f'trace = "../../../shared/traces/{tfile}"']
         d = devs(i)
         if d is not None:
@@ -134,7 +139,7 @@ def generated(name, vol_mib, foot_mib, body, vms, config):
         'model = "intel-320-160g"',
     ]
     touched = vms * foot_mib
-    if config in ("split", "hot", "oracle"):
+    if config in FAST:
         s.append(f'capacity = "{touched // 2 + 1}m"   # half of the {touched} MiB touched')
     for i in range(1, vms + 1):
         s += ["", "[[volume]]", f'name = "vm{i}"']
@@ -144,6 +149,8 @@ def generated(name, vol_mib, foot_mib, body, vms, config):
             s += ['placement = "split"', 'fast_pool = "ssd"', "fast_percent = 50"]
         elif config in ("hot", "oracle"):
             s += [f'placement = "{config}"', 'fast_pool = "ssd"']
+        elif config in ("smq", "bcache"):
+            s += ['placement = "cache"', f'cache_policy = "{config}"', 'fast_pool = "ssd"']
         s += ["", "[[vm]]", f'volume = "vm{i}"'] + body
     return "\n".join(s) + "\n"
 

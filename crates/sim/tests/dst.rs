@@ -26,6 +26,12 @@ fn ci_seed_set_passes_with_every_fault_on() {
     assert!(s.checkpoints > 100, "checkpoints: {}", s.checkpoints);
     // Half the seeds run split/hot volumes with aggressive tier migration.
     assert!(s.chunk_moves > CI_SEEDS, "chunk moves: {}", s.chunk_moves);
+    // Half their `hot` volumes are `cache` volumes instead (smq or bcache).
+    assert!(
+        s.cache_moves > CI_SEEDS / 4,
+        "cache fills and evictions: {}",
+        s.cache_moves
+    );
     // Half the seeds log small writes, with small segments so the cleaner runs.
     assert!(
         s.log_appends > CI_SEEDS * 10,
@@ -150,7 +156,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
         .chain(host_flush)
         .chain(InjectedBug::space())
         .chain(InjectedBug::create())
-        .chain(InjectedBug::shard());
+        .chain(InjectedBug::shard())
+        .chain(InjectedBug::cache());
     for bug in bugs {
         assert_caught(bug, 0, CI_SEEDS);
     }

@@ -16,13 +16,14 @@ fn tiering_dir() -> Option<std::path::PathBuf> {
 }
 
 #[test]
-fn split_and_hot_get_ssd_room_for_half_the_touched_chunks() {
+fn split_hot_and_cache_get_ssd_room_for_half_the_touched_chunks() {
     let Some(dir) = tiering_dir() else { return };
     let mut checked = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !(name.ends_with("-split.toml") || name.ends_with("-hot.toml")) {
+        let fast = ["-split.toml", "-hot.toml", "-smq.toml", "-bcache.toml"];
+        if !fast.iter().any(|f| name.ends_with(f)) {
             continue;
         }
         let sc = Scenario::load(&path).unwrap();
@@ -36,8 +37,8 @@ fn split_and_hot_get_ssd_room_for_half_the_touched_chunks() {
         checked += 1;
     }
     assert_eq!(
-        checked, 56,
-        "split and hot scenarios for 7 workloads x 4 VM counts"
+        checked, 112,
+        "split, hot, smq and bcache scenarios for 7 workloads x 4 VM counts"
     );
 }
 
@@ -119,7 +120,7 @@ fn generated_rows_order_and_gain_share() {
 fn reproduce_tiering_keeps_the_papers_order() {
     let Some(dir) = tiering_dir() else { return };
     let rows = tiering(&dir, 2).unwrap();
-    assert_eq!(rows.len(), 132);
+    assert_eq!(rows.len(), 188);
     let get = |t: &str, n: u32, c: &str| {
         rows.iter()
             .find(|r| r.trace == t && r.vms == n && r.config == c)

@@ -161,7 +161,7 @@ pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
 
 fn print_tiering(rows: &[reproduce::TieringRow], targets: &[reproduce::TieringTarget]) {
     println!(
-        "{:<9} {:>3} {:<6} {:>12} {:>11} {:>11} {:>10} {:>13} {:>10}",
+        "{:<9} {:>3} {:<7} {:>12} {:>11} {:>11} {:>10} {:>13} {:>10}",
         "workload",
         "vms",
         "config",
@@ -174,7 +174,7 @@ fn print_tiering(rows: &[reproduce::TieringRow], targets: &[reproduce::TieringTa
     );
     for r in rows {
         println!(
-            "{:<9} {:>3} {:<6} {:>12.2} {:>11.2} {:>11} {:>10} {:>13.0} {:>10}",
+            "{:<9} {:>3} {:<7} {:>12.2} {:>11.2} {:>11} {:>10} {:>13.0} {:>10}",
             r.trace,
             r.vms,
             r.config,

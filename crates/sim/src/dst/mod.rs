@@ -59,6 +59,7 @@ pub fn run_range(
                             t.space_mounts += st.space_mounts;
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
+                            t.cache_moves += st.cache_moves;
                             t.log_appends += st.log_appends;
                             t.segments_cleaned += st.segments_cleaned;
                             t.cleaner_waits += st.cleaner_waits;

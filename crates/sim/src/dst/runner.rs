@@ -16,9 +16,9 @@ use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, S
 use crate::shards::Sharded;
 use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
-    CleanerPolicy, DevKind, DeviceCompletion, DeviceOp, EngineConfig, EngineEvent, EngineState,
-    Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig, PoolId,
-    Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig, VmRequest,
+    CachePolicy, CleanerPolicy, DevKind, DeviceCompletion, DeviceOp, EngineConfig, EngineEvent,
+    EngineState, Errno, InjectedBug, LogConfig, Medium, OpId, Outputs, Placement, PoolConfig,
+    PoolId, Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig, VmRequest,
     VolumeConfig, VolumeId, VolumeQos,
 };
 
@@ -56,6 +56,8 @@ pub struct DstStats {
     pub checkpoints: u64,
     /// Chunks moved between pools by tier migration (promotions plus demotions).
     pub chunk_moves: u64,
+    /// Of those, the fills and evictions of `cache` volumes.
+    pub cache_moves: u64,
     /// Log appends and segments the cleaner emptied.
     pub log_appends: u64,
     pub segments_cleaned: u64,
@@ -296,6 +298,10 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
     // Schedulers and QoS on their own stream, so every other choice of a seed stays.
     let mut srng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5c4_u64.rotate_left(36));
     let nvols = 2 + below(rng, 2) as usize;
+    // `cache` placements (issue 17) replace half the `hot` volumes, drawn from their own
+    // stream: seeds without a `hot` volume replay as before.
+    let mut crng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xcac4e_u64.rotate_left(24));
+    let no_cache = std::env::var_os("TIERVISOR_DST_NO_CACHE").is_some();
     let mut volumes = Vec::new();
     let mut thick_bytes = [0u64; 2];
     for i in 0..nvols {
@@ -321,6 +327,23 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
                     priority: below(&mut trng, 3) as u8,
                 },
             }
+        };
+        let placement = match placement {
+            Placement::Hot { .. } if !no_cache && below(&mut crng, 2) == 0 => Placement::Cache {
+                cache_policy: if below(&mut crng, 2) == 0 {
+                    CachePolicy::Smq
+                } else {
+                    CachePolicy::Bcache
+                },
+                // A few chunks, so evictions (clean and dirty) happen; now and then
+                // the pool's share.
+                fast_budget_bytes: if below(&mut crng, 4) == 0 {
+                    0
+                } else {
+                    (1 + below(&mut crng, 3)) * chunk_bytes
+                },
+            },
+            p => p,
         };
         volumes.push(VolumeConfig {
             name: format!("v{i}"),
@@ -432,7 +455,9 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
             decay_ns: (10 + below(&mut trng, 500)) * 1_000_000,
             promote_min_heat: 1 + below(&mut trng, 2) as u32,
             hysteresis_pct: below(&mut trng, 60) as u32,
-            ..TieringConfig::default()
+            writeback_percent: [0, 10, 50, 100][below(&mut crng, 4) as usize],
+            // Small enough that DST's short streams cross it.
+            sequential_cutoff_bytes: [64 << 10, 1 << 20, 4 << 20][below(&mut crng, 3) as usize],
         },
         log,
         ..EngineConfig::default()
@@ -1324,6 +1349,9 @@ impl Sim {
         for v in r.volumes {
             self.stats.checkpoints += v.checkpoints;
             self.stats.chunk_moves += v.promotions + v.demotions;
+            if v.placement == "cache" {
+                self.stats.cache_moves += v.promotions + v.demotions;
+            }
         }
         for w in r.pools.iter().filter_map(|p| p.write_buffer.as_ref()) {
             self.stats.buffered_writes += w.absorbed_writes;
