@@ -254,6 +254,11 @@ impl Engine {
         self.vols.get(v.0 as usize).map(|v| v.rec.size_bytes)
     }
 
+    /// Whether a volume is thin or thick (its home region reserved at creation).
+    pub fn volume_provisioning(&self, v: VolumeId) -> Option<crate::config::Provisioning> {
+        self.vols.get(v.0 as usize).map(|v| v.rec.provisioning)
+    }
+
     /// The pool a volume's new chunks go to.
     pub fn volume_home_pool(&self, v: VolumeId) -> Option<PoolId> {
         self.vols.get(v.0 as usize).map(|v| v.rec.home_pool)

@@ -117,11 +117,11 @@ impl InjectedBug {
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
-    /// One per live-migration scheme, the pivot's, and tiered volumes': DST's CI seed set
+    /// One per live-migration scheme, the pivot's, tiered volumes' and thick volumes': DST's CI seed set
     /// catches all but `aio-unordered-dups`, which seeds 1024..1280 catch
     /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 7] {
+    pub fn migration() -> [InjectedBug; 8] {
         [
             InjectedBug::DbtMissesDirty,
             InjectedBug::MirrorAcksEarly,
@@ -130,6 +130,7 @@ impl InjectedBug {
             InjectedBug::AioUnorderedDups,
             InjectedBug::PivotFlushEarly,
             InjectedBug::TierMovesWhileMigrating,
+            InjectedBug::ThickOldRegionFreedEarly,
         ]
     }
     pub fn name(self) -> &'static str {

@@ -489,3 +489,28 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
         r.engine.check_invariants().unwrap();
     }
 }
+
+/// Between the pivot and the durable table naming the new region, the chunks point at it
+/// with `At` entries: a new job or a deletion of the volume is refused as busy meanwhile.
+#[test]
+fn a_thick_volume_recording_its_new_home_is_busy() {
+    let (mut r, reference) = setup();
+    r.hold = true;
+    start(&mut r, params(Scheme::Mirror, HDD)).unwrap();
+    while !phase(&r).is_some_and(|p| p.is_over()) {
+        assert!(r.release_one().is_some(), "stuck before the pivot");
+    }
+    let again = start(&mut r, params(Scheme::Mirror, SSD));
+    assert!(matches!(again, Err(ControlError::Busy(_))), "{again:?}");
+    let v = vid(&r);
+    let del = control(&mut r, Control::DeleteVolume { volume: v });
+    assert!(matches!(del, Err(ControlError::Busy(_))), "{del:?}");
+    r.hold = false;
+    while r.release_one().is_some() {}
+    finish(&mut r);
+    start(&mut r, params(Scheme::Mirror, SSD)).unwrap();
+    finish(&mut r);
+    assert!(in_one_region_on(&r, SSD));
+    check(&mut r, &reference, "back");
+    r.engine.check_invariants().unwrap();
+}

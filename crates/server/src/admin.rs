@@ -983,8 +983,9 @@ mod tests {
                 "already lives on pool hdd",
             ),
             (
-                r#"{"cmd": "migrate", "action": "start", "volume": "thick", "to": "ssd"}"#,
-                "is thick",
+                // A thick volume moves its home region, but not to the pool it is on.
+                r#"{"cmd": "migrate", "action": "start", "volume": "thick", "to": "hdd"}"#,
+                "volume thick already lives on pool hdd",
             ),
             (
                 r#"{"cmd": "migrate", "action": "start", "volume": "nope", "to": "ssd"}"#,

@@ -68,6 +68,7 @@ pub fn run_range(
                             t.migration_pivots += st.migration_pivots;
                             t.migration_cancels += st.migration_cancels;
                             t.migrations_tiered += st.migrations_tiered;
+                            t.migrations_thick += st.migrations_thick;
                             t.buffered_writes += st.buffered_writes;
                             t.tagged_flushes += st.tagged_flushes;
                             t.throttled_ops += st.throttled_ops;

@@ -69,8 +69,10 @@ pub struct DstStats {
     pub migrations: u64,
     pub migration_pivots: u64,
     pub migration_cancels: u64,
-    /// Of the migrations started, those of tiered (`hot` or `split`) volumes.
+    /// Of the migrations started, those of tiered (`hot` or `split`) volumes, and those
+    /// of thick volumes (their home region moves).
     pub migrations_tiered: u64,
+    pub migrations_thick: u64,
     /// VM writes the host write buffer absorbed, and FLUSHes sent to tag-aware devices
     /// with a volume's tag.
     pub buffered_writes: u64,
@@ -178,6 +180,10 @@ struct Sim {
     /// own. In the others a start of a tiered volume is not asked, as when the engine
     /// refused every one, so those seeds replay as before tiered volumes could move.
     tiered_migrations: bool,
+    /// Thick volumes may migrate (their home region moves): half the migrating seeds, on
+    /// a stream of its own; in the others a start of a thick volume is not asked, as when
+    /// the engine refused every one. TIERVISOR_DST_NO_THICK_MIGRATE=1 leaves them out.
+    thick_migrations: bool,
 }
 
 type Fail = String;
@@ -509,6 +515,10 @@ impl Sim {
         let tiered_migrations = mrng.is_some()
             && std::env::var_os("TIERVISOR_DST_NO_TIERED_MIGRATE").is_none()
             && below(&mut tm, 2) == 0;
+        let mut th = Xoshiro256PlusPlus::seed_from_u64(cfg.seed ^ 0x7c1c_u64.rotate_left(40));
+        let thick_migrations = mrng.is_some()
+            && std::env::var_os("TIERVISOR_DST_NO_THICK_MIGRATE").is_none()
+            && below(&mut th, 2) == 0;
         if probe.is_some() && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("the migration-heavy profile is on (probe.rs)");
         }
@@ -595,6 +605,7 @@ impl Sim {
             deletes,
             probe,
             tiered_migrations,
+            thick_migrations,
         })
     }
 
@@ -1399,6 +1410,8 @@ impl Sim {
                 to = v.home_pool;
             }
             let tiered = tiered.is_some();
+            let thick = (self.engine.engine_for(vol)).and_then(|(e, lv)| e.volume_provisioning(lv))
+                == Some(Provisioning::Thick);
             let Some(m) = self.mrng.as_mut() else {
                 return Ok(false);
             };
@@ -1429,6 +1442,8 @@ impl Sim {
             p.gamma = below(m, 11) as f64 / 10.0;
             let res = if tiered && !self.tiered_migrations {
                 Err("tiered volumes do not migrate in this seed".to_string())
+            } else if thick && !self.thick_migrations {
+                Err("thick volumes do not migrate in this seed".to_string())
             } else {
                 self.engine.start_migration(now, vol, p, &mut out)
             };
@@ -1443,6 +1458,7 @@ impl Sim {
             if let Ok(st) = &res {
                 self.stats.migrations += 1;
                 self.stats.migrations_tiered += u64::from(tiered);
+                self.stats.migrations_thick += u64::from(thick);
                 if let Some(pr) = self.probe.as_mut() {
                     // A job starts without a phase event.
                     pr.phase(vol.0, st.phase.name(), true);

@@ -567,6 +567,13 @@ impl Engine {
             .ok_or(ControlError::UnknownPool(p.to))?;
         let cb = self.cfg.chunk_bytes;
         let thick = vol.rec.provisioning == crate::config::Provisioning::Thick;
+        // Its chunks point at the new region with `At` entries until the table naming it
+        // is durable (`thick.rs`); a job meanwhile would copy them to yet another one.
+        if self.migrations.thick.rehoming.contains(&v.0) {
+            return Err(ControlError::Busy(format!(
+                "volume {name}'s last migration is recording its new home region; try again"
+            )));
+        }
         if thick && p.to == vol.rec.home_pool {
             return Err(ControlError::SamePool {
                 volume: name.clone(),
