@@ -58,6 +58,7 @@ disk() { for d in /sys/block/vd*; do [ "$(cat $d/serial 2>/dev/null)" = "$1" ] &
 V=$(disk disk0)
 N=$(disk nbdvol)
 echo "TV-DISKS vhost=$V nbd=$N"
+echo "TV-FEATURES $(cat /sys/block/${V##*/}/device/features 2>/dev/null)"
 if [ -z "$V" ] || [ -z "$N" ]; then echo TV-NO-DISKS; poweroff -f; fi
 if grep -q tvmode=first /proc/cmdline; then
   for b in 1 2 3 4; do dd if=/p$b of=$V bs=1M seek=$((b * 2 - 1)) conv=fsync 2>/dev/null; done
@@ -321,6 +322,14 @@ fn a_booted_guest_writes_over_vhost_user_and_nbd_and_its_synced_data_survives_ki
     // Boot 1: patterns on both disks, sync, power off.
     let mut g = Guest::boot(dir.path(), &kernel, &initrd, "first");
     g.wait_for("TV-SYNCED", Duration::from_secs(240));
+    // The guest's virtio driver took VIRTIO_RING_F_EVENT_IDX (bit 29) from the vhost-user
+    // disk, so every boot here runs with the guest's kicks and interrupts suppressed as
+    // it asks: a missed wake-up would hang a boot.
+    let console = g.console();
+    let features = (console.lines())
+        .find_map(|l| l.trim().strip_prefix("TV-FEATURES "))
+        .unwrap_or_else(|| panic!("no TV-FEATURES line:\n{console}"));
+    assert_eq!(features.as_bytes().get(29), Some(&b'1'), "{features}");
     g.wait_exit(Duration::from_secs(60));
     let boot1 = t0.elapsed();
     let first_vhost = [(1, 0x11), (2, 0), (3, 0x22), (5, 0x33), (7, 0x44), (8, 0)];

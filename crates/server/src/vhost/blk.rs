@@ -16,7 +16,7 @@ use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-use virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueOwnedT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
@@ -71,6 +71,19 @@ pub struct BlkBackend {
     mem: Mem,
     submit: Submitter,
     queues: Vec<Arc<QueueCtx>>,
+    /// VIRTIO_RING_F_EVENT_IDX was negotiated: the guest says when it wants a kick and
+    /// an interrupt (its `avail_event` and `used_event`), so neither is sent per request.
+    event_idx: AtomicBool,
+}
+
+/// Signal the guest that `vring`'s used ring moved, if it asked to be told (always
+/// without EVENT_IDX). Called after every batch of used elements, on whichever thread
+/// added them: the ring's lock orders the two.
+fn signal_if_wanted(vring: &Vring) -> std::io::Result<()> {
+    if vring.needs_notification().unwrap_or(true) {
+        vring.signal_used_queue()?;
+    }
+    Ok(())
 }
 
 impl BlkBackend {
@@ -89,6 +102,7 @@ impl BlkBackend {
             mem,
             submit,
             queues,
+            event_idx: AtomicBool::new(false),
         }
     }
 
@@ -144,7 +158,7 @@ impl BlkBackend {
             let v = vring.clone();
             n.get_or_insert_with(|| {
                 Arc::new(move || {
-                    let _ = v.signal_used_queue();
+                    let _ = signal_if_wanted(&v);
                 })
             })
             .clone()
@@ -226,7 +240,7 @@ impl BlkBackend {
             self.submit.wake();
         }
         if answered {
-            vring.signal_used_queue()?;
+            signal_if_wanted(vring)?;
         }
         Ok(())
     }
@@ -247,6 +261,7 @@ impl VhostUserBackend for BlkBackend {
     fn features(&self) -> u64 {
         let mut f = 1 << VIRTIO_F_VERSION_1
             | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | 1 << VIRTIO_RING_F_EVENT_IDX
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
             | 1 << VIRTIO_BLK_F_SEG_MAX
             | 1 << VIRTIO_BLK_F_BLK_SIZE
@@ -267,8 +282,9 @@ impl VhostUserBackend for BlkBackend {
             | VhostUserProtocolFeatures::REPLY_ACK
     }
 
-    fn set_event_idx(&self, _enabled: bool) {
-        // VIRTIO_RING_F_EVENT_IDX is not offered: every batch signals the guest.
+    fn set_event_idx(&self, enabled: bool) {
+        // The library has set each vring's queue to match (`set_queue_event_idx`).
+        self.event_idx.store(enabled, Ordering::Release);
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
@@ -323,9 +339,23 @@ impl VhostUserBackend for BlkBackend {
         thread_id: usize,
     ) -> std::io::Result<()> {
         // One queue per worker thread: its vring is `vrings[0]`, its index the thread's.
-        match vrings.first() {
-            Some(vring) => self.process_queue(thread_id, vring),
-            None => Ok(()),
+        let Some(vring) = vrings.first() else {
+            return Ok(());
+        };
+        if !self.event_idx.load(Ordering::Acquire) {
+            return self.process_queue(thread_id, vring);
+        }
+        // With EVENT_IDX the guest kicks again only past the `avail_event` we publish:
+        // publish it after each pass, and take what came in meanwhile before sleeping,
+        // or a chain made available during the pass would wait for a kick never sent.
+        loop {
+            vring
+                .disable_notification()
+                .map_err(std::io::Error::other)?;
+            self.process_queue(thread_id, vring)?;
+            if !vring.enable_notification().map_err(std::io::Error::other)? {
+                return Ok(());
+            }
         }
     }
 }
