@@ -364,7 +364,7 @@ impl Engine {
         } else {
             kind
         };
-        self.cache_wrote(v, c);
+        self.cache_wrote(v, c, s, e);
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {

@@ -39,10 +39,13 @@ pub enum ChunkState {
     },
     /// Live migration: the chunk is being copied (or copied back); writes wait.
     Migrating,
-    /// `cache` placement: the chunk's fast copy is being written back to its slow slot
-    /// (then evicted when `evict`); writes wait, reads use the fast copy.
+    /// `cache` placement: the chunk's dirty parts are being written back to its slow
+    /// slot in `pending` copies (then evicted when `evict`, unless one `failed`); writes
+    /// wait, reads use the fast copy.
     Cleaning {
         evict: bool,
+        pending: u32,
+        failed: bool,
     },
 }
 
