@@ -164,14 +164,16 @@ fn bad_migrations_name_the_line_and_what_was_expected() {
             .to_string();
         assert!(e.contains(want), "{e}\nexpected: {want}");
     }
-    // The engine's refusal (a thick volume) ends the run with the volume and the reason.
-    let thick = base.replace("size = \"64m\"", "size = \"64m\"\nprovisioning = \"thick\"");
-    let sc = Scenario::parse("m.toml", &thick, Path::new(".")).unwrap();
+    // The engine's refusal (a volume with log data; thick ones migrate since stop 29) ends
+    // the run with the volume and the reason.
+    let logged = base.replace("size = \"64m\"", "size = \"64m\"\nlog = true");
+    assert_ne!(logged, base);
+    let sc = Scenario::parse("m.toml", &logged, Path::new(".")).unwrap();
     let e = Simulation::new(sc, &RunOptions::default())
         .unwrap()
         .run()
         .unwrap_err();
-    assert!(e.contains("migration 1 of volume vm1"), "{e}");
+    assert!(e.contains("migration 1 of volume vm1") && e.contains("log"), "{e}");
 }
 
 #[test]
