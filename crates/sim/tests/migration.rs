@@ -173,7 +173,10 @@ fn bad_migrations_name_the_line_and_what_was_expected() {
         .unwrap()
         .run()
         .unwrap_err();
-    assert!(e.contains("migration 1 of volume vm1") && e.contains("log"), "{e}");
+    assert!(
+        e.contains("migration 1 of volume vm1") && e.contains("log"),
+        "{e}"
+    );
 }
 
 #[test]
