@@ -59,6 +59,15 @@ pub fn decode_slot(raw: u64) -> ChunkLoc {
     }
 }
 
+/// Bytes a writeback of dirty parts `parts` (a bit per sixty-fourth) of a `chunk_bytes`
+/// chunk copies: the same parts `start_cache_clean` copies.
+fn dirty_bytes(parts: u64, chunk_bytes: u64) -> u64 {
+    let part = (chunk_bytes / 64).max(1);
+    let n = 64u64.min(chunk_bytes / part);
+    let mask = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    (parts & mask).count_ones() as u64 * part
+}
+
 /// One cached chunk in 12 bytes: logical chunk (40 bits; volumes have at most 2^35),
 /// slow slot's physical chunk on the home pool (48 bits, the map's limit; all ones: a
 /// thick volume's home slot), dirty and referenced bits.
@@ -378,7 +387,7 @@ impl Engine {
     }
 
     /// Fast-pool chunks `cache` volume `v` may hold.
-    fn cache_budget(&self, v: usize) -> u64 {
+    pub(crate) fn cache_budget(&self, v: usize) -> u64 {
         let Placement::Cache {
             fast_budget_bytes, ..
         } = self.vols[v].rec.placement
@@ -499,7 +508,7 @@ impl Engine {
         if vol.cache.is_dirty(victim) {
             self.start_cache_clean(now, v, victim, true, out)
         } else {
-            self.cache_evict(now, v, victim);
+            self.cache_evict(now, v, victim, false);
             true
         }
     }
@@ -598,18 +607,24 @@ impl Engine {
         // The injected bug maps the chunk back before its writeback has landed: reads
         // see the stale slow copy, and a crash after the record is durable keeps it.
         if evict && self.bug_is(InjectedBug::CacheCleanTooEarly) {
-            self.cache_evict(now, v, c);
+            self.cache_evict(now, v, c, true);
         }
         true
     }
 
     /// Evict clean chunk `c`: map it back to its slow slot; the fast chunk is freed once
-    /// that is durable and drained.
-    fn cache_evict(&mut self, now: u64, v: usize, c: u64) {
+    /// that is durable and drained. `was_dirty`: it was written back first (for stats).
+    fn cache_evict(&mut self, now: u64, v: usize, c: u64, was_dirty: bool) {
         let Some(slow) = self.vols[v].cache.remove(c) else {
             return;
         };
-        self.vols[v].stats.demotions += 1;
+        let st = &mut self.vols[v].stats;
+        st.demotions += 1;
+        if was_dirty {
+            st.cache.evictions_dirty += 1;
+        } else {
+            st.cache.evictions_clean += 1;
+        }
         self.switch_chunk(v as u32, c, slow, true);
         self.arm_commit_timer(now);
     }
@@ -648,6 +663,7 @@ impl Engine {
                         });
                         vol.dirty_pools |= 1 << fp.0;
                         vol.stats.promotions += 1;
+                        vol.stats.cache.fills += 1;
                         vol.stats.migrated_bytes += cb;
                         self.arm_commit_timer(now);
                     }
@@ -679,10 +695,14 @@ impl Engine {
                     if let Some((sp, _)) = vol.cache.slow_slot(c).and_then(|s| vol.resolve(s, c)) {
                         vol.dirty_pools |= 1 << sp.0;
                     }
-                    // Writes to the chunk waited for this copy, so it holds the newest data.
+                    // Writes to the chunk waited for this copy, so its dirty parts are
+                    // the ones copied, and it holds the newest data.
+                    let parts = vol.cache.dirty_parts(c);
+                    vol.stats.cache.writebacks += 1;
+                    vol.stats.cache.writeback_bytes += dirty_bytes(parts, cb);
                     vol.cache.set_dirty(c, false);
                     if evict {
-                        self.cache_evict(now, vi, c);
+                        self.cache_evict(now, vi, c, true);
                     }
                 }
             }

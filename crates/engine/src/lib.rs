@@ -51,7 +51,7 @@ pub use config::{
 pub use control::{Control, ControlError};
 pub use engine::{Engine, EngineState, StartMode};
 pub use inject::InjectedBug;
-pub use report::{EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
+pub use report::{CacheReport, EngineReport, KindReport, LogReport, PoolReport, VolumeReport};
 pub use sched::{SchedSpec, VolumeQos};
 pub use status::StatusExtent;
 pub use throttle::{ThrottleConfig, ThrottleReport};

@@ -71,6 +71,21 @@ pub struct VolumeReport {
     pub demotions: u64,
     pub migrated_bytes: u64,
     pub monitor: crate::monitor::MonitorReport,
+    /// `cache` placement only: the cache's contents and traffic.
+    pub cache: Option<CacheReport>,
+}
+
+/// A `cache` volume's cache (docs/ARCHITECTURE.md, "Cache placement").
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheReport {
+    pub policy: String,
+    /// Chunks the volume may hold on the fast pool.
+    pub budget_chunks: u64,
+    /// Chunks cached on the fast pool now, and of them dirty (not yet written back).
+    pub cached_chunks: u64,
+    pub dirty_chunks: u64,
+    #[serde(flatten)]
+    pub counts: crate::stats::CacheStats,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -210,6 +225,16 @@ impl Engine {
             demotions: s.demotions,
             migrated_bytes: s.migrated_bytes,
             monitor: self.monitor_report(vol),
+            cache: match vol.rec.placement {
+                crate::config::Placement::Cache { cache_policy, .. } => Some(CacheReport {
+                    policy: cache_policy.name().to_string(),
+                    budget_chunks: self.cache_budget(v.0 as usize),
+                    cached_chunks: vol.cache.len(),
+                    dirty_chunks: vol.cache.dirty_count(),
+                    counts: s.cache,
+                }),
+                _ => None,
+            },
         })
     }
 

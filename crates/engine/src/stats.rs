@@ -123,6 +123,24 @@ pub struct VolumeStats {
     pub promotions: u64,
     pub demotions: u64,
     pub migrated_bytes: u64,
+    /// `cache` placement (`cache.rs`); zero for other volumes.
+    pub cache: CacheStats,
+}
+
+/// A `cache` volume's cache traffic since the engine started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CacheStats {
+    /// Chunks copied to the fast pool (their `Cache` records appended).
+    pub fills: u64,
+    /// Evictions of clean chunks (no I/O) and of dirty ones (after their writeback).
+    pub evictions_clean: u64,
+    pub evictions_dirty: u64,
+    /// Writebacks completed (cleaning and evictions'), and the bytes they copied.
+    pub writebacks: u64,
+    pub writeback_bytes: u64,
+    /// Chunks cached at mount, all counted dirty: clean/dirty is not journaled, so each
+    /// costs a writeback after a restart or crash.
+    pub dirty_at_mount: u64,
 }
 
 impl VolumeStats {

@@ -220,6 +220,8 @@ pub enum EngineEvent {
         records_replayed: u64,
         checkpoint_seq: u64,
         mapped_chunks: u64,
+        /// `cache` placement: chunks cached on the fast pool, all dirty after a mount.
+        cached_dirty_chunks: u64,
     },
     VolumeCreated {
         volume: String,

@@ -478,6 +478,66 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         per_vol(&|v| v.checkpoints as f64),
     );
+    // `cache` placement: each cache volume's cache.
+    let per_cache = |f: &dyn Fn(&tiervisor_engine::CacheReport) -> Vec<(&'static str, f64)>| {
+        r.volumes
+            .iter()
+            .filter_map(|v| Some((&v.name, v.cache.as_ref()?)))
+            .flat_map(|(n, c)| {
+                f(c).into_iter()
+                    .map(move |(extra, x)| (format!("volume=\"{}\"{extra}", label(n)), x))
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_cache_chunks",
+        "Chunks a cache volume holds on its fast pool, clean and dirty (not yet written back).",
+        "gauge",
+        per_cache(&|c| {
+            vec![
+                (
+                    ",state=\"clean\"",
+                    (c.cached_chunks - c.dirty_chunks) as f64,
+                ),
+                (",state=\"dirty\"", c.dirty_chunks as f64),
+            ]
+        }),
+    );
+    family(
+        "tiervisor_cache_fills_total",
+        "Chunks copied from the slow pool into a cache volume's cache.",
+        "counter",
+        per_cache(&|c| vec![("", c.counts.fills as f64)]),
+    );
+    family(
+        "tiervisor_cache_evictions_total",
+        "Chunks evicted from a cache volume's cache: clean ones (no I/O) and dirty ones (written back first).",
+        "counter",
+        per_cache(&|c| {
+            vec![
+                (",kind=\"clean\"", c.counts.evictions_clean as f64),
+                (",kind=\"dirty\"", c.counts.evictions_dirty as f64),
+            ]
+        }),
+    );
+    family(
+        "tiervisor_cache_writebacks_total",
+        "Writebacks of dirty cached chunks completed (background cleaning and evictions).",
+        "counter",
+        per_cache(&|c| vec![("", c.counts.writebacks as f64)]),
+    );
+    family(
+        "tiervisor_cache_writeback_bytes_total",
+        "Bytes the writebacks copied from the fast pool to the slow pool.",
+        "counter",
+        per_cache(&|c| vec![("", c.counts.writeback_bytes as f64)]),
+    );
+    family(
+        "tiervisor_cache_dirty_at_mount_chunks",
+        "Chunks cached when the volume was mounted, all counted dirty (clean/dirty is not journaled).",
+        "gauge",
+        per_cache(&|c| vec![("", c.counts.dirty_at_mount as f64)]),
+    );
     let per_pool = |f: &dyn Fn(&tiervisor_engine::PoolReport) -> f64| {
         r.pools
             .iter()

@@ -442,8 +442,16 @@ impl Shard {
                     records_replayed,
                     checkpoint_seq,
                     mapped_chunks,
+                    cached_dirty_chunks,
                 } => format!(
-                    "recovered volume {volume}: checkpoint at record {checkpoint_seq}, replayed {records_replayed} journal record(s), {mapped_chunks} chunk(s) mapped"
+                    "recovered volume {volume}: checkpoint at record {checkpoint_seq}, replayed {records_replayed} journal record(s), {mapped_chunks} chunk(s) mapped{}",
+                    if cached_dirty_chunks > 0 {
+                        format!(
+                            ", {cached_dirty_chunks} cached chunk(s) counted dirty (clean/dirty is not journaled: each is written back before it can be evicted)"
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
                 EngineEvent::VolumeCreated { volume } => {
                     self.export_created(&volume);

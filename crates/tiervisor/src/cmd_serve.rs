@@ -508,6 +508,24 @@ pub fn ctl(cmd: CtlCmd) -> Result<(), Failure> {
                         hottest.join(", ")
                     }
                 );
+                let c = &vol["cache"];
+                if !c.is_null() {
+                    let n = |k: &str| c[k].as_u64().unwrap_or(0);
+                    println!(
+                        "{:<10} cache ({}): {} of {} chunks cached, {} dirty; {} fills, {} clean + {} dirty evictions, {} writebacks ({:.1} MiB); {} counted dirty at mount",
+                        "",
+                        c["policy"].as_str().unwrap_or("?"),
+                        n("cached_chunks"),
+                        n("budget_chunks"),
+                        n("dirty_chunks"),
+                        n("fills"),
+                        n("evictions_clean"),
+                        n("evictions_dirty"),
+                        n("writebacks"),
+                        n("writeback_bytes") as f64 / 1048576.0,
+                        n("dirty_at_mount")
+                    );
+                }
             }
             println!(
                 "\n{:<8} {:<4} {:>9} {:>9} {:>12} {:>12} {:>8} {:>7}",

@@ -108,6 +108,8 @@ impl Engine {
             let region = s.regions[v].take().unwrap_or_default();
             self.replay(&mut vol, &region)?;
             vol.recount(self.pools.len());
+            // Everything cached is dirty now (clean/dirty is not journaled).
+            vol.stats.cache.dirty_at_mount = vol.cache.dirty_count();
             self.vols[v] = vol;
             self.thick_rehome_at_mount(v);
             let mapped = self.vols[v]
@@ -120,6 +122,7 @@ impl Engine {
                 records_replayed: self.vols[v].journal.replayed,
                 checkpoint_seq: h.checkpoint_seq,
                 mapped_chunks: mapped,
+                cached_dirty_chunks: self.vols[v].stats.cache.dirty_at_mount,
             });
         }
         self.rebuild_allocators()?;
