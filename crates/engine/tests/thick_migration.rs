@@ -2,8 +2,9 @@
 //! Every scheme against a reference copy of the volume (reads during the job, after the
 //! pivot and after a crash), crashes after N device operations, a power loss at each
 //! operation from the pivot's commit through the table write naming the new region, a
-//! cancel, a refusal for a fragmented destination, and the injected bug
-//! `thick-old-region-freed-early`.
+//! cancel, a refusal for a fragmented destination, the injected bug
+//! `thick-old-region-freed-early`, and a job that cannot resume at mount (cancelled, or
+//! completed after a durable pivot; a power loss at each operation of the mount's cancel).
 
 mod common;
 
@@ -262,6 +263,7 @@ fn power_loss_after_the_pivot(
     s: Scheme,
     k: usize,
     bug: Option<InjectedBug>,
+    refused_at_mount: bool,
 ) -> Result<Option<()>, String> {
     let (mut r, mut reference) = setup_with(config(1 << 20), bug);
     let free0 = free_chunks(&r);
@@ -287,6 +289,10 @@ fn power_loss_after_the_pivot(
         }
     }
     r.engine.check_invariants()?;
+    if refused_at_mount {
+        // The job cannot resume: the log is enabled on the volume since.
+        r.cfg.volumes[1].log = Some(true);
+    }
     r.power_loss();
     r.engine.check_invariants()?;
     let got = r.read(VOL, 0, reference.len() as u64);
@@ -321,7 +327,7 @@ fn power_loss_after_the_pivot(
 fn a_power_loss_between_the_pivot_and_the_table_write_keeps_the_volume() {
     for s in Scheme::ALL {
         let mut k = 0;
-        while power_loss_after_the_pivot(s, k, None)
+        while power_loss_after_the_pivot(s, k, None, false)
             .unwrap_or_else(|e| panic!("{s:?}: {e}"))
             .is_some()
         {
@@ -336,9 +342,13 @@ fn a_power_loss_between_the_pivot_and_the_table_write_keeps_the_volume() {
 /// table names free; a power loss in the window mounts the old table.
 #[test]
 fn the_thick_checks_catch_the_old_region_freed_before_the_table_write() {
-    assert!(power_loss_after_the_pivot(Scheme::Lr, 0, None).is_ok());
-    let caught =
-        power_loss_after_the_pivot(Scheme::Lr, 0, Some(InjectedBug::ThickOldRegionFreedEarly));
+    assert!(power_loss_after_the_pivot(Scheme::Lr, 0, None, false).is_ok());
+    let caught = power_loss_after_the_pivot(
+        Scheme::Lr,
+        0,
+        Some(InjectedBug::ThickOldRegionFreedEarly),
+        false,
+    );
     assert!(
         caught.as_ref().is_err_and(|e| e.contains("names a region")),
         "{caught:?}"
@@ -513,4 +523,162 @@ fn a_thick_volume_recording_its_new_home_is_busy() {
     assert!(in_one_region_on(&r, SSD));
     check(&mut r, &reference, "back");
     r.engine.check_invariants().unwrap();
+}
+
+/// A job that cannot resume at mount after its pivot was durable (every chunk in the new
+/// region; the log enabled on the volume since): it completes, the table naming the new
+/// region, and the old one is freed. A power loss at each operation from the pivot's
+/// commit on, as above.
+#[test]
+fn a_job_that_cannot_resume_after_its_pivot_completes() {
+    for s in Scheme::ALL {
+        let mut k = 0;
+        while power_loss_after_the_pivot(s, k, None, true)
+            .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+            .is_some()
+        {
+            k += 1;
+        }
+        assert!(k > 1, "{s:?}: {k} operations after the pivot");
+    }
+}
+
+/// A rig whose thick volume's job (to the HDD, at 8 MB/s) has copied a few chunks and,
+/// for LR and SLR, put writes into its new region, all flushed; then the log is enabled
+/// on the volume, so the job cannot resume at the next mount. The reference, the free
+/// chunks before the job and the chunks' home.
+fn interrupted_job_then_refused(s: Scheme) -> (Rig, Vec<u8>, Vec<u64>, Vec<(PoolId, u64)>) {
+    let (mut r, mut reference) = setup();
+    let free0 = free_chunks(&r);
+    let home = locations(&r);
+    start(
+        &mut r,
+        MigrationParams {
+            rate_bytes_per_s: 8 << 20,
+            ..params(s, HDD)
+        },
+    )
+    .unwrap();
+    r.tick(250_000_000);
+    // Into a copied chunk and two uncopied ones (written or not before).
+    write_ref(&mut r, &mut reference, 4096, 80, 8192);
+    write_ref(&mut r, &mut reference, 5 * MIB - 4096, 81, 8192);
+    write_ref(&mut r, &mut reference, 15 * MIB + 4096, 82, 8192);
+    r.flush(VOL);
+    assert!(
+        phase(&r).is_some_and(|p| !p.is_over()),
+        "{s:?}: {:?}",
+        phase(&r)
+    );
+    r.cfg.volumes[1].log = Some(true);
+    (r, reference, free0, home)
+}
+
+/// Tick until the mount's cancel is over and what it frees is free.
+fn settle(r: &mut Rig) {
+    if phase(r).is_some() {
+        finish(r);
+    } else {
+        for _ in 0..25 {
+            r.tick(100_000_000);
+            while r.release_one().is_some() {}
+        }
+    }
+}
+
+/// Issue 13: a thick volume's job that cannot resume at mount (the log enabled on the
+/// volume since) is cancelled there: the volume stays in its home region with every
+/// flushed write (LR's and SLR's writes into the new region copied back), the record
+/// is cleared and the reserved region freed, with a warning naming the volume, the pool
+/// and why. Before, the region stayed reserved (20 chunks of the HDD not free) and no
+/// `cancel` could free it (no job running).
+#[test]
+fn a_thick_job_that_cannot_resume_is_cancelled_and_frees_its_region() {
+    for s in Scheme::ALL {
+        let (mut r, reference, free0, home) = interrupted_job_then_refused(s);
+        r.crash_and_mount();
+        let events = std::mem::take(&mut r.events);
+        settle(&mut r);
+        // No job runs, so no cancel can free anything: it must be free already.
+        let v = vid(&r);
+        let cancel = control(&mut r, Control::CancelMigration { volume: v });
+        assert!(cancel.is_err(), "{s:?}: {cancel:?}");
+        settle(&mut r);
+        assert_eq!(free_chunks(&r), free0, "{s:?}: the reserved region is free");
+        r.engine.check_invariants().unwrap();
+        check(&mut r, &reference, &format!("{s:?} cancelled at mount"));
+        assert_eq!(locations(&r), home, "{s:?}");
+        let warned = events.iter().any(|e| {
+            matches!(e, EngineEvent::Warning { message }
+                if message.contains("volume thick: its migration to pool hdd cannot resume")
+                    && message.contains("log-structured")
+                    && message.contains("cancelled"))
+        });
+        assert!(warned, "{s:?}: {events:?}");
+        r.crash_and_mount();
+        let again = r.events.iter().any(
+            |e| matches!(e, EngineEvent::Warning { message } if message.contains("migration")),
+        );
+        assert!(!again, "{s:?}: the record is cleared: {:?}", r.events);
+        r.engine.check_invariants().unwrap();
+        check(&mut r, &reference, &format!("{s:?} cancelled, crashed"));
+        assert_eq!(free_chunks(&r), free0, "{s:?}: after a crash");
+    }
+}
+
+/// The mount's cancel with a power loss at each of its device operations (volatile
+/// caches): the next mount cancels again, and in the end the volume is home with every
+/// flushed write and the region free; the invariants hold at every step.
+#[test]
+fn a_power_loss_at_each_step_of_the_mounts_cancel_keeps_the_volume() {
+    for s in [Scheme::Lr, Scheme::Slr, Scheme::Dbt] {
+        let mut k = 0;
+        loop {
+            let what = format!("{s:?} power loss {k} ops into the mount's cancel");
+            let (mut r, reference, free0, home) = interrupted_job_then_refused(s);
+            r.volatile = true;
+            r.hold_once_ready = true;
+            r.crash_and_mount();
+            let mut released = 0;
+            let mut idle_ticks = 0;
+            while released < k && idle_ticks < 10_000 {
+                r.engine
+                    .check_invariants()
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                if r.release_one().is_some() {
+                    released += 1;
+                } else {
+                    // The copy back waits for its rate's tokens.
+                    r.tick(1_000_000);
+                    idle_ticks += 1;
+                }
+            }
+            let past_the_end = released < k;
+            r.engine
+                .check_invariants()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            r.hold_once_ready = false;
+            r.power_loss();
+            r.engine
+                .check_invariants()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            check(&mut r, &reference, &what);
+            settle(&mut r);
+            r.engine
+                .check_invariants()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            check(&mut r, &reference, &format!("{what}, settled"));
+            assert_eq!(locations(&r), home, "{what}");
+            assert_eq!(free_chunks(&r), free0, "{what}: the region is free");
+            if past_the_end {
+                // DBT's cancel copies nothing back (its table write); LR copies back
+                // its switched chunks and `Moved` ranges, SLR its `Moved` range.
+                let least = if s == Scheme::Lr { 10 } else { 1 };
+                assert!(k > least, "{what}: the cancel made {} operations", k - 1);
+                eprintln!("{s:?}: power loss at each of {} operations", k - 1);
+                break;
+            }
+            k += 1;
+        }
+    }
 }

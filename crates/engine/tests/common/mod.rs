@@ -75,6 +75,10 @@ pub struct Rig {
     /// While set, device operations wait in `held` until released.
     pub hold: bool,
     pub held: VecDeque<DeviceOp>,
+    /// While set, device operations wait in `held` once the engine is ready: a mount
+    /// runs in full, and what it starts when ready (a resumed or cancelled migration)
+    /// is held, operation by operation.
+    pub hold_once_ready: bool,
     /// While set, every device write (data, zeroing, journal) fails with this error and
     /// changes nothing, as on a full or failing disk; reads, flushes and discards succeed.
     pub fail_writes: Option<Errno>,
@@ -166,6 +170,7 @@ impl Rig {
             next_id: 1,
             hold: false,
             held: VecDeque::new(),
+            hold_once_ready: false,
             fail_writes: None,
             fail_write_if: None,
             bug,
@@ -220,7 +225,7 @@ impl Rig {
     pub fn drain(&mut self, mut out: Outputs) {
         let mut q: VecDeque<DeviceOp> = VecDeque::new();
         loop {
-            if self.hold {
+            if self.hold || (self.hold_once_ready && self.engine.state() == &EngineState::Ready) {
                 self.held.extend(out.ops.drain(..));
             } else {
                 q.extend(out.ops.drain(..));

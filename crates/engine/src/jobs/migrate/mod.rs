@@ -336,6 +336,11 @@ pub(crate) struct Job {
     /// DBT: dirty bytes when the last pass began.
     pub last_dirty_bytes: u64,
     pub cancel_wanted: bool,
+    /// A thick volume's cancel: the last record its copy back made (switches home,
+    /// `Moved` ranges cleared). The table write clearing the job waits until it is
+    /// durable: a power loss between them would mount a table that no longer claims the
+    /// region while the durable map still points into it.
+    pub cancel_records_seq: Option<u64>,
     /// After a copy back failed (a full or failing source pool), no copy back before
     /// this: retried at once, it failed again at once while the pool stayed full, as fast
     /// as the devices answered (DST seed 3736 grew past 6 GB in such a spell).
@@ -458,63 +463,7 @@ impl Engine {
         let (scheme, why) = self.check_migration(v, &params)?;
         let vi = v.0;
         let params_to = params.to;
-        let vol = &self.vols[vi as usize];
-        let chunks = vol.chunks;
-        let mut from: Vec<PoolId> = (0..self.pools.len())
-            .filter(|&p| vol.chunks_on[p] > 0 && p != params.to.0 as usize)
-            .map(|p| PoolId(p as u16))
-            .collect();
-        if from.is_empty() {
-            from.push(vol.rec.home_pool);
-        }
-        let image_bytes = (0..self.pools.len())
-            .filter(|&p| p != params.to.0 as usize)
-            .map(|p| vol.chunks_on[p])
-            .sum::<u64>()
-            * self.cfg.chunk_bytes;
-        let vm_requests_before = vol.stats.requests();
-        let vm_active_before_ns = vol
-            .stats
-            .first_arrival_ns
-            .map_or(0, |t| now.saturating_sub(t));
-        let mut job = Job {
-            vol: vi,
-            scheme,
-            why,
-            phase: MigrationPhase::Copying { pass: 1 },
-            from,
-            progress: vec![Progress::Uncopied; chunks as usize],
-            dst: vec![None; chunks as usize],
-            thick_base: None,
-            may_write_dst: false,
-            kept_src: vec![None; chunks as usize],
-            dirty: vec![0; chunks as usize],
-            cursor: 0,
-            late: BTreeSet::new(),
-            copying: None,
-            bucket: TokenBucket::default(),
-            parked: VecDeque::new(),
-            dups_in_flight: 0,
-            dup_busy: BTreeSet::new(),
-            dup_queue: VecDeque::new(),
-            delayed: VecDeque::new(),
-            last_dirty_bytes: u64::MAX,
-            cancel_wanted: false,
-            copy_back_retry_at_ns: None,
-            resumed_before_durable: false,
-            pause_began_ns: None,
-            presync: presync::PreSync::NotYet,
-            error: None,
-            stats: MigrationStats {
-                started_ns: now,
-                pass: 1,
-                image_bytes,
-                vm_requests_before,
-                vm_active_before_ns,
-                ..Default::default()
-            },
-            params,
-        };
+        let mut job = self.new_job(now, vi, params, scheme, why);
         if self.nothing_to_move(vi, params_to) {
             // A thick volume resumed after its pivot's records were durable: the table
             // write naming the new region is what is left (`finish_job`).
@@ -539,6 +488,75 @@ impl Engine {
         self.record_job(now, vi, Some(recorded), base, out);
         self.migration_step(now, out);
         Ok(self.migration_status(v).expect("just started"))
+    }
+
+    /// A job of volume `vi` in its first pass, copying nothing yet.
+    pub(super) fn new_job(
+        &self,
+        now: u64,
+        vi: u32,
+        params: MigrationParams,
+        scheme: Scheme,
+        why: String,
+    ) -> Job {
+        let vol = &self.vols[vi as usize];
+        let chunks = vol.chunks;
+        let mut from: Vec<PoolId> = (0..self.pools.len())
+            .filter(|&p| vol.chunks_on[p] > 0 && p != params.to.0 as usize)
+            .map(|p| PoolId(p as u16))
+            .collect();
+        if from.is_empty() {
+            from.push(vol.rec.home_pool);
+        }
+        let image_bytes = (0..self.pools.len())
+            .filter(|&p| p != params.to.0 as usize)
+            .map(|p| vol.chunks_on[p])
+            .sum::<u64>()
+            * self.cfg.chunk_bytes;
+        let vm_requests_before = vol.stats.requests();
+        let vm_active_before_ns = vol
+            .stats
+            .first_arrival_ns
+            .map_or(0, |t| now.saturating_sub(t));
+        Job {
+            vol: vi,
+            scheme,
+            why,
+            phase: MigrationPhase::Copying { pass: 1 },
+            from,
+            progress: vec![Progress::Uncopied; chunks as usize],
+            dst: vec![None; chunks as usize],
+            thick_base: None,
+            may_write_dst: false,
+            kept_src: vec![None; chunks as usize],
+            dirty: vec![0; chunks as usize],
+            cursor: 0,
+            late: BTreeSet::new(),
+            copying: None,
+            bucket: TokenBucket::default(),
+            parked: VecDeque::new(),
+            dups_in_flight: 0,
+            dup_busy: BTreeSet::new(),
+            dup_queue: VecDeque::new(),
+            delayed: VecDeque::new(),
+            last_dirty_bytes: u64::MAX,
+            cancel_wanted: false,
+            cancel_records_seq: None,
+            copy_back_retry_at_ns: None,
+            resumed_before_durable: false,
+            pause_began_ns: None,
+            presync: presync::PreSync::NotYet,
+            error: None,
+            stats: MigrationStats {
+                started_ns: now,
+                pass: 1,
+                image_bytes,
+                vm_requests_before,
+                vm_active_before_ns,
+                ..Default::default()
+            },
+            params,
+        }
     }
 
     /// Refuse what the job cannot do, and resolve `auto`.

@@ -800,6 +800,19 @@ impl Engine {
             job.cursor = 0;
             return any_moved;
         }
+        if job.thick_base.is_some() {
+            let journal = &self.vols[v as usize].journal;
+            let (next, durable) = (journal.next_seq - 1, journal.durable_seq);
+            let job = self.migrations.jobs.get_mut(&v).expect("exists");
+            let seq = *job.cancel_records_seq.get_or_insert(next);
+            if durable < seq {
+                if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
+                    self.start_commit(now, v, out);
+                }
+                return false; // the commit's completion steps again
+            }
+        }
+        let job = self.migrations.jobs.get_mut(&v).expect("exists");
         let failed = job.error.is_some();
         let phase = if failed {
             MigrationPhase::Failed

@@ -5,7 +5,9 @@
 //! copied over), and the map, which names the source for every other chunk: DBT's,
 //! mirror's and AIO's copies are referenced by nothing durable before the pivot, so their
 //! copy starts over. A table without the entry (older tables: the bytes are zero) means no
-//! job; a job whose start was not yet durable at the crash is not resumed.
+//! job; a job whose start was not yet durable at the crash is not resumed. A job that
+//! cannot start again is dropped (a thin volume's) or, for a thick volume, which holds a
+//! reserved region, ended at mount (`end_unresumable_thick_job`).
 
 use super::{MigrationParams, Scheme, SchemeChoice};
 use crate::codec::{Dec, Enc};
@@ -94,19 +96,12 @@ impl Engine {
                 continue;
             };
             let name = self.vols[v as usize].rec.name.clone();
-            match self.try_start_migration(now, VolumeId(v), params, out) {
+            match self.try_start_migration(now, VolumeId(v), params.clone(), out) {
                 Ok(_) => out.events.push(EngineEvent::Warning {
                     message: format!("volume {name}: resumed its migration after a restart"),
                 }),
                 Err(e) if self.vols[v as usize].rec.migration_base_chunk.is_some() => {
-                    // A thick volume's chunks may already be in the new region (LR's and
-                    // SLR's writes, a pivot's switch): the record keeps it claimed, and a
-                    // start to the same pool takes the job up again.
-                    out.events.push(EngineEvent::Warning {
-                        message: format!(
-                            "volume {name}: its migration cannot resume ({e}); its new home region stays reserved until a migration to the same pool finishes"
-                        ),
-                    });
+                    self.end_unresumable_thick_job(now, v, params, &e.to_string(), out);
                 }
                 Err(e) => {
                     out.events.push(EngineEvent::Warning {
@@ -118,6 +113,64 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+impl Engine {
+    /// At mount: thick volume `v`'s recorded job cannot start again (`why`: the log or a
+    /// cache enabled on the volume since, its destination now its fast pool). Its new
+    /// region must not stay reserved with no job to finish or cancel it, so:
+    ///
+    /// - if its pivot was durable (every chunk already in the new region, nothing
+    ///   `Moved`), the job completes: only the table write naming the new home was left,
+    ///   and copying the whole volume back would undo a move that is done;
+    /// - otherwise it is cancelled as `ctl migrate cancel` would: LR's switched chunks and
+    ///   LR/SLR `Moved` ranges in the region are copied back to their home slots, and the
+    ///   region is freed once the table write clearing the record is durable (a power loss
+    ///   before that mounts the record again and cancels again). The refusals are about
+    ///   copying into the destination; a cancel only copies back home, which they allow.
+    fn end_unresumable_thick_job(
+        &mut self,
+        now: u64,
+        v: u32,
+        params: MigrationParams,
+        why: &str,
+        out: &mut Outputs,
+    ) {
+        let name = self.vols[v as usize].rec.name.clone();
+        let pool = self.cfg.pools[params.to.0 as usize].name.clone();
+        // Tables record the scheme `auto` chose; `Lr` is the safest guess at an `auto`
+        // an older table might hold (its cancel sweeps for late destination writes).
+        let scheme = match params.scheme {
+            SchemeChoice::Fixed(s) => s,
+            SchemeChoice::Auto => Scheme::Lr,
+        };
+        let to = params.to;
+        let mut job = self.new_job(now, v, params, scheme, format!("cannot resume: {why}"));
+        job.thick_base = self.vols[v as usize].rec.migration_base_chunk;
+        if self.nothing_to_move(v, to) {
+            out.events.push(EngineEvent::Warning {
+                message: format!(
+                    "volume {name}: its migration to pool {pool} cannot resume ({why}), but its pivot was durable: pool {pool} is its home now"
+                ),
+            });
+            self.rehome_only(now, job, out);
+            return;
+        }
+        out.events.push(EngineEvent::Warning {
+            message: format!(
+                "volume {name}: its migration to pool {pool} cannot resume ({why}); cancelled: the volume stays in its home region, and the region reserved on pool {pool} is freed"
+            ),
+        });
+        self.adopt_moved(&mut job);
+        self.adopt_thick_slots(&mut job);
+        let rate = job.params.rate_bytes_per_s;
+        job.bucket
+            .fill(now, (rate / 4).max(2 * self.cfg.chunk_bytes));
+        job.cancel_wanted = true;
+        self.migrations.finished.remove(&v);
+        self.migrations.jobs.insert(v, job);
+        self.migration_step(now, out);
     }
 }
 

@@ -15,8 +15,11 @@
 //!    free a slot of the region into the allocator) and the old region is freed. Mount
 //!    accepts a chunk claimed both by a region and by an `At` entry to its own slot in it
 //!    (`own_slot`), and turns such entries into `Home`.
-//! 4. A cancel frees the new region once no table (durable or being written) records it,
-//!    and the records that dropped references into it are durable (`defer_free`).
+//! 4. A cancel clears the job in the table once its copy back's records are durable
+//!    (`cancel_records_seq`), and frees the new region once no table (durable or being
+//!    written) records it and the records that dropped references into it are durable
+//!    (`defer_free`). A job that cannot resume at mount is cancelled so, or completed if
+//!    its pivot was durable (`resume.rs`).
 
 use std::collections::BTreeSet;
 
