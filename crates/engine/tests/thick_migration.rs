@@ -547,7 +547,10 @@ fn a_job_that_cannot_resume_after_its_pivot_completes() {
 /// for LR and SLR, put writes into its new region, all flushed; then the log is enabled
 /// on the volume, so the job cannot resume at the next mount. The reference, the free
 /// chunks before the job and the chunks' home.
-fn interrupted_job_then_refused(s: Scheme) -> (Rig, Vec<u8>, Vec<u64>, Vec<(PoolId, u64)>) {
+/// The rig, the reference, the free chunks before the job and the chunks' home.
+type Interrupted = (Rig, Vec<u8>, Vec<u64>, Vec<(PoolId, u64)>);
+
+fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
     let (mut r, mut reference) = setup();
     let free0 = free_chunks(&r);
     let home = locations(&r);
