@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tiering through `tiervisor serve` (issue 17): fio `random_distribution=zipf:1.1` over a
 volume twice the size of its SSD share, `hot` against `split`, with HDD-only and SSD-only
-(`pinned`) as the bounds. There is no `cache` row: the engine has no cache modes yet.
+(`pinned`) as the bounds, and the `cache` placement (the SSD as a write-back cache of the
+HDD, as an operator would deploy dm-cache or bcache instead of tiering) with its `smq` and
+`bcache` policies, the same SSD share as `hot`.
 
 Each placement gets its own server per repetition, on two pool files in a temp dir:
   "ssd": a pool file served through the host page cache, no throttle (so on this machine
@@ -25,7 +27,8 @@ Per placement and repetition:
      write of that block. A failure stops the script.
 `ctl stat --json` before and after the measured run gives the run's requests per pool
 (foreground operations; one volume per server, so the pool's are the volume's), promotions
-and demotions; after it, the volume's chunks per pool.
+and demotions (for `cache`: fills and evictions), and for `cache` the writebacks and the
+bytes they copied; after it, the volume's chunks per pool.
 
 Prints medians over --reps of IOPS (read + write), p99 completion latency of reads and of
 writes, the SSD pool's share of requests, promotions and demotions (warm-up and run), chunks
@@ -36,7 +39,7 @@ then the ratios hot/split and hot/SSD-only. Everything goes under --workdir
 
 Usage: bench/tiering_serve.py [--reps 3] [--warmup 20] [--runtime 20] [--size-mib 256]
                               [--iodepth 16] [--workdir /tmp/tv-tiering-bench] [--json out.json]
-                              [--placements hdd-only,ssd-only,split,hot]
+                              [--placements hdd-only,ssd-only,split,hot,cache,cache-bcache]
 """
 
 import argparse
@@ -60,14 +63,17 @@ HDD_THROTTLE = '{ model = "cheetah-15k4", k = 1 }'
 
 
 def volume_keys(placement, size_mib):
-    """The [[volume]] keys of each configuration; `split` and `hot` get half the volume on
-    the SSD pool (the SSD share), HDD home."""
+    """The [[volume]] keys of each configuration; `split`, `hot` and `cache` get half the
+    volume on the SSD pool (the SSD share), HDD home."""
     half = size_mib // 2
     return {
         "hdd-only": 'pool = "hdd"\nplacement = "pinned"',
         "ssd-only": 'pool = "ssd"\nplacement = "pinned"',
         "split": 'pool = "hdd"\nplacement = "split"\nfast_pool = "ssd"\nfast_percent = 50',
         "hot": f'pool = "hdd"\nplacement = "hot"\nfast_pool = "ssd"\nfast_budget = "{half}m"',
+        "cache": f'pool = "hdd"\nplacement = "cache"\ncache_policy = "smq"\nfast_pool = "ssd"\nfast_budget = "{half}m"',
+        "cache-bcache": f'pool = "hdd"\nplacement = "cache"\ncache_policy = "bcache"\nfast_pool = "ssd"\n'
+                        f'fast_budget = "{half}m"',
     }[placement]
 
 
@@ -114,7 +120,8 @@ def stat(d):
     return {"ops": ops, "promotions": vol["promotions"], "demotions": vol["demotions"],
             "hdd_ops": thr.get("ops", 0), "hdd_hits": thr.get("cache_hits", 0),
             "hdd_service_ns": thr.get("model_service_ns", 0),
-            "chunks": dict(vol["chunks_by_pool"]), "hottest": vol["monitor"]["hottest"]}
+            "chunks": dict(vol["chunks_by_pool"]), "hottest": vol["monitor"]["hottest"],
+            "cache": vol.get("cache") or {}}
 
 
 def one(placement, a, rep):
@@ -161,6 +168,10 @@ def one(placement, a, rep):
         "chunks_ssd": s2["chunks"].get("ssd", 0),
         "chunks_hdd": s2["chunks"].get("hdd", 0),
         "verified_mib": v["read"]["io_bytes"] >> 20,
+        # `cache` only (zero otherwise): writebacks in the run, their MiB, dirty chunks after.
+        "writebacks_run": s2["cache"].get("writebacks", 0) - s1["cache"].get("writebacks", 0),
+        "writeback_mib_run": (s2["cache"].get("writeback_bytes", 0) - s1["cache"].get("writeback_bytes", 0)) / 2**20,
+        "dirty_chunks": s2["cache"].get("dirty_chunks", 0),
     }
 
 
@@ -172,7 +183,7 @@ def main():
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--workdir", default="/tmp/tv-tiering-bench")
-    ap.add_argument("--placements", default="hdd-only,ssd-only,split,hot")
+    ap.add_argument("--placements", default="hdd-only,ssd-only,split,hot,cache,cache-bcache")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not shutil.which("fio"):
@@ -190,23 +201,25 @@ def main():
     med = {pl: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for pl, rs in runs.items()}
     print(f"\nfio randrw 70/30 4 KiB QD{a.iodepth} zipf:1.1 over {a.size_mib} MiB; SSD share "
           f"{a.size_mib // 2} MiB; warm-up {a.warmup} s, run {a.runtime} s; median of {a.reps}")
-    print(f"{'placement':9} {'IOPS':>8} {'rd p99 us':>10} {'wr p99 us':>10} {'SSD share':>9} "
+    print("(cache: promotions are fills, demotions evictions)")
+    print(f"{'placement':12} {'IOPS':>8} {'rd p99 us':>10} {'wr p99 us':>10} {'SSD share':>9} "
           f"{'promo/demo warm-up':>18} {'promo/demo run':>14} {'chunks ssd/hdd':>14}")
     for pl in placements:
         m = med[pl]
-        print(f"{pl:9} {m['iops']:8.0f} {m['read_p99_us']:10.0f} {m['write_p99_us']:10.0f} {m['ssd_share']:9.3f} "
+        print(f"{pl:12} {m['iops']:8.0f} {m['read_p99_us']:10.0f} {m['write_p99_us']:10.0f} {m['ssd_share']:9.3f} "
               f"{m['promotions_warmup']:>8.0f} / {m['demotions_warmup']:<7.0f} {m['promotions_run']:>6.0f} / {m['demotions_run']:<5.0f} "
               f"{m['chunks_ssd']:>6.0f} / {m['chunks_hdd']:<5.0f}")
-    print(f"\n{'placement':9} {'HDD ops/s':>9} {'HDD model ms/op':>15} {'HDD drive-cache hits':>20}")
+    print(f"\n{'placement':12} {'HDD ops/s':>9} {'HDD model ms/op':>15} {'HDD drive-cache hits':>20} "
+          f"{'writebacks run':>14} {'MiB':>7} {'dirty after':>11}")
     for pl in placements:
         m = med[pl]
-        print(f"{pl:9} {m['hdd_ops_per_s']:9.0f} {m['hdd_model_ms']:15.2f} {m['hdd_cache_hit_share']:20.3f}")
+        print(f"{pl:12} {m['hdd_ops_per_s']:9.0f} {m['hdd_model_ms']:15.2f} {m['hdd_cache_hit_share']:20.3f} "
+              f"{m['writebacks_run']:14.0f} {m['writeback_mib_run']:7.1f} {m['dirty_chunks']:11.0f}")
     print(f"every run's verify pass read back all {a.size_mib} MiB with no error")
     if "hot" in med:
-        for other in ["split", "ssd-only", "hdd-only"]:
+        for other in ["split", "cache", "cache-bcache", "ssd-only", "hdd-only"]:
             if other in med:
                 print(f"IOPS hot/{other}: {med['hot']['iops'] / med[other]['iops']:.2f}")
-    print("no cache row: the engine has no cache placement modes yet (issue 17, item 3)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"runs": runs, "median": med, "args": vars(a)}, f, indent=2)
