@@ -180,6 +180,7 @@ fn disk_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         journal_first_chunk: 3,
         journal_chunks: 4,
         migration: None,
+        migration_base_chunk: None,
         deleted: id == 3,
     };
     let vt = VolumeTable {
