@@ -347,28 +347,13 @@ fn a_crash_at_any_point_keeps_every_flushed_write() {
             let (mut r, mut reference) = setup();
             r.hold = true;
             start(&mut r, params(s));
-            let mut released = 0;
-            let mut step = 0u64;
-            while released < cut {
-                if r.release_one().is_none() {
-                    break;
-                }
-                released += 1;
-                if released % 5 == 0 {
-                    let off = (step * 997 * 4096) % (CHUNKS * MIB - 4096);
-                    let d = pattern(30 + step as u8, 4096);
-                    let id = r.submit(VOL, ReqKind::Write, off, Some(&d), 4096);
-                    reference[off as usize..off as usize + 4096].copy_from_slice(&d);
-                    while r.take_done(id).is_none() {
-                        assert!(r.release_one().is_some(), "{s:?}: write stuck");
-                    }
-                    let f = r.submit(VOL, ReqKind::Flush, 0, None, 0);
-                    while r.take_done(f).is_none() {
-                        assert!(r.release_one().is_some(), "{s:?}: flush stuck");
-                    }
-                    step += 1;
-                }
-            }
+            r.release_with_flushed_writes(
+                VOL,
+                &mut reference,
+                cut,
+                CHUNKS * MIB,
+                &format!("{s:?}"),
+            );
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
             check(&mut r, &reference, &format!("{s:?} crash after {cut} ops"));
@@ -1609,28 +1594,7 @@ fn a_crash_at_any_point_of_a_tiered_volumes_job_keeps_every_flushed_write() {
                     ..params(s)
                 },
             );
-            let mut released = 0;
-            let mut step = 0u64;
-            while released < cut {
-                if r.release_one().is_none() {
-                    break;
-                }
-                released += 1;
-                if released % 5 == 0 {
-                    let off = (step * 997 * 4096) % (CHUNKS * MIB - 4096);
-                    let d = pattern(30 + step as u8, 4096);
-                    let id = r.submit(TIERED, ReqKind::Write, off, Some(&d), 4096);
-                    reference[off as usize..off as usize + 4096].copy_from_slice(&d);
-                    while r.take_done(id).is_none() {
-                        assert!(r.release_one().is_some(), "{what}: write stuck");
-                    }
-                    let f = r.submit(TIERED, ReqKind::Flush, 0, None, 0);
-                    while r.take_done(f).is_none() {
-                        assert!(r.release_one().is_some(), "{what}: flush stuck");
-                    }
-                    step += 1;
-                }
-            }
+            r.release_with_flushed_writes(TIERED, &mut reference, cut, CHUNKS * MIB, &what);
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
             tiered_check(&mut r, &reference, &what);

@@ -272,6 +272,41 @@ impl Rig {
         Some(self.done.remove(i))
     }
 
+    /// Let up to `cut` held device operations complete, one at a time; after every fifth,
+    /// write 4 KiB of a new pattern to `vol` somewhere in its first `span_bytes` (mirrored
+    /// in `reference`) and FLUSH it, so a crash at any point has flushed writes to keep.
+    pub fn release_with_flushed_writes(
+        &mut self,
+        vol: &str,
+        reference: &mut [u8],
+        cut: usize,
+        span_bytes: u64,
+        what: &str,
+    ) {
+        let mut released = 0;
+        let mut step = 0u64;
+        while released < cut {
+            if self.release_one().is_none() {
+                break;
+            }
+            released += 1;
+            if released % 5 == 0 {
+                let off = (step * 997 * 4096) % (span_bytes - 4096);
+                let d = pattern(30 + step as u8, 4096);
+                let id = self.submit(vol, ReqKind::Write, off, Some(&d), 4096);
+                reference[off as usize..off as usize + 4096].copy_from_slice(&d);
+                while self.take_done(id).is_none() {
+                    assert!(self.release_one().is_some(), "{what}: write stuck");
+                }
+                let f = self.submit(vol, ReqKind::Flush, 0, None, 0);
+                while self.take_done(f).is_none() {
+                    assert!(self.release_one().is_some(), "{what}: flush stuck");
+                }
+                step += 1;
+            }
+        }
+    }
+
     fn execute(&mut self, op: DeviceOp, out: &mut Outputs) {
         {
             self.now += 1000;
