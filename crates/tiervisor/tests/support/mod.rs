@@ -179,13 +179,16 @@ impl ServerProc {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 on_line(&line);
+                // Logged before the address is handed over: a test that asserts on the
+                // address line right after `start` returns must find it (serve_tls did not,
+                // once, when the reader was preempted between the two).
+                log2.lock().unwrap().push_str(&format!("{line}\n"));
                 // nbd:// or, with TLS, nbds://
                 if let Some(rest) = line.split("://").nth(1)
                     && line.contains("NBD over TCP")
                 {
                     let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
                 }
-                log2.lock().unwrap().push_str(&(line + "\n"));
             }
         });
         let addr = rx
