@@ -277,23 +277,28 @@ impl BlkClient {
 
     /// Wait up to `timeout_ms` for completions on queue `q`; returns those found.
     pub fn reap(&mut self, q: usize, timeout_ms: i32) -> Result<Vec<Reply>, String> {
-        let mut out = self.used(q);
-        if !out.is_empty() {
-            return Ok(out);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        loop {
+            let out = self.used(q);
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            // A call left over from completions already taken from the ring wakes us with
+            // nothing new: wait on until the deadline rather than report an empty reap.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut p = libc::pollfd {
+                fd: self.queues[q].call.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+            if n <= 0 {
+                return Err(format!("no completion within {timeout_ms} ms"));
+            }
+            let _ = self.queues[q].call.read();
         }
-        let mut p = libc::pollfd {
-            fd: self.queues[q].call.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-        if n <= 0 {
-            return Err(format!("no completion within {timeout_ms} ms"));
-        }
-        let _ = self.queues[q].call.read();
-        out = self.used(q);
-        Ok(out)
     }
 
     fn used(&mut self, q: usize) -> Vec<Reply> {
