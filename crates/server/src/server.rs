@@ -170,7 +170,10 @@ fn open_checked(
     Ok((bound, mode, pools))
 }
 
-/// The signal pipes: SIGINT and SIGTERM on the first, SIGHUP on the second.
+/// The signal pipes: SIGINT and SIGTERM on the first, SIGHUP on the second; and a flag
+/// SIGINT and SIGTERM set, which a start waiting for space checks (a shard thread mounting
+/// has no pipe of its own to poll).
+#[allow(clippy::type_complexity)]
 fn signal_pipes(
     poll: &Poll,
 ) -> Result<
@@ -178,9 +181,19 @@ fn signal_pipes(
         mio::net::UnixStream,
         mio::net::UnixStream,
         Vec<signal_hook::SigId>,
+        Arc<AtomicBool>,
     ),
     String,
 > {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut ids = Vec::new();
+    // Registered before the pipes, so the flag is set by the time a pipe wakes the poll.
+    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        ids.push(
+            signal_hook::flag::register(s, stop.clone())
+                .map_err(|e| format!("signal handler: {e}"))?,
+        );
+    }
     let (sig_tx, sig_rx) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("signal pipe: {e}"))?;
     sig_rx
@@ -191,7 +204,6 @@ fn signal_pipes(
     hup_rx
         .set_nonblocking(true)
         .map_err(|e| format!("signal pipe: {e}"))?;
-    let mut ids = Vec::new();
     for (s, tx) in [
         (signal_hook::consts::SIGINT, &sig_tx),
         (signal_hook::consts::SIGTERM, &sig_tx),
@@ -211,7 +223,7 @@ fn signal_pipes(
     poll.registry()
         .register(&mut hup_rx, TOK_HUP, Interest::READABLE)
         .map_err(|e| e.to_string())?;
-    Ok((signal_rx, hup_rx, ids))
+    Ok((signal_rx, hup_rx, ids, stop))
 }
 
 /// Bring one shard's engine up (mount, or format) on `poll`, logging its lines; the
@@ -221,6 +233,7 @@ pub(crate) fn mount(
     poll: &mut Poll,
     mode: StartMode,
     log: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
 ) -> Result<(), String> {
     let now = shard.now();
     shard.engine.start(now, mode, &mut shard.out);
@@ -243,8 +256,9 @@ pub(crate) fn mount(
         }
         // A mount may wait for space without end (`mount/space.rs` in the engine): a stop
         // signal meanwhile ends the start (what it wrote is crash-safe), rather than being
-        // lost. One with nothing to wait for is over before anyone can send it.
-        if events.iter().any(|e| e.token() == TOK_SIGNAL) {
+        // lost. One with nothing to wait for is over before anyone can send it. A shard
+        // thread sees the signal within a poll timeout, through the flag.
+        if stop.load(Ordering::Relaxed) || events.iter().any(|e| e.token() == TOK_SIGNAL) {
             return Err(STOPPED_DURING_START.into());
         }
         shard.backend.clear_wake();
@@ -296,7 +310,7 @@ impl Server {
             log(&format!("warning: {}", crate::space::warning(s)));
         }
         let mut poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
-        let (signal_rx, hup_rx, ids) = signal_pipes(&poll)?;
+        let (signal_rx, hup_rx, ids, stop) = signal_pipes(&poll)?;
         let t0 = Instant::now();
         let pools_lost = Arc::new(AtomicBool::new(false));
         let shared_cfg = Arc::new(cfg.clone());
@@ -314,7 +328,7 @@ impl Server {
                 pools_lost.clone(),
                 None,
             )?;
-            mount(&mut shard, &mut poll, mode, &mut *log)?;
+            mount(&mut shard, &mut poll, mode, &mut *log, &stop)?;
             let thick: Vec<(String, usize, u64, u64)> = shard
                 .engine
                 .thick_regions()
@@ -330,6 +344,7 @@ impl Server {
                 mode,
                 t0,
                 pools_lost.clone(),
+                stop,
                 &poll,
                 &mut *log,
             )?;

@@ -34,7 +34,7 @@ use crate::admin::{self, Reply};
 use crate::config::ServerConfig;
 use crate::io::{self, PoolFds};
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
-use crate::server::mount;
+use crate::server::{STOPPED_DURING_START, mount};
 use crate::shard::{CLIENT_BASE, CONN_BASE, Directory, Handed, Shard, Stream};
 use crate::space::PoolSpace;
 
@@ -132,6 +132,7 @@ fn shard_main(
     mode: StartMode,
     t0: Instant,
     pools_lost: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
     directory: Arc<Directory>,
     rx: Receiver<ToShard>,
     tx: Sender<FromShard>,
@@ -164,7 +165,11 @@ fn shard_main(
         Err(e) => return say(FromShard::Failed(format!("shard {k}: {e}"))),
     };
     let mut log = |l: &str| say(FromShard::Lines(vec![format!("shard {k}: {l}")]));
-    if let Err(e) = mount(&mut shard, &mut poll, mode, &mut log) {
+    if let Err(e) = mount(&mut shard, &mut poll, mode, &mut log, &stop) {
+        // A stop signal is said as it is: `serve` exits 0 on exactly that error.
+        if e == STOPPED_DURING_START {
+            return say(FromShard::Failed(e));
+        }
         return say(FromShard::Failed(format!("shard {k}: {e}")));
     }
     let thick = shard
@@ -298,6 +303,7 @@ impl Threads {
         mode: StartMode,
         t0: Instant,
         pools_lost: Arc<AtomicBool>,
+        stop: Arc<AtomicBool>,
         poll: &Poll,
         log: &mut dyn FnMut(&str),
     ) -> Result<(Threads, Vec<ThickRegion>), String> {
@@ -332,6 +338,7 @@ impl Threads {
                 cfg.clone(),
                 fds.clone(),
                 pools_lost.clone(),
+                stop.clone(),
                 directory.clone(),
                 ftx.clone(),
                 front.clone(),
@@ -339,9 +346,9 @@ impl Threads {
             let thread = std::thread::Builder::new()
                 .name(format!("tv-shard-{k}"))
                 .spawn(move || {
-                    let (cfg, fds, lost, dir, ftx, front) = args;
+                    let (cfg, fds, lost, stop, dir, ftx, front) = args;
                     shard_main(
-                        k, cfg, kcfg, fds, bases, mode, t0, lost, dir, rx, ftx, front,
+                        k, cfg, kcfg, fds, bases, mode, t0, lost, stop, dir, rx, ftx, front,
                     );
                 })
                 .map_err(|e| format!("cannot start shard {k}'s thread: {e}"));

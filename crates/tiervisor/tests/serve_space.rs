@@ -5,6 +5,7 @@
 //! Always one shard (`--threads 1`, whatever `TIERVISOR_TEST_THREADS` says): the pools and
 //! filesystems here are sized to the byte for one engine's layout (a 16 MiB metadata pool
 //! cut in two cannot hold its journals), and the assertions name offsets in the pool file.
+//! The SIGTERM-during-start test tries one shard and two explicitly.
 
 mod support;
 
@@ -185,6 +186,94 @@ fn a_format_on_a_full_filesystem_waits_for_space_then_serves() {
     assert_eq!(read(&mut v1, 0, 4096), vec![0u8; 4096]);
     drop(v1);
     assert_eq!(s.term(), Some(0));
+}
+
+/// Issue 15: a SIGTERM while a start waits for space ends the start at once, exit 0,
+/// with one shard and with two (a shard thread mounting has no signal pipe of its own; it
+/// used to see the signal only once the start was over, that is never, here).
+#[test]
+fn a_sigterm_during_a_start_that_waits_for_space_ends_it() {
+    for threads in ["1", "2"] {
+        let d = TempDir::new("space-term");
+        let Some(fs) = SmallFs::mount(&d.path().join("mnt"), "40m") else {
+            return;
+        };
+        let conf = d.path().join("c.toml");
+        std::fs::write(&conf, TWO_VOLUMES).unwrap();
+        fill(&fs.0);
+        let mut child = std::process::Command::new(bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&fs.0)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                threads,
+                "--format-new",
+            ])
+            .arg("--config")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            let mut log = String::new();
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("no space left on pool") {
+                    let _ = tx.send(());
+                }
+                log.push_str(&line);
+                log.push('\n');
+            }
+            log
+        });
+        let waited = rx.recv_timeout(std::time::Duration::from_secs(60));
+        let asked = std::time::Instant::now();
+        signal_child(&child, 15);
+        // Bounded: before the fix, two shards never ended the start.
+        let deadline = asked + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let took = asked.elapsed();
+        let log = reader.join().unwrap();
+        assert!(
+            waited.is_ok(),
+            "--threads {threads}: never waited for space:\n{log}"
+        );
+        let status = status.unwrap_or_else(|| {
+            panic!("--threads {threads}: still starting 20 s after SIGTERM:\n{log}")
+        });
+        assert_eq!(status.code(), Some(0), "--threads {threads}:\n{log}");
+        assert!(
+            log.contains("stopped by a signal before the start finished"),
+            "--threads {threads}:\n{log}"
+        );
+        assert!(
+            !log.contains("tiervisor: ready"),
+            "--threads {threads}:\n{log}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "--threads {threads}: the stop took {took:?}:\n{log}"
+        );
+    }
 }
 
 /// A thick volume on the hdd pool; `{size}` is replaced.

@@ -221,8 +221,7 @@ impl ServerProc {
 
     /// Send a signal to the server.
     pub fn signal(&self, sig: i32) {
-        // SAFETY: sending a signal to our own child process.
-        unsafe { libc_kill(self.child.id() as i32, sig) };
+        signal_child(&self.child, sig);
     }
 
     /// Wait until the log contains `what` (panics after 30 s).
@@ -265,6 +264,12 @@ impl Drop for ServerProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Send a signal to a child process.
+pub fn signal_child(child: &Child, sig: i32) {
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc_kill(child.id() as i32, sig) };
 }
 
 /// SIGKILL a whole process group.
