@@ -251,7 +251,6 @@ impl Simulation {
         for (i, vm) in scenario.vms.iter().enumerate() {
             let vol_bytes = scenario.volumes[vm.volume].size_bytes;
             let (workload, n) = vm
-                .workload
                 .build(vol_bytes, seed, i)
                 .map_err(|e| format!("{}: vm {}: {e}", scenario.source, vm.name))?;
             total = total.zip(n).map(|(a, b)| a + b);
@@ -430,6 +429,10 @@ impl Simulation {
     fn fill(&mut self, vm: usize) {
         while self.vms[vm].outstanding < self.vms[vm].depth && !self.vms[vm].exhausted {
             let v = &mut self.vms[vm];
+            // Its processes all wait for requests in flight: asked again when one ends.
+            if !v.workload.ready(self.now - self.t0) {
+                break;
+            }
             match v.workload.next(self.now - self.t0) {
                 Some(r) => {
                     let index = v.returned;
@@ -724,6 +727,10 @@ impl Simulation {
             );
             if let Some(r) = vms.get_mut(&v.name) {
                 r.response = (&v.response).into();
+                r.app_ops = v.workload.app_ops();
+                r.app_ops_per_s = r
+                    .app_ops
+                    .map(|n| if exec > 0.0 { n as f64 / exec } else { 0.0 });
             }
         }
         let mut volumes = BTreeMap::new();

@@ -26,7 +26,7 @@ pub fn access_counts(sc: &Scenario, seed: u64, vi: usize) -> Result<Vec<u64>, St
     let mut counts = vec![0u64; vol_bytes.div_ceil(cb) as usize];
     let mut n = 0u64;
     for (i, vm) in sc.vms.iter().enumerate().filter(|(_, m)| m.volume == vi) {
-        let (mut w, _) = vm.workload.build(vol_bytes, seed, i)?;
+        let (mut w, _) = vm.build(vol_bytes, seed, i)?;
         while let Some(r) = w.next(0) {
             n += 1;
             if n > MAX_REQUESTS {

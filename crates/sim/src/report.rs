@@ -95,6 +95,12 @@ pub struct VmReport {
     pub lat_us: LatReport,
     /// Issue to completion, as the scheduling tables give it (set by the driver).
     pub response: MeanVar,
+    /// Application operations finished (an `[vm.app]`'s loops), and per second of
+    /// `exec_time_s` (set by the driver; absent for other workloads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_ops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_ops_per_s: Option<f64>,
 }
 
 impl VmReport {
@@ -125,6 +131,8 @@ impl VmReport {
             exec_time_s,
             lat_us: lat.into(),
             response: MeanVar::default(),
+            app_ops: None,
+            app_ops_per_s: None,
         }
     }
 }

@@ -183,9 +183,10 @@ struct RawApp {
     kind: Spanned<String>,
     size: Option<Spanned<SizeVal>>,
     offset: Option<Spanned<SizeVal>>,
-    depth: Option<u32>,
+    threads: Option<Spanned<u32>>,
     loops: Option<u64>,
     runtime_s: Option<Spanned<f64>>,
+    guest_commit_s: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -203,6 +204,7 @@ struct RawFio {
     random_map: Option<bool>,
     end_fsync: Option<bool>,
     random_distribution: Option<Spanned<String>>,
+    guest_commit_s: Option<Spanned<f64>>,
 }
 
 /// An `[vm.app]` table as a job on a volume of `vol_size` bytes.
@@ -249,7 +251,13 @@ fn app_job(cx: &Source, a: &RawApp, vol_size: u64) -> Result<AppJob, ScenarioErr
         kind,
         offset_bytes,
         size_bytes,
-        depth: a.depth.unwrap_or(1).max(1),
+        threads: match &a.threads {
+            Some(t) if *t.get_ref() == 0 => {
+                return cx.err(t.span(), "threads: expected at least 1");
+            }
+            Some(t) => *t.get_ref(),
+            None => kind.default_threads(),
+        },
         loops: a.loops,
         runtime_ns,
         seed: 0,
@@ -391,6 +399,22 @@ pub struct VmSpec {
     pub name: String,
     pub volume: usize,
     pub workload: WorkloadSpec,
+    /// The guest file system's journal commit interval (`guest_commit_s`): a journal
+    /// write and a FLUSH once this long has passed since the first write after the last
+    /// FLUSH (`tiervisor_workload::commit`). None: no timer.
+    pub guest_commit_ns: Option<u64>,
+}
+
+/// A `guest_commit_s` key: a positive number of seconds.
+fn guest_commit(cx: &Source, v: Option<&Spanned<f64>>) -> Result<Option<u64>, ScenarioError> {
+    match v {
+        Some(s) if !(s.get_ref().is_finite() && *s.get_ref() > 0.0) => cx.err(
+            s.span(),
+            "guest_commit_s: expected a positive number of seconds",
+        ),
+        Some(s) => Ok(Some((s.get_ref() * 1e9) as u64)),
+        None => Ok(None),
+    }
 }
 
 /// A validated scenario.
@@ -634,6 +658,7 @@ impl Scenario {
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Spc(job),
+                    guest_commit_ns: None,
                 });
                 continue;
             }
@@ -643,6 +668,7 @@ impl Scenario {
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::App(job),
+                    guest_commit_ns: guest_commit(&cx, a.guest_commit_s.as_ref())?,
                 });
                 continue;
             }
@@ -655,6 +681,7 @@ impl Scenario {
                         sg,
                         volumes[volume].size_bytes,
                     )?),
+                    guest_commit_ns: None,
                 });
                 continue;
             }
@@ -727,10 +754,15 @@ impl Scenario {
                     })
                 }
             };
+            let guest_commit_ns = match &vm.fio {
+                Some(f) => guest_commit(&cx, f.guest_commit_s.as_ref())?,
+                None => None,
+            };
             vms.push(VmSpec {
                 name: vm_name(),
                 volume,
                 workload,
+                guest_commit_ns,
             });
         }
         let migrations = raw
@@ -865,6 +897,16 @@ ios = 100
         assert!(
             matches!(&s.vms[0].workload, WorkloadSpec::Fio(j) if j.bs == 4096 && j.size_bytes == 1 << 30)
         );
+    }
+
+    #[test]
+    fn a_guest_commit_interval_is_a_positive_number_of_seconds() {
+        let s = parse(&GOOD.replace("ios = 100", "ios = 100\nguest_commit_s = 5")).unwrap();
+        assert_eq!(s.vms[0].guest_commit_ns, Some(5_000_000_000));
+        assert_eq!(parse(GOOD).unwrap().vms[0].guest_commit_ns, None);
+        let e = parse(&GOOD.replace("ios = 100", "ios = 100\nguest_commit_s = 0")).unwrap_err();
+        assert_eq!(e.line, Some(17));
+        assert!(e.message.contains("guest_commit_s"), "{e}");
     }
 
     #[test]

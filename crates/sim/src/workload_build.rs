@@ -3,10 +3,36 @@
 //! can be predicted in simulation and checked for real.
 
 use tiervisor_workload::{
-    AppWorkload, FioWorkload, SpcWorkload, SurgeWorkload, TraceWorkload, Workload,
+    AppWorkload, FioWorkload, GuestCommit, SpcWorkload, SurgeWorkload, TraceWorkload, Workload,
 };
 
-use crate::scenario::WorkloadSpec;
+use crate::scenario::{VmSpec, WorkloadSpec};
+
+/// Where a guest's timer commits journal: the last 32 MiB of its volume (as varmail's
+/// fsyncs do; a whole-volume fio job shares it, which only the data, never the timing,
+/// would notice).
+const GUEST_JOURNAL_BYTES: u64 = 32 << 20;
+
+impl VmSpec {
+    /// [`WorkloadSpec::build`], with the guest's journal commit timer if it has one.
+    pub fn build(
+        &self,
+        vol_bytes: u64,
+        seed: u64,
+        vm_index: usize,
+    ) -> Result<(Box<dyn Workload + Send>, Option<u64>), String> {
+        let (w, n) = self.workload.build(vol_bytes, seed, vm_index)?;
+        Ok(match self.guest_commit_ns {
+            Some(every) => {
+                let journal = GUEST_JOURNAL_BYTES.min(vol_bytes);
+                let w = GuestCommit::new(w, every, vol_bytes - journal, journal);
+                // The commits add requests: the count is no longer known.
+                (Box::new(w), None)
+            }
+            None => (w, n),
+        })
+    }
+}
 
 impl WorkloadSpec {
     /// The generator for VM number `vm_index` of a run with `seed` on a volume of

@@ -105,12 +105,12 @@ fn tables(r: &FlushResult) -> String {
     }
     let _ = writeln!(
         s,
-        "\nFigure 9: VM1's requests/s, tagged normalized to Baseline (fileserver's neighbours run varmail)"
+        "\nFigure 9: VM1's loops/s (Filebench loops, TPC-C transactions), tagged normalized to Baseline (fileserver's neighbours run varmail)"
     );
     let _ = writeln!(
         s,
         "{:<11} {:>3} {:>10} {:>10} {:>7} {:>6} {:>6}",
-        "app", "vms", "base iops", "tag iops", "norm", "paper", "ratio"
+        "app", "vms", "base ops/s", "tag ops/s", "norm", "paper", "ratio"
     );
     for a in &r.apps {
         let p = a.paper.unwrap_or(0.0);
@@ -119,8 +119,8 @@ fn tables(r: &FlushResult) -> String {
             "{:<11} {:>3} {:>10.0} {:>10.0} {:>7.3} {:>6.3} {:>6.2}",
             a.app,
             a.vms,
-            a.baseline_iops,
-            a.tagged_iops,
+            a.baseline_ops_per_s,
+            a.tagged_ops_per_s,
             a.normalized,
             p,
             if p > 0.0 { a.normalized / p } else { 0.0 }

@@ -17,7 +17,7 @@ use clap::Args;
 use tiervisor_engine::stats::Latency;
 use tiervisor_sim::Scenario;
 use tiervisor_sim::report::{Moments, VmReport};
-use tiervisor_sim::scenario::WorkloadSpec;
+use tiervisor_sim::scenario::VmSpec;
 use tiervisor_workload::{WlKind, WlRequest, Workload};
 
 use crate::Failure;
@@ -65,7 +65,7 @@ struct Vm {
     name: String,
     export: String,
     volume_bytes: u64,
-    spec: WorkloadSpec,
+    spec: VmSpec,
     index: usize,
 }
 
@@ -86,7 +86,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 uri.export.clone()
             },
             volume_bytes: sc.volumes[v.volume].size_bytes,
-            spec: v.workload.clone(),
+            spec: v.clone(),
             index: i,
         })
         .collect();
@@ -262,7 +262,7 @@ impl Run {
             } else {
                 self.in_flight.len() + self.held.len() < self.depth as usize
             };
-            if !room {
+            if !room || !w.ready(now) {
                 return Ok(());
             }
             let Some(r) = w.next(now) else {

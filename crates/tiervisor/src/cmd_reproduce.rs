@@ -38,7 +38,7 @@ pub enum ReproduceCmd {
 #[derive(Args)]
 pub struct FlushArgs {
     /// Simulated seconds per run (micro-benchmark and applications).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = tiervisor_sim::reproduce::flush::DEFAULT_RUNTIME_S)]
     runtime_s: f64,
     /// Simulations run at once (default: one per CPU).
     #[arg(long)]

@@ -21,7 +21,7 @@ pub struct AllArgs {
     #[arg(long)]
     jobs: Option<usize>,
     /// Simulated seconds per run of the flush experiment.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = tiervisor_sim::reproduce::flush::DEFAULT_RUNTIME_S)]
     flush_runtime_s: f64,
     /// Leave out these experiments (comma-separated: calibrate, logwrite, tiering,
     /// scheduling, flush, migration).

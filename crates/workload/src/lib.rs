@@ -5,6 +5,7 @@
 //! system completes them (closed loop).
 
 pub mod apps;
+pub mod commit;
 pub mod error;
 pub mod r#gen;
 pub mod skew;
@@ -13,6 +14,7 @@ pub mod surge;
 pub mod trace;
 
 pub use apps::{AppJob, AppKind, AppWorkload};
+pub use commit::GuestCommit;
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
 pub use skew::Distribution;
@@ -54,4 +56,37 @@ pub trait Workload {
     /// The request `index` (0-based, in the order `next` returned them) completed at
     /// `now_ns`. Workloads whose processes wait for their own requests need it.
     fn completed(&mut self, _index: u64, _now_ns: u64) {}
+    /// Whether `next` has a request now. A closed loop whose processes all wait (for a
+    /// commit another request is writing) says no, and is asked again after the next
+    /// completion; `next` returning None still means the workload is finished.
+    fn ready(&self, _now_ns: u64) -> bool {
+        true
+    }
+    /// Application operations finished so far (loops, transactions), for workloads that
+    /// have them: requests per operation may differ between runs (group commits).
+    fn app_ops(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A boxed workload is one (so wrappers such as [`GuestCommit`] take any of them).
+impl<W: Workload + ?Sized> Workload for Box<W> {
+    fn next(&mut self, now_ns: u64) -> Option<WlRequest> {
+        (**self).next(now_ns)
+    }
+    fn depth(&self) -> u32 {
+        (**self).depth()
+    }
+    fn paced(&self) -> bool {
+        (**self).paced()
+    }
+    fn completed(&mut self, index: u64, now_ns: u64) {
+        (**self).completed(index, now_ns)
+    }
+    fn ready(&self, now_ns: u64) -> bool {
+        (**self).ready(now_ns)
+    }
+    fn app_ops(&self) -> Option<u64> {
+        (**self).app_ops()
+    }
 }
