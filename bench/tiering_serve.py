@@ -20,7 +20,10 @@ Per placement and repetition:
   2. warm-up (--warmup s): the workload below, so `hot` can promote; not measured;
   3. measured run (--runtime s): fio randrw 70/30, 4 KiB, QD --iodepth,
      random_distribution=zipf:1.1, norandommap, writes carrying crc32c headers;
-  4. verify pass: the whole volume read back sequentially, every 4 KiB block's header and
+  4. idle (--idle s, default 35): no request; `ctl stat` after 3 s and at the end shows how
+     many chunks a `cache` volume still has dirty (smq cleans after 1 s without I/O,
+     bcache at its maximum rate after 30 s; docs/ARCHITECTURE.md, "Cache placement");
+  5. verify pass: the whole volume read back sequentially, every 4 KiB block's header and
      crc32c checked (fio --verify=crc32c). fio cannot verify a mixed zipf run against its
      own write log (overwrites make it expect an older write's seed), so this checks that
      every block holds intact data that fio wrote at that offset, not that it is the newest
@@ -38,7 +41,7 @@ then the ratios hot/split and hot/SSD-only. Everything goes under --workdir
 (deleted per server) and a temp dir for fio; nothing is written in the repository.
 
 Usage: bench/tiering_serve.py [--reps 3] [--warmup 20] [--runtime 20] [--size-mib 256]
-                              [--iodepth 16] [--workdir /tmp/tv-tiering-bench] [--json out.json]
+                              [--iodepth 16] [--idle 35] [--workdir /tmp/tv-tiering-bench] [--json out.json]
                               [--placements hdd-only,ssd-only,split,hot,cache,cache-bcache]
 """
 
@@ -52,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbd_peers import serve_config, tiervisor_bin  # noqa: E402
@@ -141,6 +145,12 @@ def one(placement, a, rep):
         s1 = stat(d)
         j = fio(work + [f"--runtime={a.runtime}"])
         s2 = stat(d)
+        # Idle: no request for --idle s, so a cache's idle cleaning shows (smq cleans
+        # after 1 s without I/O, bcache runs at its maximum rate after 30 s).
+        time.sleep(min(3, a.idle))
+        s3 = stat(d)
+        time.sleep(max(0, a.idle - 3))
+        s4 = stat(d)
         # Every 4 KiB block checked; 64 KiB reads keep the pass short on the "HDD".
         v = fio(base + ["--rw=read", "--bs=64k", "--iodepth=4", "--verify=crc32c", "--verify_interval=4k"])
     finally:
@@ -172,6 +182,10 @@ def one(placement, a, rep):
         "writebacks_run": s2["cache"].get("writebacks", 0) - s1["cache"].get("writebacks", 0),
         "writeback_mib_run": (s2["cache"].get("writeback_bytes", 0) - s1["cache"].get("writeback_bytes", 0)) / 2**20,
         "dirty_chunks": s2["cache"].get("dirty_chunks", 0),
+        "dirty_kib": s2["cache"].get("dirty_bytes", 0) / 1024,
+        "dirty_chunks_idle3": s3["cache"].get("dirty_chunks", 0),
+        "dirty_chunks_idle": s4["cache"].get("dirty_chunks", 0),
+        "writebacks_idle": s4["cache"].get("writebacks", 0) - s2["cache"].get("writebacks", 0),
     }
 
 
@@ -182,6 +196,7 @@ def main():
     ap.add_argument("--runtime", type=int, default=20)
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--iodepth", type=int, default=16)
+    ap.add_argument("--idle", type=int, default=35)
     ap.add_argument("--workdir", default="/tmp/tv-tiering-bench")
     ap.add_argument("--placements", default="hdd-only,ssd-only,split,hot,cache,cache-bcache")
     ap.add_argument("--json")
@@ -210,11 +225,14 @@ def main():
               f"{m['promotions_warmup']:>8.0f} / {m['demotions_warmup']:<7.0f} {m['promotions_run']:>6.0f} / {m['demotions_run']:<5.0f} "
               f"{m['chunks_ssd']:>6.0f} / {m['chunks_hdd']:<5.0f}")
     print(f"\n{'placement':12} {'HDD ops/s':>9} {'HDD model ms/op':>15} {'HDD drive-cache hits':>20} "
-          f"{'writebacks run':>14} {'MiB':>7} {'dirty after':>11}")
+          f"{'writebacks run':>14} {'MiB':>7} {'dirty after':>11} {'dirty KiB':>9} "
+          f"{'dirty idle 3 s':>14} {f'idle {a.idle} s':>10} {'wb in idle':>10}")
     for pl in placements:
         m = med[pl]
         print(f"{pl:12} {m['hdd_ops_per_s']:9.0f} {m['hdd_model_ms']:15.2f} {m['hdd_cache_hit_share']:20.3f} "
-              f"{m['writebacks_run']:14.0f} {m['writeback_mib_run']:7.1f} {m['dirty_chunks']:11.0f}")
+              f"{m['writebacks_run']:14.0f} {m['writeback_mib_run']:7.1f} {m['dirty_chunks']:11.0f} "
+              f"{m['dirty_kib']:9.0f} {m['dirty_chunks_idle3']:14.0f} {m['dirty_chunks_idle']:10.0f} "
+              f"{m['writebacks_idle']:10.0f}")
     print(f"every run's verify pass read back all {a.size_mib} MiB with no error")
     if "hot" in med:
         for other in ["split", "cache", "cache-bcache", "ssd-only", "hdd-only"]:

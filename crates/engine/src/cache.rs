@@ -259,6 +259,19 @@ impl CacheTable {
         }
         self.dirty_parts.get(&c).copied().unwrap_or(u64::MAX)
     }
+    /// Bytes a writeback of chunk `c` copies now (its dirty parts).
+    pub fn dirty_bytes_of(&self, c: u64, chunk_bytes: u64) -> u64 {
+        dirty_bytes(self.dirty_parts(c), chunk_bytes)
+    }
+    /// Dirty bytes of the whole cache (bcache's measure: dirty data, not dirty chunks).
+    pub fn dirty_bytes(&self, chunk_bytes: u64) -> u64 {
+        let partial: u64 = self
+            .dirty_parts
+            .values()
+            .map(|&p| dirty_bytes(p, chunk_bytes))
+            .sum();
+        partial + (self.dirty - self.dirty_parts.len() as u64) * chunk_bytes
+    }
     /// (chunk, slow slot, dirty) in chunk order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, ChunkLoc, bool)> + '_ {
         self.entries
@@ -342,7 +355,15 @@ impl Engine {
     /// After a request to a `cache` volume: touch its cached chunks and remember the
     /// ones the policy admits. `stream_bytes`: the length of the sequential stream the
     /// request belongs to (its own length if random).
-    pub(crate) fn cache_note(&mut self, v: u32, off: u64, len: u64, stream_bytes: u64, epoch: u16) {
+    pub(crate) fn cache_note(
+        &mut self,
+        now: u64,
+        v: u32,
+        off: u64,
+        len: u64,
+        stream_bytes: u64,
+        epoch: u16,
+    ) {
         let vi = v as usize;
         let Some(policy) = self.cache_policy(vi) else {
             return;
@@ -350,6 +371,7 @@ impl Engine {
         let cb = self.cfg.chunk_bytes;
         let cutoff = self.cfg.tiering.sequential_cutoff_bytes;
         let vol = &mut self.vols[vi];
+        vol.writeback.request(now);
         if len == 0 || vol.chunks == 0 {
             return;
         }
@@ -372,7 +394,7 @@ impl Engine {
     /// A write of volume bytes `[s, e)` is about to be issued to chunk `c`: a cached
     /// chunk becomes dirty there. Called after any wait behind a fill or a writeback, so
     /// a writeback that completed before this write cannot leave it recorded clean.
-    pub(crate) fn cache_wrote(&mut self, v: u32, c: u64, s: u64, e: u64) {
+    pub(crate) fn cache_wrote(&mut self, now: u64, v: u32, c: u64, s: u64, e: u64) {
         let cb = self.cfg.chunk_bytes;
         let part = (cb / 64).max(1);
         let base = c * cb;
@@ -383,7 +405,15 @@ impl Engine {
         } else {
             ((1u64 << (last - first + 1)) - 1) << first
         };
-        self.vols[v as usize].cache.mark_dirty(c, parts);
+        let cache = &mut self.vols[v as usize].cache;
+        let was_dirty = cache.dirty_count();
+        cache.mark_dirty(c, parts);
+        // A first dirty chunk gives the tier tick work (its cleaning, once idle): the
+        // request's own arming ran before the write dirtied anything, and without this
+        // a last write would stay dirty however long the volume then sat idle.
+        if was_dirty == 0 && cache.dirty_count() > 0 {
+            self.arm_tier_timer(now);
+        }
     }
 
     /// Fast-pool chunks `cache` volume `v` may hold.
@@ -412,17 +442,11 @@ impl Engine {
         self.pools[f.0 as usize].alloc.chunks() / sharing.max(1)
     }
 
-    /// Whether the cleaner has work: more than `writeback_percent` of the cache dirty.
-    fn cache_over_dirty(&self, v: usize) -> bool {
-        let budget = self.cache_budget(v);
-        let vol = &self.vols[v];
-        vol.cache.dirty_count() > 0
-            && vol.cache.dirty_count() * 100 > budget * self.cfg.tiering.writeback_percent as u64
-    }
-
-    /// Whether a tier tick has anything to do for `cache` volume `v`.
+    /// Whether a tier tick has anything to do for `cache` volume `v`: candidates to fill,
+    /// or dirty chunks (the cleaner's rules depend on time: idle, bcache's pace;
+    /// `cache_writeback.rs`).
     pub(crate) fn cache_work(&self, v: usize) -> bool {
-        !self.vols[v].hot_candidates.is_empty() || self.cache_over_dirty(v)
+        !self.vols[v].hot_candidates.is_empty() || self.vols[v].cache.dirty_count() > 0
     }
 
     fn busy(&self, v: usize, c: u64) -> bool {
@@ -433,28 +457,14 @@ impl Engine {
     }
 
     /// One step of the cache of volume `v` within the tier tick's rate limit: write back
-    /// when too much is dirty, else fill the hottest candidate, evicting (by CLOCK) when
-    /// the volume's cache is full. True if it started something.
+    /// when the cleaner's rules say so, else fill the hottest candidate, evicting (by
+    /// CLOCK) when the volume's cache is full. True if it started something.
     pub(crate) fn cache_step(&mut self, now: u64, v: usize, epoch: u16, out: &mut Outputs) -> bool {
         let Some(fast) = self.vols[v].rec.fast_pool else {
             return false;
         };
-        // Background cleaning takes at most half the moves in flight, engine-wide, so
-        // fills keep going while writes dirty the caches faster than they are cleaned
-        // (with all of them, zipf1.0 one VM filled 222 of its 256 chunks in 264 s).
-        let clean_slots = (self.cfg.tiering.max_moves / 2).max(1);
-        let cleaning: u32 = self.vols.iter().map(|w| w.cache.cleaning).sum();
-        if self.cache_over_dirty(v) && cleaning < clean_slots {
-            let vol = &mut self.vols[v];
-            let activity = &vol.activity;
-            let busy = |c: u64| {
-                activity
-                    .get(&c)
-                    .is_some_and(|a| a.writes_in_flight > 0 || a.state != ChunkState::Idle)
-            };
-            if let Some(c) = vol.cache.next_dirty(busy) {
-                return self.start_cache_clean(now, v, c, false, out);
-            }
+        if self.cache_clean_step(now, v, out) {
+            return true;
         }
         // The hottest candidate still uncached (and mapped: nothing to copy otherwise).
         let vol = &mut self.vols[v];
@@ -548,7 +558,7 @@ impl Engine {
     }
 
     /// Write cached chunk `c` back to its slow slot; evict it after when `evict`.
-    fn start_cache_clean(
+    pub(crate) fn start_cache_clean(
         &mut self,
         now: u64,
         v: usize,
@@ -644,6 +654,11 @@ impl Engine {
         let Some(state) = self.vols[vi].activity.get(&c).map(|a| a.state) else {
             return;
         };
+        // A writeback that worked lets the cleaner go on at once; one that failed is
+        // retried from the tier tick, not in a loop at device speed (DST seed 172: a
+        // thick volume's home pool out of space failed every writeback, and the next
+        // started as each failed, so the engine never went quiet).
+        let mut clean_on = false;
         match state {
             ChunkState::Moving { dst } if fill => {
                 self.moves_in_flight -= 1;
@@ -688,6 +703,7 @@ impl Engine {
                     return;
                 }
                 self.moves_in_flight -= 1;
+                clean_on = !failed;
                 let vol = &mut self.vols[vi];
                 vol.cache.evicting -= evict as u32;
                 vol.cache.cleaning -= 1;
@@ -712,6 +728,9 @@ impl Engine {
             a.state = ChunkState::Idle;
         }
         self.wake_waiters(now, v, c, out);
+        if clean_on {
+            self.cache_clean_more(now, vi, out);
+        }
     }
 
     /// A whole cached chunk of a thin volume was unmapped by a trim (record `seq`): its

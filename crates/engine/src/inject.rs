@@ -94,6 +94,11 @@ pub enum InjectedBug {
     /// slot when its writeback starts, not once it has landed: reads see the stale slow
     /// copy, and a crash after the record is durable loses the cached writes.
     CacheCleanTooEarly,
+    /// `cache` placement: writes to a chunk under a background writeback (not an
+    /// eviction's) go on instead of waiting, and the writeback's end then marks the chunk
+    /// clean over them: a later clean eviction maps the chunk back to its slow slot,
+    /// which lacks those writes.
+    CacheWritebackIgnoresWrites,
 }
 
 impl InjectedBug {
@@ -162,6 +167,7 @@ impl InjectedBug {
             InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
             InjectedBug::ThickOldRegionFreedEarly => "thick-old-region-freed-early",
             InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
+            InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -184,8 +190,11 @@ impl InjectedBug {
     }
     /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by
     /// `crates/engine/tests/cache.rs`.
-    pub fn cache() -> [InjectedBug; 1] {
-        [InjectedBug::CacheCleanTooEarly]
+    pub fn cache() -> [InjectedBug; 2] {
+        [
+            InjectedBug::CacheCleanTooEarly,
+            InjectedBug::CacheWritebackIgnoresWrites,
+        ]
     }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()

@@ -71,7 +71,7 @@ impl Engine {
                 }
                 crate::config::Placement::Cache { .. } => {
                     let (off, len) = (req.offset_bytes, req.len_bytes);
-                    self.cache_note(v, off, len, seen.stream_bytes, epoch);
+                    self.cache_note(now, v, off, len, seen.stream_bytes, epoch);
                     self.arm_tier_timer(now);
                 }
                 _ => {}
@@ -313,9 +313,11 @@ impl Engine {
     /// Park a piece behind a chunk in transition. Returns true if parked.
     fn park_if_busy(&mut self, key: usize, v: u32, c: u64, s: u64, e: u64) -> bool {
         let bug = self.bug_is(InjectedBug::MoveIgnoresWrites);
+        let wb_bug = self.bug_is(InjectedBug::CacheWritebackIgnoresWrites);
         if let Some(a) = self.vols[v as usize].activity.get_mut(&c)
             && a.state != ChunkState::Idle
             && !(bug && matches!(a.state, ChunkState::Moving { .. }))
+            && !(wb_bug && matches!(a.state, ChunkState::Cleaning { evict: false, .. }))
         {
             a.waiters.push_back(Waiter {
                 req: key,
@@ -364,7 +366,7 @@ impl Engine {
         } else {
             kind
         };
-        self.cache_wrote(v, c, s, e);
+        self.cache_wrote(now, v, c, s, e);
         let vol = &mut self.vols[v as usize];
         match vol.resolve(vol.map.get(c), c) {
             Some((pool, pc)) => {

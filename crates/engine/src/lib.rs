@@ -9,6 +9,7 @@
 mod alloc;
 mod bucket;
 pub mod cache;
+pub mod cache_writeback;
 pub mod chunkmap;
 mod codec;
 mod commit;

@@ -84,6 +84,9 @@ pub struct CacheReport {
     /// Chunks cached on the fast pool now, and of them dirty (not yet written back).
     pub cached_chunks: u64,
     pub dirty_chunks: u64,
+    /// The dirty parts of those chunks, in bytes (what writebacks would copy; bcache's
+    /// measure of dirty data).
+    pub dirty_bytes: u64,
     #[serde(flatten)]
     pub counts: crate::stats::CacheStats,
 }
@@ -231,6 +234,7 @@ impl Engine {
                     budget_chunks: self.cache_budget(v.0 as usize),
                     cached_chunks: vol.cache.len(),
                     dirty_chunks: vol.cache.dirty_count(),
+                    dirty_bytes: vol.cache.dirty_bytes(self.cfg.chunk_bytes),
                     counts: s.cache,
                 }),
                 _ => None,

@@ -108,7 +108,7 @@ impl Engine {
     /// copies every chunk from where the map says and switches them all at its pivot, and
     /// LR holds a destination copy of each switched chunk that a move would free
     /// (injected bug `tier-moves-while-migrating`; docs/MIGRATION.md, tiered volumes).
-    fn tiers_frozen(&self, v: usize) -> bool {
+    pub(crate) fn tiers_frozen(&self, v: usize) -> bool {
         (self.migrations.jobs.contains_key(&(v as u32))
             || self.migrations.thick.rehoming.contains(&(v as u32)))
             && !self.bug_is(crate::inject::InjectedBug::TierMovesWhileMigrating)
@@ -171,11 +171,16 @@ impl Engine {
         }
     }
 
-    /// Reconsider placement; start moves within the rate limit.
-    pub(crate) fn tier_tick(&mut self, now: u64, out: &mut Outputs) {
+    /// Earn the migration bandwidth (`bytes_per_s`) since the last refill.
+    pub(crate) fn refill_tier_bucket(&mut self, now: u64) {
         let t = &self.cfg.tiering;
         let burst = (t.bytes_per_s / 4).max(self.cfg.chunk_bytes * 2);
         self.tier_bucket.refill(now, t.bytes_per_s, burst);
+    }
+
+    /// Reconsider placement; start moves within the rate limit.
+    pub(crate) fn tier_tick(&mut self, now: u64, out: &mut Outputs) {
+        self.refill_tier_bucket(now);
         let epoch = self.decay_epoch(now);
         let n = self.vols.len();
         let mut idle = 0;

@@ -179,6 +179,8 @@ pub struct Volume {
     pub log: crate::log::VolLog,
     /// `cache` placement: slow slots and dirty bits of cached chunks (`cache.rs`).
     pub cache: crate::cache::CacheTable,
+    /// `cache` placement: when its cleaner writes back (`cache_writeback.rs`).
+    pub writeback: crate::cache_writeback::WritebackPace,
 }
 
 impl Volume {

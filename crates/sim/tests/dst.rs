@@ -32,6 +32,14 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "cache fills and evictions: {}",
         s.cache_moves
     );
+    // Their quiet spells let idle cleaning run (1265 background writebacks in 400
+    // spells when the spells were added; 468 writebacks without them).
+    assert!(
+        s.cache_writebacks > CI_SEEDS && s.idle_spells > CI_SEEDS / 2,
+        "background cache writebacks {}, quiet spells {}",
+        s.cache_writebacks,
+        s.idle_spells
+    );
     // Half the seeds log small writes, with small segments so the cleaner runs.
     assert!(
         s.log_appends > CI_SEEDS * 10,

@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors ({} ENOSPC in {} seeds, {} lasting spells, {} mounts waited for space), {} checkpoints, {} chunk moves ({} cache fills and evictions), {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed, {} of tiered volumes, {} of thick volumes), {} writes buffered, {} tagged flushes, {} throttled operations, {} volumes created, {} resized ({} of them shrunk) and {} deleted while running, {} seeds sharded ({} shards in all), {} seeds migration-heavy ({} power losses right after a FLUSH or a durable pivot)",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries, {} injected device errors ({} ENOSPC in {} seeds, {} lasting spells, {} mounts waited for space), {} checkpoints, {} chunk moves ({} cache fills and evictions, {} background cache writebacks, {} quiet spells), {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed, {} of tiered volumes, {} of thick volumes), {} writes buffered, {} tagged flushes, {} throttled operations, {} volumes created, {} resized ({} of them shrunk) and {} deleted while running, {} seeds sharded ({} shards in all), {} seeds migration-heavy ({} power losses right after a FLUSH or a durable pivot)",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -84,6 +84,8 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.checkpoints,
                 s.chunk_moves,
                 s.cache_moves,
+                s.cache_writebacks,
+                s.idle_spells,
                 s.log_appends,
                 s.segments_cleaned,
                 s.cleaner_waits,

@@ -109,9 +109,16 @@ fn fio_hot_set_is_cached_on_ssd_and_survives_a_restart_dirty() {
         "--runtime=2",
     ]));
     assert!(out.contains("err= 0"), "{out}");
-    std::thread::sleep(std::time::Duration::from_millis(500));
-
-    let v = stat(&d);
+    // smq writes dirty chunks back once the volume has been idle for a second (dm-cache's
+    // idle rule, `cache_writeback.rs`): wait for it, up to 20 s on a loaded machine.
+    let mut v = stat(&d);
+    for _ in 0..80 {
+        if v["engine"]["volumes"][0]["cache"]["dirty_chunks"] == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        v = stat(&d);
+    }
     let vol = &v["engine"]["volumes"][0];
     let c = &vol["cache"];
     eprintln!("cache after the hot set: {c}");
@@ -128,7 +135,9 @@ fn fio_hot_set_is_cached_on_ssd_and_survives_a_restart_dirty() {
         cached,
         "cached chunks map to the SSD: {vol}"
     );
-    // Writes after the fills dirtied the cache past writeback_percent: cleaned.
+    // Writes after the fills dirtied the cache; idle, it was all written back.
+    assert_eq!(c["dirty_chunks"], 0, "{c}");
+    assert_eq!(c["dirty_bytes"], 0, "{c}");
     assert!(c["writebacks"].as_u64().unwrap() >= 1, "{c}");
     assert!(c["writeback_bytes"].as_u64().unwrap() >= 4096, "{c}");
     assert_eq!(c["dirty_at_mount"], 0, "{c}");

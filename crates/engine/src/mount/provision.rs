@@ -271,6 +271,7 @@ impl Engine {
             scan_cursor: 0,
             log,
             cache,
+            writeback: Default::default(),
         };
         v.recount(self.pools.len());
         v

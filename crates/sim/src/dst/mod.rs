@@ -5,6 +5,7 @@
 mod create;
 mod delete;
 mod device;
+mod idle;
 mod pattern;
 mod probe;
 mod reference;
@@ -60,6 +61,8 @@ pub fn run_range(
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
                             t.cache_moves += st.cache_moves;
+                            t.cache_writebacks += st.cache_writebacks;
+                            t.idle_spells += st.idle_spells;
                             t.log_appends += st.log_appends;
                             t.segments_cleaned += st.segments_cleaned;
                             t.cleaner_waits += st.cleaner_waits;

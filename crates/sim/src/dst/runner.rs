@@ -58,6 +58,10 @@ pub struct DstStats {
     pub chunk_moves: u64,
     /// Of those, the fills and evictions of `cache` volumes.
     pub cache_moves: u64,
+    /// `cache` volumes' background writebacks (not for an eviction), and the quiet
+    /// spells that let idle cleaning run (`idle.rs`).
+    pub cache_writebacks: u64,
+    pub idle_spells: u64,
     /// Log appends and segments the cleaner emptied.
     pub log_appends: u64,
     pub segments_cleaned: u64,
@@ -174,6 +178,8 @@ struct Sim {
     /// Volumes grown at run time, in the seeds that create them (`resize.rs`).
     resizes: Option<super::resize::ResizeDraws>,
     deletes: Option<super::delete::DeleteDraws>,
+    /// Quiet spells, in the seeds with a `cache` volume (`idle.rs`).
+    idles: Option<super::idle::IdleDraws>,
     /// The migration-heavy profile, in a share of the migrating seeds (`probe.rs`).
     probe: Option<Probe>,
     /// Tiered volumes may migrate: half the migrating seeds, drawn on a stream of its
@@ -573,6 +579,11 @@ impl Sim {
         let resizes = super::resize::ResizeDraws::draw(cfg.seed, creates.is_some());
         let deletes =
             super::delete::DeleteDraws::draw(cfg.seed, creates.is_some(), engine.shards());
+        let caching = engine_cfg
+            .volumes
+            .iter()
+            .any(|v| matches!(v.placement, Placement::Cache { .. }));
+        let idles = super::idle::IdleDraws::draw(cfg.seed, caching);
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
@@ -603,6 +614,7 @@ impl Sim {
             creates,
             resizes,
             deletes,
+            idles,
             probe,
             tiered_migrations,
             thick_migrations,
@@ -625,6 +637,17 @@ impl Sim {
         self.last_end.pop();
         self.hot.pop();
         self.last_flush.pop();
+    }
+
+    /// Now and then, in the seeds with a `cache` volume: submit nothing for a spell of
+    /// virtual time (requests in flight complete, timers fire), so idle cleaning runs.
+    fn idle_action(&mut self) -> Result<bool, Fail> {
+        let Some(ns) = self.idles.as_mut().and_then(|d| d.spell_ns()) else {
+            return Ok(false);
+        };
+        let until = self.now_ns + ns;
+        while self.now_ns < until && self.next_event()? {}
+        Ok(true)
     }
 
     /// Now and then, in the seeds that create volumes: ask for a new one. Refusals (no
@@ -1363,6 +1386,10 @@ impl Sim {
             if v.placement == "cache" {
                 self.stats.cache_moves += v.promotions + v.demotions;
             }
+            if let Some(c) = &v.cache {
+                self.stats.cache_writebacks +=
+                    c.counts.writebacks.saturating_sub(c.counts.evictions_dirty);
+            }
         }
         for w in r.pools.iter().filter_map(|p| p.write_buffer.as_ref()) {
             self.stats.buffered_writes += w.absorbed_writes;
@@ -1679,6 +1706,7 @@ impl Sim {
                     || self.create_action()?
                     || self.resize_action()?
                     || self.delete_action()?
+                    || self.idle_action()?
                 {
                 } else if self.reqs.len() < self.max_in_flight
                     && (roll < 450 || self.heap.is_empty())
@@ -1717,6 +1745,7 @@ impl Sim {
             self.stats.probe_seeds = 1;
             self.stats.probe_crashes = p.crashes;
         }
+        self.stats.idle_spells = self.idles.as_ref().map_or(0, |d| d.spells);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;
