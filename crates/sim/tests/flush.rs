@@ -26,7 +26,7 @@ fn tagged_flushes_cut_latency_and_mapping_writes_and_spare_the_quiet_vm() {
             m.fsync_every
         );
         assert!(map <= 0.59, "N={}: mapping ratio {map:.2}", m.fsync_every);
-        // A tagged FLUSH writes none of VM1's data.
+        // A tagged FLUSH writes no other VM's data.
         assert_eq!(t.other_data_kib_per_flush, 0.0);
         assert!(b.other_data_kib_per_flush > 0.0);
         // Figure 8: VM1 (no fsync) keeps more bandwidth on the tagged drive.

@@ -64,12 +64,12 @@ fn tables(r: &FlushResult) -> String {
     }
     let _ = writeln!(
         s,
-        "\nFigures 2/6: per FLUSH, Baseline -> tagged: latency (us), KiB of VM2 data, VM1 data, mapping, host"
+        "\nFigures 2/6: per FLUSH, Baseline -> tagged: latency (us), KiB of the flushing VM's data (VM2's fsyncs, either VM's 5 s commits), other VMs' data, mapping, host"
     );
     let _ = writeln!(
         s,
         "{:>4} {:>17} {:>15} {:>15} {:>15} {:>11} {:>9} {:>9}",
-        "N", "latency us", "VM2 KiB", "VM1 KiB", "map KiB", "host KiB", "lat x", "map x"
+        "N", "latency us", "own KiB", "other KiB", "map KiB", "host KiB", "lat x", "map x"
     );
     for m in r.micro.iter().filter(|m| m.fsync_every > 0) {
         let (b, t) = (&m.baseline, &m.tagged);

@@ -59,8 +59,8 @@ fn fig6(r: &FlushResult) -> Result<String, String> {
         x_desc: "N",
         y_desc: "KiB per FLUSH",
         series: [
-            both("VM2 data", 0, &rows, &|s| s.own_data_kib_per_flush),
-            both("VM1 data", 2, &rows, &|s| s.other_data_kib_per_flush),
+            both("own data", 0, &rows, &|s| s.own_data_kib_per_flush),
+            both("other VMs' data", 2, &rows, &|s| s.other_data_kib_per_flush),
             both("mapping", 4, &rows, &|s| s.map_kib_per_flush),
         ]
         .concat(),

@@ -128,7 +128,8 @@ pub struct MicroSide {
     pub vm2_mb_per_s: f64,
     pub flushes: u64,
     pub flush_latency_us: f64,
-    /// Bytes written by FLUSHes, per FLUSH: VM2's data, VM1's data, mapping, host.
+    /// Bytes written by FLUSHes, per FLUSH: the flushing VM's data (VM2's fsyncs and
+    /// either VM's journal commits), other VMs' data, mapping, host.
     pub own_data_kib_per_flush: f64,
     pub other_data_kib_per_flush: f64,
     pub map_kib_per_flush: f64,
