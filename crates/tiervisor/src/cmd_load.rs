@@ -183,7 +183,7 @@ fn run_vm(
     drop(ev_rx);
     let _ = reader.join();
     result?;
-    Ok((vm.name, run.report(&vm.export)))
+    Ok((vm.name, run.report(&vm.export, w.app_ops())))
 }
 
 /// One VM's replay: what is held, in flight and measured.
@@ -406,7 +406,8 @@ impl Run {
         }
     }
 
-    fn report(&self, export: &str) -> VmReport {
+    /// `app_ops`: the workload's application operations finished (`[vm.app]` loops).
+    fn report(&self, export: &str, app_ops: Option<u64>) -> VmReport {
         let mut r = VmReport::new(
             self.ios,
             self.read_bytes,
@@ -417,6 +418,14 @@ impl Run {
             export,
         );
         r.response = (&self.response).into();
+        r.app_ops = app_ops;
+        r.app_ops_per_s = app_ops.map(|n| {
+            if r.exec_time_s > 0.0 {
+                n as f64 / r.exec_time_s
+            } else {
+                0.0
+            }
+        });
         r
     }
 }

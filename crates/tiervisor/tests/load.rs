@@ -73,6 +73,30 @@ fn a_fio_job_runs_against_the_server_with_the_counts_sim_would_make() {
     drop(s);
 }
 
+/// A threaded `[vm.app]` (varmail's 8 threads sharing journal commits) finishes every
+/// loop against the server, whose threads wait on commits in flight (`Workload::ready`),
+/// and reports the loops as `app_ops`, as `sim` does.
+#[test]
+fn a_threaded_app_finishes_its_loops_against_the_server() {
+    let d = TempDir::new("load-app");
+    let sc = d.path().join("s.toml");
+    let text = FIO.replace("size = \"64m\"", "size = \"256m\"").replace(
+        "[vm.fio]\nrw = \"randwrite\"\nbs = \"4k\"\niodepth = 8\nios = 2000\nfsync = 16\n",
+        "[vm.app]\nkind = \"varmail\"\nthreads = 8\nloops = 40\n",
+    );
+    assert!(text.contains("[vm.app]"), "{text}");
+    std::fs::write(&sc, text).unwrap();
+    let s = ServerProc::start(&d.path().join("data"), &[]);
+    let uri = format!("nbd://{}", s.addr);
+    let v = json(Command::new(bin()).args(["load", &uri, sc.to_str().unwrap(), "--json"]));
+    let w = &v["vms"]["writer"];
+    assert_eq!(w["app_ops"], 40, "{v}");
+    assert_eq!(w["errors"], 0, "{v}");
+    let sim = json(Command::new(bin()).args(["sim", sc.to_str().unwrap(), "--json"]));
+    assert_eq!(sim["vms"]["writer"]["app_ops"], 40, "sim: {sim}");
+    drop(s);
+}
+
 #[test]
 fn a_timed_trace_is_issued_at_its_times() {
     let d = TempDir::new("load-timed");
