@@ -126,6 +126,11 @@ pub struct CacheTable {
     pub evicting: u32,
     /// Writebacks in flight, evictions' included.
     pub cleaning: u32,
+    /// Mount only: chunks a replayed record cached with a slow slot off the home pool.
+    /// Such a record is older than a migration that moved the home (which drained the
+    /// cache first, `jobs/migrate/cache_drain.rs`), so a later record must end its
+    /// caching; one left at the end of replay fails the mount. Empty once mounted.
+    pub foreign: std::collections::BTreeSet<u64>,
 }
 
 impl CacheTable {
@@ -139,6 +144,15 @@ impl CacheTable {
             dirty_parts: Default::default(),
             evicting: 0,
             cleaning: 0,
+            foreign: Default::default(),
+        }
+    }
+    /// The volume's home pool moved (a migration's pivot): slow slots are on `pool` from
+    /// now on. Only an empty table moves (the job drained it).
+    pub fn rehome(&mut self, pool: PoolId) {
+        debug_assert!(self.entries.is_empty(), "a cache moves home only empty");
+        if self.entries.is_empty() {
+            self.home_pool = pool;
         }
     }
     fn find(&self, c: u64) -> Result<usize, usize> {
@@ -185,6 +199,7 @@ impl CacheTable {
         };
         let e = Entry::new(c, pc, dirty);
         self.dirty_parts.remove(&c);
+        self.foreign.remove(&c);
         match self.find(c) {
             Ok(i) => {
                 self.dirty -= self.entries[i].flag(DIRTY_BIT) as u64;
@@ -208,6 +223,7 @@ impl CacheTable {
     }
     /// Stop caching chunk `c`; returns its slow slot.
     pub fn remove(&mut self, c: u64) -> Option<ChunkLoc> {
+        self.foreign.remove(&c);
         let i = self.find(c).ok()?;
         let e = self.entries.remove(i);
         self.dirty -= e.flag(DIRTY_BIT) as u64;
@@ -449,7 +465,9 @@ impl Engine {
         !self.vols[v].hot_candidates.is_empty() || self.vols[v].cache.dirty_count() > 0
     }
 
-    fn busy(&self, v: usize, c: u64) -> bool {
+    /// Whether chunk `c` of volume `v` has writes in flight or a fill, writeback or move
+    /// under way.
+    pub(crate) fn cache_chunk_busy(&self, v: usize, c: u64) -> bool {
         self.vols[v]
             .activity
             .get(&c)
@@ -487,7 +505,7 @@ impl Engine {
             vol.hot_candidates.remove(&c);
         }
         let Some((_, c)) = best else { return false };
-        if self.busy(v, c) {
+        if self.cache_chunk_busy(v, c) {
             return false;
         }
         let held = self.vols[v].cache.len() + self.vols[v].promoting;
@@ -624,7 +642,7 @@ impl Engine {
 
     /// Evict clean chunk `c`: map it back to its slow slot; the fast chunk is freed once
     /// that is durable and drained. `was_dirty`: it was written back first (for stats).
-    fn cache_evict(&mut self, now: u64, v: usize, c: u64, was_dirty: bool) {
+    pub(crate) fn cache_evict(&mut self, now: u64, v: usize, c: u64, was_dirty: bool) {
         let Some(slow) = self.vols[v].cache.remove(c) else {
             return;
         };

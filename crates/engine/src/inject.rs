@@ -99,6 +99,9 @@ pub enum InjectedBug {
     /// clean over them: a later clean eviction maps the chunk back to its slow slot,
     /// which lacks those writes.
     CacheWritebackIgnoresWrites,
+    /// A migrating `cache` volume's drain evicts a dirty cached chunk without its
+    /// writeback: its slow slot, which the job copies and reads then go to, is stale.
+    CacheMigrateDropsDirty,
 }
 
 impl InjectedBug {
@@ -122,11 +125,11 @@ impl InjectedBug {
     pub fn host_flush() -> [InjectedBug; 2] {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
-    /// One per live-migration scheme, the pivot's, tiered volumes' and thick volumes': DST's CI seed set
+    /// One per live-migration scheme, the pivot's, tiered, thick and cache volumes': DST's CI seed set
     /// catches all but `aio-unordered-dups`, which seeds 1024..1280 catch
     /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 8] {
+    pub fn migration() -> [InjectedBug; 9] {
         [
             InjectedBug::DbtMissesDirty,
             InjectedBug::MirrorAcksEarly,
@@ -136,6 +139,7 @@ impl InjectedBug {
             InjectedBug::PivotFlushEarly,
             InjectedBug::TierMovesWhileMigrating,
             InjectedBug::ThickOldRegionFreedEarly,
+            InjectedBug::CacheMigrateDropsDirty,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -168,6 +172,7 @@ impl InjectedBug {
             InjectedBug::ThickOldRegionFreedEarly => "thick-old-region-freed-early",
             InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
             InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
+            InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).

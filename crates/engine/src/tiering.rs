@@ -110,7 +110,8 @@ impl Engine {
     /// (injected bug `tier-moves-while-migrating`; docs/MIGRATION.md, tiered volumes).
     pub(crate) fn tiers_frozen(&self, v: usize) -> bool {
         (self.migrations.jobs.contains_key(&(v as u32))
-            || self.migrations.thick.rehoming.contains(&(v as u32)))
+            || self.migrations.thick.rehoming.contains(&(v as u32))
+            || self.migrations.cache_rehoming.contains(&(v as u32)))
             && !self.bug_is(crate::inject::InjectedBug::TierMovesWhileMigrating)
     }
 

@@ -110,6 +110,7 @@ impl Engine {
             // A thick volume's regions wait for the table (`jobs/migrate/thick.rs`), and
             // a job's first copy for its recorded region.
             self.thick_table_durable(now);
+            self.cache_table_durable();
             self.migration_step(now, out);
         } else {
             tw.retry = true;

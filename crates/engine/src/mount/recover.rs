@@ -98,15 +98,18 @@ impl Engine {
             let mut vol = self.volume_from(rec, map, overlay, h.clone());
             for (c, slot) in cached {
                 let (fast, slow) = (vol.map.get(c), crate::cache::decode_slot(slot));
-                check_cached(self, &vol, c, fast, slow)
+                cache_chunk(self, &mut vol, c, fast, slow)
                     .map_err(|e| format!("volume {name}: checkpoint: {e}"))?;
-                // Clean/dirty is not journaled: everything cached is dirty at mount.
-                vol.cache.insert(c, slow, true);
             }
             vol.id = VolumeId(v as u32);
             vol.journal.checkpoint_chunks = chain.chunks;
             let region = s.regions[v].take().unwrap_or_default();
             self.replay(&mut vol, &region)?;
+            if let Some(c) = vol.cache.foreign.first() {
+                return Err(format!(
+                    "volume {name}: cached chunk {c} has its slow slot off the home pool, and no later record ends its caching"
+                ));
+            }
             vol.recount(self.pools.len());
             // Everything cached is dirty now (clean/dirty is not journaled).
             vol.stats.cache.dirty_at_mount = vol.cache.dirty_count();
@@ -392,6 +395,43 @@ fn check_cached(
     Ok(())
 }
 
+/// A cached chunk from a checkpoint or a `Cache` record: mapped to its fast copy, and
+/// dirty (clean/dirty is not journaled: everything cached is dirty at mount). A thin
+/// volume's slow slot on another pool than the table's home is from before a migration
+/// moved the home (it drained the cache first, `jobs/migrate/cache_drain.rs`): a later
+/// record must end its caching (`CacheTable::foreign`, checked after replay).
+fn cache_chunk(
+    e: &Engine,
+    vol: &mut Volume,
+    c: u64,
+    fast: ChunkLoc,
+    slow: ChunkLoc,
+) -> Result<(), String> {
+    let thick = vol.rec.provisioning == Provisioning::Thick;
+    if let ChunkLoc::At(p, _) = slow
+        && !thick
+        && p != vol.rec.home_pool
+        && Some(p) != vol.rec.fast_pool
+        && c < vol.map.len()
+    {
+        check_loc(e, fast)?;
+        check_loc(e, slow)?;
+        if !matches!(fast, ChunkLoc::At(f, _) if Some(f) == vol.rec.fast_pool) {
+            return Err(format!(
+                "cached chunk {c} at {fast:?} is not on the fast pool"
+            ));
+        }
+        vol.map.set(c, fast);
+        vol.cache.remove(c);
+        vol.cache.foreign.insert(c);
+        return Ok(());
+    }
+    check_cached(e, vol, c, fast, slow)?;
+    vol.map.set(c, fast);
+    vol.cache.insert(c, slow, true);
+    Ok(())
+}
+
 /// Apply one record, checking it against the volume and the pools.
 fn apply_record(vol: &mut Volume, e: &Engine, r: &Record) -> Result<(), String> {
     let size = vol.rec.size_bytes;
@@ -408,9 +448,7 @@ fn apply_record(vol: &mut Volume, e: &Engine, r: &Record) -> Result<(), String> 
         }
         Record::Cache { chunk, fast, slow } => {
             let (fast, slow) = (ChunkLoc::decode(fast), crate::cache::decode_slot(slow));
-            check_cached(e, vol, chunk, fast, slow)?;
-            vol.map.set(chunk, fast);
-            vol.cache.insert(chunk, slow, true);
+            cache_chunk(e, vol, chunk, fast, slow)?;
         }
         Record::Overlay { start, end, value } => {
             if end > size {

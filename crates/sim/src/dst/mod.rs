@@ -72,6 +72,7 @@ pub fn run_range(
                             t.migration_cancels += st.migration_cancels;
                             t.migrations_tiered += st.migrations_tiered;
                             t.migrations_thick += st.migrations_thick;
+                            t.migrations_cache += st.migrations_cache;
                             t.buffered_writes += st.buffered_writes;
                             t.tagged_flushes += st.tagged_flushes;
                             t.throttled_ops += st.throttled_ops;

@@ -73,10 +73,12 @@ pub struct DstStats {
     pub migrations: u64,
     pub migration_pivots: u64,
     pub migration_cancels: u64,
-    /// Of the migrations started, those of tiered (`hot` or `split`) volumes, and those
-    /// of thick volumes (their home region moves).
+    /// Of the migrations started, those of tiered (`hot`, `split` or `cache`) volumes,
+    /// those of thick volumes (their home region moves), and those of `cache` volumes
+    /// (their cache drained first).
     pub migrations_tiered: u64,
     pub migrations_thick: u64,
+    pub migrations_cache: u64,
     /// VM writes the host write buffer absorbed, and FLUSHes sent to tag-aware devices
     /// with a volume's tag.
     pub buffered_writes: u64,
@@ -190,6 +192,12 @@ struct Sim {
     /// a stream of its own; in the others a start of a thick volume is not asked, as when
     /// the engine refused every one. TIERVISOR_DST_NO_THICK_MIGRATE=1 leaves them out.
     thick_migrations: bool,
+    /// `cache` volumes may migrate (the job drains their cache first), in every migrating
+    /// seed (few have a `cache` volume), whether or not tiered volumes do; a start goes
+    /// to the volume's home pool, as a tiered one's. TIERVISOR_DST_NO_CACHE_MIGRATE=1
+    /// leaves them out (no start of a `cache` volume is asked, as when the engine refused
+    /// every one).
+    cache_migrations: bool,
 }
 
 type Fail = String;
@@ -525,6 +533,8 @@ impl Sim {
         let thick_migrations = mrng.is_some()
             && std::env::var_os("TIERVISOR_DST_NO_THICK_MIGRATE").is_none()
             && below(&mut th, 2) == 0;
+        let cache_migrations =
+            mrng.is_some() && std::env::var_os("TIERVISOR_DST_NO_CACHE_MIGRATE").is_none();
         if probe.is_some() && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("the migration-heavy profile is on (probe.rs)");
         }
@@ -618,6 +628,7 @@ impl Sim {
             probe,
             tiered_migrations,
             thick_migrations,
+            cache_migrations,
         })
     }
 
@@ -1431,8 +1442,9 @@ impl Sim {
                 .filter(|v| v.placement != Placement::Pinned);
             // A tiered volume here may only go to its home pool (the other is its fast
             // pool, which is refused): aim every drawn start there, so its fast chunks drain.
-            if self.tiered_migrations
-                && let Some(v) = tiered
+            let cache = tiered.is_some_and(|v| matches!(v.placement, Placement::Cache { .. }));
+            if let Some(v) = tiered
+                && (self.tiered_migrations || (cache && self.cache_migrations))
             {
                 to = v.home_pool;
             }
@@ -1467,7 +1479,11 @@ impl Sim {
             p.aio_threshold = below(m, 8) as u32;
             p.aio_delay_ns = below(m, 3_000_000);
             p.gamma = below(m, 11) as f64 / 10.0;
-            let res = if tiered && !self.tiered_migrations {
+            // A `cache` volume's start is asked in every migrating seed (`cache_migrations`),
+            // another tiered volume's only where tiered volumes migrate.
+            let res = if cache && !self.cache_migrations {
+                Err("cache volumes do not migrate in this seed".to_string())
+            } else if tiered && !cache && !self.tiered_migrations {
                 Err("tiered volumes do not migrate in this seed".to_string())
             } else if thick && !self.thick_migrations {
                 Err("thick volumes do not migrate in this seed".to_string())
@@ -1486,6 +1502,7 @@ impl Sim {
                 self.stats.migrations += 1;
                 self.stats.migrations_tiered += u64::from(tiered);
                 self.stats.migrations_thick += u64::from(thick);
+                self.stats.migrations_cache += u64::from(cache);
                 if let Some(pr) = self.probe.as_mut() {
                     // A job starts without a phase event.
                     pr.phase(vol.0, st.phase.name(), true);

@@ -18,6 +18,7 @@
 //! The pause is measured (`downtime_ns`), and the time until the switch is durable
 //! (`pivot_durable_ns`).
 
+mod cache_drain;
 mod cost;
 mod pass;
 mod presync;
@@ -341,6 +342,9 @@ pub(crate) struct Job {
     /// durable: a power loss between them would mount a table that no longer claims the
     /// region while the durable map still points into it.
     pub cancel_records_seq: Option<u64>,
+    /// A `cache` volume's drain: the last record of its evictions, once the cache was
+    /// empty. The copy waits until it is durable (`cache_drain.rs`).
+    pub cache_drain_seq: Option<u64>,
     /// After a copy back failed (a full or failing source pool), no copy back before
     /// this: retried at once, it failed again at once while the pool stayed full, as fast
     /// as the devices answered (DST seed 3736 grew past 6 GB in such a spell).
@@ -366,6 +370,9 @@ pub(crate) struct Migrations {
     pub bypass_delay: bool,
     /// Thick volumes' regions waiting for a table write (`thick.rs`).
     pub thick: thick::ThickRegions,
+    /// `cache` volumes whose job moved their home: no fill until the volume table naming
+    /// the new home is durable (`cache_drain.rs`).
+    pub cache_rehoming: BTreeSet<u32>,
 }
 
 /// Physical chunks that `Moved` overlay entries of volume `vol` point into.
@@ -471,7 +478,12 @@ impl Engine {
             return Ok(self.rehome_only(now, job, out));
         }
         job.thick_base = self.thick_region_for_start(vi, params_to)?;
-        job.may_write_dst = job.thick_base.is_none();
+        // A `cache` volume's LR writes wait for its cache to be drained (`cache_drain.rs`).
+        let cache = matches!(
+            self.vols[vi as usize].rec.placement,
+            crate::config::Placement::Cache { .. }
+        );
+        job.may_write_dst = job.thick_base.is_none() && !cache;
         // Destination data an interrupted LR or SLR job left (its `Moved` entries).
         self.adopt_moved(&mut job);
         self.adopt_thick_slots(&mut job);
@@ -501,17 +513,38 @@ impl Engine {
     ) -> Job {
         let vol = &self.vols[vi as usize];
         let chunks = vol.chunks;
+        // A `cache` volume's cached chunks are copied from their slow slots once the
+        // cache is drained (`cache_drain.rs`): the fast pool is not a source.
+        let cache_pool = match vol.rec.placement {
+            crate::config::Placement::Cache { .. } => vol.rec.fast_pool,
+            _ => None,
+        };
+        let mut on: Vec<bool> = vol.chunks_on.iter().map(|&n| n > 0).collect();
+        if cache_pool.is_some() {
+            on.iter_mut().for_each(|o| *o = false);
+            for c in 0..chunks {
+                if let Some((p, _)) = cache_drain::home_copy(vol, c) {
+                    on[p.0 as usize] = true;
+                }
+            }
+        }
         let mut from: Vec<PoolId> = (0..self.pools.len())
-            .filter(|&p| vol.chunks_on[p] > 0 && p != params.to.0 as usize)
+            .filter(|&p| on[p] && p != params.to.0 as usize)
             .map(|p| PoolId(p as u16))
             .collect();
+        // A cancel's copy back allocates on the first (`cancel_step`): a `cache` volume's
+        // home, not its fast pool.
+        if let Some(i) = from.iter().position(|&p| p == vol.rec.home_pool)
+            && cache_pool.is_some()
+        {
+            from.swap(0, i);
+        }
         if from.is_empty() {
             from.push(vol.rec.home_pool);
         }
-        let image_bytes = (0..self.pools.len())
-            .filter(|&p| p != params.to.0 as usize)
-            .map(|p| vol.chunks_on[p])
-            .sum::<u64>()
+        let image_bytes = (0..chunks)
+            .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(p, _)| p != params.to))
+            .count() as u64
             * self.cfg.chunk_bytes;
         let vm_requests_before = vol.stats.requests();
         let vm_active_before_ns = vol
@@ -542,6 +575,7 @@ impl Engine {
             last_dirty_bytes: u64::MAX,
             cancel_wanted: false,
             cancel_records_seq: None,
+            cache_drain_seq: None,
             copy_back_retry_at_ns: None,
             resumed_before_durable: false,
             pause_began_ns: None,
@@ -609,20 +643,19 @@ impl Engine {
                 pool.cfg.name
             ));
         }
-        if matches!(vol.rec.placement, crate::config::Placement::Cache { .. }) {
-            return unsupported(format!(
-                "volume {name} uses cache placement; migrating a cached volume (two copies of its cached chunks) is not supported"
-            ));
-        }
         if self.vols_logs(v.0) {
             return unsupported(format!(
                 "volume {name} uses the log-structured write path; migrating logged data is not supported"
             ));
         }
-        if vol
-            .activity
-            .values()
-            .any(|a| matches!(a.state, crate::volume::ChunkState::Moving { .. }))
+        // A `cache` volume's fills in flight do not refuse it: its drain waits for them
+        // and evicts what they filled (`cache_drain.rs`).
+        let cache = matches!(vol.rec.placement, crate::config::Placement::Cache { .. });
+        if !cache
+            && vol
+                .activity
+                .values()
+                .any(|a| matches!(a.state, crate::volume::ChunkState::Moving { .. }))
         {
             return Err(ControlError::Busy(format!(
                 "volume {name} has tier moves in flight; try again"
@@ -666,11 +699,9 @@ impl Engine {
                 self.cfg.pools[other.0 as usize].name
             ));
         }
+        // A cached chunk needs one chunk on the destination, for its home copy.
         let needed = (0..vol.chunks)
-            .filter(|&c| {
-                vol.resolve(vol.map.get(c), c)
-                    .is_some_and(|(pl, _)| pl != p.to)
-            })
+            .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(pl, _)| pl != p.to))
             .count() as u64;
         // A thick volume needs a contiguous run instead (`thick_region_for_start`).
         if !thick && pool.alloc.available_chunks() < needed {
@@ -703,7 +734,12 @@ impl Engine {
             .pools
             .get(to.0 as usize)
             .ok_or(ControlError::UnknownPool(to))?;
-        let elsewhere = (0..self.pools.len()).any(|q| q != to.0 as usize && vol.chunks_on[q] > 0);
+        // A `cache` volume's cached chunks are copies of chunks on its home pool.
+        let elsewhere = match vol.rec.placement {
+            crate::config::Placement::Cache { .. } => (0..vol.chunks)
+                .any(|c| cache_drain::home_copy(vol, c).is_some_and(|(p, _)| p != to)),
+            _ => (0..self.pools.len()).any(|q| q != to.0 as usize && vol.chunks_on[q] > 0),
+        };
         if vol.rec.home_pool == to && !elsewhere && self.moved_pool(v.0).is_none() {
             return Err(ControlError::SamePool {
                 volume: vol.rec.name.clone(),

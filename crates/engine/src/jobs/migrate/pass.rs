@@ -146,6 +146,10 @@ impl Engine {
 
     /// Copy the next chunk, or end the pass.
     fn copy_step(&mut self, now: u64, v: u32, pass: u32, out: &mut Outputs) -> bool {
+        // A `cache` volume's cache is cleaned and dropped first (`cache_drain.rs`).
+        if !self.cache_drained(now, v, out) {
+            return false; // its writebacks' and writes' completions step again
+        }
         if !self.region_durable(v) {
             return false; // the table write's completion steps again
         }
@@ -712,6 +716,9 @@ impl Engine {
         job.stats.finished_ns = Some(now);
         if let Some(base) = job.thick_base {
             self.thick_job_over(v, job.params.to, base, phase == MigrationPhase::Done);
+        }
+        if phase == MigrationPhase::Done {
+            self.cache_rehome(v);
         }
         self.record_job(now, v, None, None, out);
         self.thick_table_durable(now);

@@ -117,8 +117,8 @@ impl Engine {
 }
 
 impl Engine {
-    /// At mount: thick volume `v`'s recorded job cannot start again (`why`: the log or a
-    /// cache enabled on the volume since, its destination now its fast pool). Its new
+    /// At mount: thick volume `v`'s recorded job cannot start again (`why`: the log
+    /// enabled on the volume since, its destination now its fast pool). Its new
     /// region must not stay reserved with no job to finish or cancel it, so:
     ///
     /// - if its pivot was durable (every chunk already in the new region, nothing
