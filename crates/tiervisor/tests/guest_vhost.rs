@@ -5,7 +5,9 @@
 //! `qemu-io` over NBD. A second boot keeps writing after its sync while tiervisor is killed
 //! with -9; after a restart, everything the guest synced is there. A third boot syncs a
 //! write and reboots (a device reset on the same vhost-user connection), and the rebooted
-//! guest reads it back.
+//! guest reads it back. A second test keeps one guest running while tiervisor is killed with
+//! -9 and restarted under its fsync'd writes: QEMU reconnects (`reconnect-ms`) and the
+//! guest carries on.
 //!
 //! Under TCG the whole test takes 20-33 s here (four boots of 5-10 s), so it is in the
 //! default run; `scripts/test.sh` installs QEMU, busybox-static and the cloud kernel. Outside
@@ -59,6 +61,26 @@ V=$(disk disk0)
 N=$(disk nbdvol)
 echo "TV-DISKS vhost=$V nbd=$N"
 echo "TV-FEATURES $(cat /sys/block/${V##*/}/device/features 2>/dev/null)"
+if grep -q tvmode=reconnect /proc/cmdline; then
+  # Only the vhost-user disk: tiervisor is killed with -9 and restarted under the writes
+  # below (QEMU reconnects); the host then puts p3 at MiB 40, which ends the loop.
+  [ -z "$V" ] && { echo TV-NO-DISKS; poweroff -f; }
+  dd if=/p6 of=$V bs=1M seek=9 conv=fsync 2>/dev/null
+  sync
+  echo TV-SYNCED
+  i=0
+  while true; do
+    dd if=/p7 of=$V bs=1M seek=$((20 + i % 8)) conv=fsync 2>/dev/null || echo "TV-WRITE-ERROR $i"
+    echo 3 > /proc/sys/vm/drop_caches
+    if dd if=$V bs=1M skip=40 count=1 2>/dev/null | cmp -s - /p3; then break; fi
+    i=$((i + 1))
+  done
+  echo "TV-MARKER-SEEN $i"
+  dd if=/p4 of=$V bs=1M seek=41 conv=fsync 2>/dev/null || echo TV-WRITE-ERROR-AFTER
+  sync
+  echo TV-RECONNECTED
+  poweroff -f
+fi
 if [ -z "$V" ] || [ -z "$N" ]; then echo TV-NO-DISKS; poweroff -f; fi
 if grep -q tvmode=first /proc/cmdline; then
   for b in 1 2 3 4; do dd if=/p$b of=$V bs=1M seek=$((b * 2 - 1)) conv=fsync 2>/dev/null; done
@@ -203,16 +225,35 @@ impl Guest {
             ])
             .args(["-object", "memory-backend-memfd,id=mem,size=256M,share=on"])
             .args(["-numa", "node,memdev=mem"])
-            .args(["-chardev", &format!("socket,id=c,path={}", vhost.display())])
-            .args(["-device", "vhost-user-blk-pci,chardev=c,num-queues=2"])
+            // The "reconnect" boot outlives a tiervisor restart: QEMU reconnects to the
+            // socket (qemu 10 spells it `reconnect-ms`; older ones `reconnect=1`), and it
+            // has no NBD disk (QEMU's NBD client would need its own reconnect).
             .args([
-                "-drive",
+                "-chardev",
                 &format!(
-                    "file=nbd+unix:///nbdvol?socket={},format=raw,if=none,id=n0",
-                    nbd.display()
+                    "socket,id=c,path={}{}",
+                    vhost.display(),
+                    if mode == "reconnect" {
+                        ",reconnect-ms=200"
+                    } else {
+                        ""
+                    }
                 ),
             ])
-            .args(["-device", "virtio-blk-pci,drive=n0,serial=nbdvol"])
+            .args(["-device", "vhost-user-blk-pci,chardev=c,num-queues=2"])
+            .args(if mode == "reconnect" {
+                vec![]
+            } else {
+                vec![
+                    "-drive".to_string(),
+                    format!(
+                        "file=nbd+unix:///nbdvol?socket={},format=raw,if=none,id=n0",
+                        nbd.display()
+                    ),
+                    "-device".to_string(),
+                    "virtio-blk-pci,drive=n0,serial=nbdvol".to_string(),
+                ]
+            })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -366,5 +407,71 @@ fn a_booted_guest_writes_over_vhost_user_and_nbd_and_its_synced_data_survives_ki
         "guest test: first boot to power-off {:.1} s, whole test {:.1} s (TCG)",
         boot1.as_secs_f64(),
         t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_running_guest_rides_out_a_tiervisor_kill_9_and_restart_over_a_reconnect() {
+    for tool in ["qemu-system-x86_64", "qemu-io", "xz"] {
+        if !support::have(tool) {
+            return;
+        }
+    }
+    let Some((kernel, module)) = kernel() else {
+        support::skip(
+            "no /boot/vmlinuz-*-cloud-amd64 with virtio_blk (apt-get install linux-image-cloud-amd64)",
+        );
+        return;
+    };
+    if !Path::new("/bin/busybox").exists() {
+        support::skip("no /bin/busybox (apt-get install busybox-static)");
+        return;
+    }
+    let t0 = Instant::now();
+    let dir = TempDir::new("guest-reconnect");
+    let initrd = initramfs(dir.path(), &module);
+    let cfg = dir.path().join("tv.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let server = ServerProc::start(dir.path(), &["--config", cfg.to_str().unwrap()]);
+    let mut g = Guest::boot(dir.path(), &kernel, &initrd, "reconnect");
+    g.wait_for("TV-SYNCED", Duration::from_secs(240));
+    // The guest writes 1 MiB with fsync in a loop: a request is in flight at the kill.
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill9();
+    let killed = Instant::now();
+    let server = ServerProc::start_plain(dir.path(), &["--config", cfg.to_str().unwrap()]);
+    let restarted = killed.elapsed();
+    // The marker that ends the guest's loop, written over NBD after the restart: the guest
+    // reads it through the new backend.
+    let out = support::run(
+        Command::new("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0x33 40M 1M"])
+            .arg(server.uri("disk0")),
+    );
+    assert!(out.contains("wrote 1048576/1048576"), "{out}");
+    g.wait_for("TV-RECONNECTED", Duration::from_secs(120));
+    let seen = killed.elapsed();
+    let console = g.console();
+    assert!(!console.contains("TV-WRITE-ERROR"), "{console}");
+    g.wait_exit(Duration::from_secs(60));
+    check(&server, "disk0", &[(9, 0x66), (40, 0x33), (41, 0x44)]);
+    // The loop's rounds are not checked: a round whose writes the killed process had
+    // answered and whose FLUSH the new one answered may be lost (tiervisor acknowledges a
+    // write before it is durable, and the new process cannot know what the old one lost):
+    // 2 of 8 runs here lost the round in flight at the kill. docs/ARCHITECTURE.md says so.
+    let rounds = (console.lines()).find_map(|l| l.trim().strip_prefix("TV-MARKER-SEEN "));
+    assert!(rounds.is_some(), "{console}");
+    assert_eq!(server.term(), Some(0));
+    let _ = writeln!(
+        std::io::stderr(),
+        "reconnect test: tiervisor back {:.1} s after the kill, guest through its loop {:.1} s after it, whole test {:.1} s (TCG)\n{}",
+        restarted.as_secs_f64(),
+        seen.as_secs_f64(),
+        t0.elapsed().as_secs_f64(),
+        console
+            .lines()
+            .filter(|l| !l.starts_with("TV-FEATURES"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

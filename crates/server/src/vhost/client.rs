@@ -61,6 +61,74 @@ fn io_err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("vhost-user {what}: {e}")
 }
 
+/// Connect and negotiate as QEMU does: owner, features (all offered but EVENT_IDX, as
+/// this client reads the used ring on every call; or `features` again on a reconnect),
+/// protocol features, the configuration space and the memory table.
+fn negotiate(
+    socket: &Path,
+    queues: u16,
+    features: Option<u64>,
+    region: &VhostUserMemoryRegionInfo,
+) -> Result<(Frontend, u64, Vec<u8>), String> {
+    let mut fe = Frontend::connect(socket, u64::from(queues)).map_err(io_err("connect"))?;
+    fe.set_owner().map_err(io_err("SET_OWNER"))?;
+    let offered = fe.get_features().map_err(io_err("GET_FEATURES"))?;
+    let proto = fe
+        .get_protocol_features()
+        .map_err(io_err("GET_PROTOCOL_FEATURES"))?;
+    let want = VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ;
+    fe.set_protocol_features(proto & want)
+        .map_err(io_err("SET_PROTOCOL_FEATURES"))?;
+    let n = fe.get_queue_num().map_err(io_err("GET_QUEUE_NUM"))?;
+    if u64::from(queues) > n {
+        return Err(format!("the device offers {n} queues, {queues} asked"));
+    }
+    let features = features
+        .unwrap_or(offered & !(1u64 << virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX));
+    fe.set_features(features).map_err(io_err("SET_FEATURES"))?;
+    let (_, config) = fe
+        .get_config(0, 60, VhostUserConfigFlags::WRITABLE, &[0u8; 60])
+        .map_err(io_err("GET_CONFIG"))?;
+    fe.set_mem_table(std::slice::from_ref(region))
+        .map_err(io_err("SET_MEM_TABLE"))?;
+    Ok((fe, features, config.to_vec()))
+}
+
+/// Set queue `q` up with its rings at `va` (this process's address, as QEMU passes its
+/// own) and the device's next available index at `next_avail`; returns (kick, call).
+fn start_queue(
+    fe: &mut Frontend,
+    q: u16,
+    size: u16,
+    va: u64,
+    next_avail: u16,
+) -> Result<(EventFd, EventFd), String> {
+    let cfg = VringConfigData {
+        queue_max_size: size,
+        queue_size: size,
+        flags: 0,
+        desc_table_addr: va,
+        avail_ring_addr: va + 16 * 1024,
+        used_ring_addr: va + 32 * 1024,
+        log_addr: None,
+    };
+    let q = usize::from(q);
+    let kick = EventFd::new(0).map_err(io_err("eventfd"))?;
+    let call = EventFd::new(0).map_err(io_err("eventfd"))?;
+    fe.set_vring_num(q, size).map_err(io_err("SET_VRING_NUM"))?;
+    fe.set_vring_addr(q, &cfg)
+        .map_err(io_err("SET_VRING_ADDR"))?;
+    fe.set_vring_base(q, next_avail)
+        .map_err(io_err("SET_VRING_BASE"))?;
+    fe.set_vring_call(q, &call)
+        .map_err(io_err("SET_VRING_CALL"))?;
+    fe.set_vring_kick(q, &kick)
+        .map_err(io_err("SET_VRING_KICK"))?;
+    fe.set_vring_enable(q, true)
+        .map_err(io_err("SET_VRING_ENABLE"))?;
+    Ok((kick, call))
+}
+
 impl BlkClient {
     /// Connect to `socket` and set up `queues` virtqueues of `slots` requests each, with
     /// data buffers of `slot_data_bytes`.
@@ -101,25 +169,6 @@ impl BlkClient {
         if mem == libc::MAP_FAILED {
             return Err(format!("mmap: {}", std::io::Error::last_os_error()));
         }
-        let mut fe = Frontend::connect(socket, u64::from(queues)).map_err(io_err("connect"))?;
-        fe.set_owner().map_err(io_err("SET_OWNER"))?;
-        let features = fe.get_features().map_err(io_err("GET_FEATURES"))?;
-        let proto = fe
-            .get_protocol_features()
-            .map_err(io_err("GET_PROTOCOL_FEATURES"))?;
-        let want = VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ;
-        fe.set_protocol_features(proto & want)
-            .map_err(io_err("SET_PROTOCOL_FEATURES"))?;
-        let n = fe.get_queue_num().map_err(io_err("GET_QUEUE_NUM"))?;
-        if u64::from(queues) > n {
-            return Err(format!("the device offers {n} queues, {queues} asked"));
-        }
-        // Everything but EVENT_IDX (this client reads the used ring on every call).
-        let features = features & !(1u64 << virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX);
-        fe.set_features(features).map_err(io_err("SET_FEATURES"))?;
-        let (_, config) = fe
-            .get_config(0, 60, VhostUserConfigFlags::WRITABLE, &[0u8; 60])
-            .map_err(io_err("GET_CONFIG"))?;
         let region = VhostUserMemoryRegionInfo {
             guest_phys_addr: 0,
             memory_size: mem_bytes,
@@ -127,34 +176,11 @@ impl BlkClient {
             mmap_offset: 0,
             mmap_handle: fd,
         };
-        fe.set_mem_table(&[region])
-            .map_err(io_err("SET_MEM_TABLE"))?;
+        let (mut fe, features, config) = negotiate(socket, queues, None, &region)?;
         let mut qs = Vec::new();
         for q in 0..queues {
             let base = per_queue * u64::from(q);
-            let va = mem as u64 + base;
-            let cfg = VringConfigData {
-                queue_max_size: size,
-                queue_size: size,
-                flags: 0,
-                desc_table_addr: va,
-                avail_ring_addr: va + 16 * 1024,
-                used_ring_addr: va + 32 * 1024,
-                log_addr: None,
-            };
-            let q = usize::from(q);
-            let kick = EventFd::new(0).map_err(io_err("eventfd"))?;
-            let call = EventFd::new(0).map_err(io_err("eventfd"))?;
-            fe.set_vring_num(q, size).map_err(io_err("SET_VRING_NUM"))?;
-            fe.set_vring_addr(q, &cfg)
-                .map_err(io_err("SET_VRING_ADDR"))?;
-            fe.set_vring_base(q, 0).map_err(io_err("SET_VRING_BASE"))?;
-            fe.set_vring_call(q, &call)
-                .map_err(io_err("SET_VRING_CALL"))?;
-            fe.set_vring_kick(q, &kick)
-                .map_err(io_err("SET_VRING_KICK"))?;
-            fe.set_vring_enable(q, true)
-                .map_err(io_err("SET_VRING_ENABLE"))?;
+            let (kick, call) = start_queue(&mut fe, q, size, mem as u64 + base, 0)?;
             qs.push(Queue {
                 size,
                 base,
@@ -381,6 +407,48 @@ impl BlkClient {
     /// next available index the device would have read.
     pub fn stop_queue(&mut self, q: usize) -> Result<u32, String> {
         self.fe.get_vring_base(q).map_err(io_err("GET_VRING_BASE"))
+    }
+
+    /// Attach again to `socket` after the backend went away (a kill -9 and a restart),
+    /// keeping guest memory and the rings as a running VM does, the way QEMU reconnects
+    /// without inflight tracking: its GET_VRING_BASE to the dead backend failed, so each
+    /// queue restarts at the guest's used index (QEMU's
+    /// `virtio_queue_restore_last_avail_idx`). Requests the old backend had taken but not
+    /// answered are available again from there; kick to have them taken.
+    pub fn reconnect(&mut self, socket: &Path) -> Result<(), String> {
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: self.mem_bytes,
+            userspace_addr: self.mem as u64,
+            mmap_offset: 0,
+            mmap_handle: self._memfd.as_raw_fd(),
+        };
+        let queues = self.queues.len() as u16;
+        let (mut fe, _, config) = negotiate(socket, queues, Some(self.features), &region)?;
+        for q in 0..queues {
+            let used_idx = self.used_idx(usize::from(q));
+            let (size, base) = (
+                self.queues[usize::from(q)].size,
+                self.queues[usize::from(q)].base,
+            );
+            let (kick, call) = start_queue(&mut fe, q, size, self.mem as u64 + base, used_idx)?;
+            let queue = &mut self.queues[usize::from(q)];
+            (queue.kick, queue.call) = (kick, call);
+        }
+        self.fe = fe;
+        self.config = config;
+        Ok(())
+    }
+
+    /// The used index the device last published on queue `q`.
+    pub fn used_idx(&self, q: usize) -> u16 {
+        self.idx(self.queues[q].base + 32 * 1024 + 2)
+            .load(Ordering::Acquire)
+    }
+
+    /// The available index this client last published on queue `q`.
+    pub fn avail_idx(&self, q: usize) -> u16 {
+        self.queues[q].avail_idx
     }
 }
 
