@@ -4,9 +4,10 @@
 //! path: the same `Engine::submit`, the same in-flight budget, the same FLUSH semantics
 //! (a FLUSH completes once every write acknowledged before it is durable).
 //!
-//! The server's part is small on purpose: one waker token, [`LocalSource::take`] when it
+//! The server's part is small on purpose: one doorbell token, [`LocalSource::take`] when it
 //! fires, and [`LocalSource::complete`] for completions whose id carries [`LOCAL_ID_BIT`].
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
@@ -40,11 +41,21 @@ pub struct LocalRequest {
     pub notify: Option<NotifyFn>,
 }
 
+/// An eventfd registered on the shard's poll. Not a `mio::Waker`: mio allows one waker per
+/// poll (debug builds assert it), and a shard thread's poll has its own for messages.
+struct Doorbell(OwnedFd);
+
+impl Doorbell {
+    fn ring(&self) {
+        crate::io::poke_eventfd(self.0.as_raw_fd());
+    }
+}
+
 /// The sending side, cloned into every worker thread.
 #[derive(Clone)]
 pub struct Submitter {
     tx: Sender<LocalRequest>,
-    waker: Arc<mio::Waker>,
+    waker: Arc<Doorbell>,
 }
 
 impl Submitter {
@@ -55,7 +66,7 @@ impl Submitter {
     }
 
     pub fn wake(&self) {
-        let _ = self.waker.wake();
+        self.waker.ring();
     }
 }
 
@@ -69,7 +80,7 @@ struct Route {
 /// The server's side.
 pub struct LocalSource {
     rx: Receiver<LocalRequest>,
-    waker: Arc<mio::Waker>,
+    waker: Arc<Doorbell>,
     routes: Slab<Route>,
     held_bytes: u64,
     /// Requests were left in the channel for the budget: wake once replies free it.
@@ -80,7 +91,13 @@ pub struct LocalSource {
 
 impl LocalSource {
     pub fn new(registry: &mio::Registry, token: mio::Token) -> std::io::Result<(Self, Submitter)> {
-        let waker = Arc::new(mio::Waker::new(registry, token)?);
+        let fd = crate::io::new_eventfd()?;
+        registry.register(
+            &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+            token,
+            mio::Interest::READABLE,
+        )?;
+        let waker = Arc::new(Doorbell(fd));
         let (tx, rx) = channel();
         let source = LocalSource {
             rx,
@@ -106,6 +123,8 @@ impl LocalSource {
     /// sources count as one connection against `budget` (at least one request is taken
     /// when none is held, as for an idle NBD connection).
     pub fn take(&mut self, budget: &mut Budget, out: &mut Vec<VmRequest>) {
+        // Reset the count; a ring after this reads is a new readiness edge.
+        crate::io::drain_eventfd(self.waker.0.as_raw_fd());
         loop {
             let limit = budget.limit_for_conn();
             if self.held_bytes > 0 && self.held_bytes >= limit {
@@ -155,7 +174,7 @@ impl LocalSource {
         }
         if self.held_back {
             self.held_back = false;
-            let _ = self.waker.wake();
+            self.waker.ring();
         }
     }
 }
