@@ -84,25 +84,20 @@ fn pools(r: &Rig) -> Vec<Option<PoolId>> {
         .collect()
 }
 
-fn write_ref(r: &mut Rig, reference: &mut [u8], off: u64, seed: u8, len: usize) {
-    let d = pattern(seed, len);
-    r.write(VOL, off, &d);
-    reference[off as usize..off as usize + len].copy_from_slice(&d);
-}
-
-fn check(r: &mut Rig, reference: &[u8], what: &str) {
-    let got = r.read(VOL, 0, reference.len() as u64);
-    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
-    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
-}
-
 /// The volume's first chunks written on the HDD, four of them cached on the SSD and two
 /// of those dirty (written since their fill), flushed; and the reference.
 fn setup_with(bug: Option<InjectedBug>) -> (Rig, Vec<u8>) {
     let mut r = Rig::with_bug(cache_config(), bug);
     let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
     for c in 0..CHUNKS {
-        write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+        write_ref(
+            &mut r,
+            VOL,
+            &mut reference,
+            c * MIB,
+            c as u8 + 1,
+            MIB as usize,
+        );
     }
     r.flush(VOL);
     ticks(&mut r, 20);
@@ -111,8 +106,8 @@ fn setup_with(bug: Option<InjectedBug>) -> (Rig, Vec<u8>) {
     }
     ticks(&mut r, 20);
     assert_eq!(cached(&r), vec![0, 1, 2, 3], "the setup caches chunks 0-3");
-    write_ref(&mut r, &mut reference, 8192, 60, 8192);
-    write_ref(&mut r, &mut reference, 2 * MIB + 300 * 1024, 61, 4096);
+    write_ref(&mut r, VOL, &mut reference, 8192, 60, 8192);
+    write_ref(&mut r, VOL, &mut reference, 2 * MIB + 300 * 1024, 61, 4096);
     r.flush(VOL);
     assert_eq!(dirty(&r), vec![0, 2], "chunks 0 and 2 are dirty");
     (r, reference)
@@ -120,31 +115,6 @@ fn setup_with(bug: Option<InjectedBug>) -> (Rig, Vec<u8>) {
 
 fn setup() -> (Rig, Vec<u8>) {
     setup_with(None)
-}
-
-fn start(r: &mut Rig, p: MigrationParams) -> Result<(), ControlError> {
-    let v = vid(r);
-    control(
-        r,
-        Control::StartMigration {
-            volume: v,
-            params: p,
-        },
-    )
-}
-
-fn phase(r: &Rig) -> Option<MigrationPhase> {
-    r.engine.migration_status(vid(r)).map(|s| s.phase)
-}
-
-fn finish(r: &mut Rig) {
-    for _ in 0..10_000 {
-        if phase(r).is_some_and(|p| p.is_over()) {
-            return;
-        }
-        r.tick(1_000_000);
-    }
-    panic!("migration did not finish: {:?}", phase(r));
 }
 
 /// Writes (8 KiB, all over the written chunks) while the held operations go one at a
@@ -182,7 +152,7 @@ fn a_job_keeps_every_write(s: Scheme, bug: Option<InjectedBug>) -> bool {
     let what = format!("{s:?}");
     let (mut r, mut reference) = setup_with(bug);
     r.hold = true;
-    start(&mut r, params(s, HDD2)).unwrap();
+    start_job(&mut r, VOL, params(s, HDD2)).unwrap();
     write_while_migrating(&mut r, &mut reference, 40, &what);
     r.hold = false;
     while r.release_one().is_some() {}
@@ -192,7 +162,7 @@ fn a_job_keeps_every_write(s: Scheme, bug: Option<InjectedBug>) -> bool {
     if !same(&mut r, &reference) {
         return false;
     }
-    finish(&mut r);
+    finish_job(&mut r, VOL);
     if !same(&mut r, &reference) {
         return false;
     }
@@ -211,17 +181,17 @@ fn a_cache_volume_migrates_with_every_scheme_and_caches_again_on_its_new_home() 
         let what = format!("{s:?}");
         let (mut r, mut reference) = setup();
         r.hold = true;
-        start(&mut r, params(s, HDD2)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        start_job(&mut r, VOL, params(s, HDD2)).unwrap_or_else(|e| panic!("{what}: {e}"));
         write_while_migrating(&mut r, &mut reference, 40, &what);
         r.hold = false;
         while r.release_one().is_some() {}
-        check(&mut r, &reference, &format!("{what} during the job"));
+        check_ref(&mut r, VOL, &reference, &format!("{what} during the job"));
         r.engine.check_invariants().unwrap();
-        finish(&mut r);
-        assert_eq!(phase(&r), Some(MigrationPhase::Done), "{what}");
+        finish_job(&mut r, VOL);
+        assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done), "{what}");
         assert_eq!(pools(&r), vec![Some(HDD2); CHUNKS as usize], "{what}");
         assert!(cached(&r).is_empty(), "{what}: {:?} cached", cached(&r));
-        check(&mut r, &reference, &format!("{what} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{what} after the pivot"));
         r.engine.check_invariants().unwrap();
         let rep = r.engine.volume_report(vid(&r)).unwrap();
         assert!(
@@ -230,16 +200,17 @@ fn a_cache_volume_migrates_with_every_scheme_and_caches_again_on_its_new_home() 
             rep.cache
         );
         r.crash_and_mount();
-        check(&mut r, &reference, &format!("{what} after a crash"));
+        check_ref(&mut r, VOL, &reference, &format!("{what} after a crash"));
         r.engine.check_invariants().unwrap();
         // Caching starts again, from the new home.
         let e = cached_after_reads(&mut r, 4).unwrap_or_else(|| panic!("{what}: no fill"));
         assert_eq!(e.slow.0, HDD2, "{what}");
-        write_ref(&mut r, &mut reference, 4 * MIB + 4096, 77, 4096);
+        write_ref(&mut r, VOL, &mut reference, 4 * MIB + 4096, 77, 4096);
         r.flush(VOL);
         r.crash_and_mount();
-        check(
+        check_ref(
             &mut r,
+            VOL,
             &reference,
             &format!("{what}, cached again and crashed"),
         );
@@ -253,12 +224,12 @@ fn a_cache_volume_migrates_with_every_scheme_and_caches_again_on_its_new_home() 
 #[test]
 fn a_start_to_the_home_pool_is_refused_but_a_direct_one_drains_the_cache() {
     let (mut r, reference) = setup();
-    let refused = start(&mut r, params(Scheme::Lr, HDD));
+    let refused = start_job(&mut r, VOL, params(Scheme::Lr, HDD));
     assert!(
         matches!(refused, Err(ControlError::SamePool { .. })),
         "{refused:?}"
     );
-    let refused = start(&mut r, params(Scheme::Lr, SSD));
+    let refused = start_job(&mut r, VOL, params(Scheme::Lr, SSD));
     match refused {
         Err(ControlError::Unsupported(why)) => assert!(why.contains("fast pool"), "{why}"),
         other => panic!("a start to the fast pool: {other:?}"),
@@ -269,14 +240,14 @@ fn a_start_to_the_home_pool_is_refused_but_a_direct_one_drains_the_cache() {
         .start_migration(r.now, v, params(Scheme::Dbt, HDD), &mut out)
         .unwrap();
     r.drain(out);
-    finish(&mut r);
-    assert_eq!(phase(&r), Some(MigrationPhase::Done));
+    finish_job(&mut r, VOL);
+    assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done));
     assert!(cached(&r).is_empty());
     assert_eq!(pools(&r), vec![Some(HDD); CHUNKS as usize]);
-    check(&mut r, &reference, "drained to its home");
+    check_ref(&mut r, VOL, &reference, "drained to its home");
     r.engine.check_invariants().unwrap();
     assert_eq!(cached_after_reads(&mut r, 1).map(|e| e.slow.0), Some(HDD));
-    check(&mut r, &reference, "cached again");
+    check_ref(&mut r, VOL, &reference, "cached again");
 }
 
 /// A cancel in the drain or in the copy leaves every chunk's home copy on the HDD with
@@ -288,33 +259,33 @@ fn a_cancelled_cache_job_leaves_the_volume_home_and_caching() {
             let what = format!("{s:?} cancelled after {held_ops} ops");
             let (mut r, mut reference) = setup();
             r.hold = true;
-            start(&mut r, params(s, HDD2)).unwrap();
+            start_job(&mut r, VOL, params(s, HDD2)).unwrap();
             write_while_migrating(&mut r, &mut reference, held_ops as u64, &what);
             let v = vid(&r);
             // Too late is fine only once the pivot is being made durable, or done.
             if let Err(e) = control(&mut r, Control::CancelMigration { volume: v }) {
                 assert!(
                     matches!(
-                        phase(&r),
+                        job_phase(&r, VOL),
                         Some(MigrationPhase::Committing { .. } | MigrationPhase::Done)
                     ),
                     "{what}: {e} in {:?}",
-                    phase(&r)
+                    job_phase(&r, VOL)
                 );
             }
             r.hold = false;
             while r.release_one().is_some() {}
-            finish(&mut r);
-            check(&mut r, &reference, &what);
+            finish_job(&mut r, VOL);
+            check_ref(&mut r, VOL, &reference, &what);
             r.engine.check_invariants().unwrap();
             if held_ops == 1 {
                 assert_eq!(
-                    phase(&r),
+                    job_phase(&r, VOL),
                     Some(MigrationPhase::Cancelled),
                     "{what}: in the drain"
                 );
             }
-            let home = match phase(&r) {
+            let home = match job_phase(&r, VOL) {
                 Some(MigrationPhase::Cancelled) => HDD,
                 Some(MigrationPhase::Done) => HDD2,
                 p => panic!("{what}: {p:?}"),
@@ -330,7 +301,7 @@ fn a_cancelled_cache_job_leaves_the_volume_home_and_caching() {
             // made since the last FLUSH, as always.)
             r.flush(VOL);
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{what}, crashed"));
+            check_ref(&mut r, VOL, &reference, &format!("{what}, crashed"));
             let e = cached_after_reads(&mut r, 5).unwrap_or_else(|| panic!("{what}: no fill"));
             assert_eq!(e.slow.0, home, "{what}");
             r.engine.check_invariants().unwrap();
@@ -347,9 +318,9 @@ fn power_loss_at(s: Scheme, k: usize, bug: Option<InjectedBug>) -> Result<Option
     let (mut r, mut reference) = setup_with(bug);
     r.volatile = true;
     r.hold = true;
-    start(&mut r, params(s, HDD2)).map_err(|e| e.to_string())?;
+    start_job(&mut r, VOL, params(s, HDD2)).map_err(|e| e.to_string())?;
     r.release_with_flushed_writes(VOL, &mut reference, k, CHUNKS * MIB, &what);
-    if phase(&r).is_some_and(|p| p.is_over()) {
+    if job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         return Ok(None);
     }
     r.engine.check_invariants()?;
@@ -363,15 +334,15 @@ fn power_loss_at(s: Scheme, k: usize, bug: Option<InjectedBug>) -> Result<Option
         }
     };
     same(&mut r, &reference, "at mount")?;
-    match phase(&r) {
+    match job_phase(&r, VOL) {
         Some(p) if !p.is_over() => {}
         // The job's start was not durable: ask again.
         _ if pools(&r) != vec![Some(HDD2); CHUNKS as usize] => {
-            start(&mut r, params(s, HDD2)).map_err(|e| format!("{what}: restart: {e}"))?
+            start_job(&mut r, VOL, params(s, HDD2)).map_err(|e| format!("{what}: restart: {e}"))?
         }
         _ => {}
     }
-    finish(&mut r);
+    finish_job(&mut r, VOL);
     same(&mut r, &reference, "once done")?;
     r.engine.check_invariants()?;
     if pools(&r) != vec![Some(HDD2); CHUNKS as usize] || !cached(&r).is_empty() {
@@ -513,10 +484,13 @@ fn a_thick_cache_volume_moves_its_home_region() {
 fn no_fill_starts_before_the_table_naming_the_new_home_is_durable() {
     let (mut r, mut reference) = setup();
     r.hold = true;
-    start(&mut r, params(Scheme::Mirror, HDD2)).unwrap();
+    start_job(&mut r, VOL, params(Scheme::Mirror, HDD2)).unwrap();
     write_while_migrating(&mut r, &mut reference, 3, "mirror");
-    assert!(!phase(&r).unwrap().is_over(), "the job is still running");
-    while !phase(&r).is_some_and(|p| p.is_over()) {
+    assert!(
+        !job_phase(&r, VOL).unwrap().is_over(),
+        "the job is still running"
+    );
+    while !job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         assert!(r.release_one().is_some(), "stuck before the pivot");
     }
     // The table write naming `hdd2` is held; the tier tick runs with candidates waiting
@@ -537,7 +511,7 @@ fn no_fill_starts_before_the_table_naming_the_new_home_is_durable() {
     while r.release_one().is_some() {}
     let e = cached_after_reads(&mut r, 3).expect("caching starts again");
     assert_eq!(e.slow.0, HDD2);
-    check(&mut r, &reference, "cached again");
+    check_ref(&mut r, VOL, &reference, "cached again");
     r.engine.check_invariants().unwrap();
 }
 
@@ -564,14 +538,14 @@ fn a_fill_in_flight_at_the_start_is_drained_too() {
         while r.release_one().is_some() {}
     }
     assert!(fill_held(&r), "a fill is in flight: {:?}", r.held);
-    start(&mut r, params(Scheme::Lr, HDD2)).unwrap();
+    start_job(&mut r, VOL, params(Scheme::Lr, HDD2)).unwrap();
     r.hold = false;
     while r.release_one().is_some() {}
-    finish(&mut r);
-    assert_eq!(phase(&r), Some(MigrationPhase::Done));
+    finish_job(&mut r, VOL);
+    assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done));
     assert_eq!(pools(&r), vec![Some(HDD2); CHUNKS as usize]);
-    check(&mut r, &reference, "after the job");
+    check_ref(&mut r, VOL, &reference, "after the job");
     r.engine.check_invariants().unwrap();
     r.crash_and_mount();
-    check(&mut r, &reference, "after a crash");
+    check_ref(&mut r, VOL, &reference, "after a crash");
 }

@@ -55,18 +55,6 @@ fn phase(r: &Rig) -> MigrationPhase {
     r.engine.migration_status(vid(r)).unwrap().phase
 }
 
-fn write_ref(r: &mut Rig, reference: &mut [u8], off: u64, seed: u8, len: usize) {
-    let d = pattern(seed, len);
-    r.write(VOL, off, &d);
-    reference[off as usize..off as usize + len].copy_from_slice(&d);
-}
-
-fn check(r: &mut Rig, reference: &[u8], what: &str) {
-    let got = r.read(VOL, 0, reference.len() as u64);
-    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
-    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
-}
-
 /// Where the chunks live now.
 fn pools(r: &Rig) -> Vec<Option<PoolId>> {
     let v = vid(r);
@@ -108,7 +96,7 @@ fn every_scheme_moves_the_volume_and_keeps_every_write() {
         }
         r.hold = false;
         while r.release_one().is_some() {}
-        check(&mut r, &reference, &format!("{s:?} during the copy"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} during the copy"));
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
         // The switch is durable after the pause ended (the volume resumed before).
@@ -119,10 +107,11 @@ fn every_scheme_moves_the_volume_and_keeps_every_write() {
             "{s:?}: {:?}",
             pools(&r)
         );
-        check(&mut r, &reference, &format!("{s:?} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         r.crash_and_mount();
-        check(
+        check_ref(
             &mut r,
+            VOL,
             &reference,
             &format!("{s:?} after a crash past the pivot"),
         );
@@ -153,7 +142,7 @@ fn writes_to_the_chunk_being_copied_wait_for_it_except_under_dbt() {
         while r.release_one().is_some() {}
         assert_eq!(r.take_done(id).unwrap().result, Ok(()));
         finish(&mut r);
-        check(&mut r, &reference, &format!("{s:?}"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?}"));
         let st = r.engine.migration_status(vid(&r)).unwrap();
         if s == Scheme::Dbt {
             assert!(st.stats.pass >= 2, "dbt recopies the dirty block: {st:?}");
@@ -185,13 +174,13 @@ fn lr_writes_go_to_the_destination_and_reads_follow_them() {
     while r.release_one().is_some() {}
     assert_eq!(r.take_done(id).unwrap().result, Ok(()));
     assert_eq!(before[4], Some(HDD));
-    check(&mut r, &reference, "lr read by the bitmap");
+    check_ref(&mut r, VOL, &reference, "lr read by the bitmap");
     finish(&mut r);
     let st = r.engine.migration_status(vid(&r)).unwrap();
     // The copy skipped the block written to the destination.
     assert!(st.stats.copied_bytes < CHUNKS * MIB, "{st:?}");
     assert_eq!(st.stats.redundant_bytes, 0);
-    check(&mut r, &reference, "lr after pivot");
+    check_ref(&mut r, VOL, &reference, "lr after pivot");
 }
 
 #[test]
@@ -218,7 +207,7 @@ fn mirror_writes_to_copied_chunks_reach_both_pools_before_completing() {
     assert_eq!(r.take_done(id).unwrap().result, Ok(()));
     r.hold = false;
     finish(&mut r);
-    check(&mut r, &reference, "mirror");
+    check_ref(&mut r, VOL, &reference, "mirror");
     assert!(
         r.engine
             .migration_status(vid(&r))
@@ -305,6 +294,7 @@ fn cancel_before_and_after_the_copy_leaves_the_source_complete() {
             for i in 0..4u64 {
                 write_ref(
                     &mut r,
+                    VOL,
                     &mut reference,
                     i * MIB + 4096 * (i + 1),
                     150 + i as u8,
@@ -331,10 +321,15 @@ fn cancel_before_and_after_the_copy_leaves_the_source_complete() {
                 "{s:?}: {:?}",
                 pools(&r)
             );
-            check(&mut r, &reference, &format!("{s:?} cancelled"));
+            check_ref(&mut r, VOL, &reference, &format!("{s:?} cancelled"));
             r.flush(VOL);
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{s:?} cancelled, crashed"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{s:?} cancelled, crashed"),
+            );
             r.engine.check_invariants().unwrap();
         }
     }
@@ -356,12 +351,22 @@ fn a_crash_at_any_point_keeps_every_flushed_write() {
             );
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{s:?} crash after {cut} ops"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{s:?} crash after {cut} ops"),
+            );
             r.engine.check_invariants().unwrap();
             // The job can be started again and finishes.
             start(&mut r, params(s));
             finish(&mut r);
-            check(&mut r, &reference, &format!("{s:?} restarted after {cut}"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{s:?} restarted after {cut}"),
+            );
             assert!(pools(&r).iter().all(|p| *p == Some(SSD)));
         }
     }
@@ -503,7 +508,7 @@ fn control_routes_migrations_and_refuses_each_bad_request() {
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Cancelled);
     assert!(pools(&r).iter().all(|&p| p == Some(HDD)), "{:?}", pools(&r));
-    check(&mut r, &reference, "after the cancel");
+    check_ref(&mut r, VOL, &reference, "after the cancel");
     r.engine.check_invariants().unwrap();
 }
 
@@ -513,7 +518,14 @@ fn scenario_holds(s: Scheme, bug: Option<InjectedBug>) -> bool {
     let mut r = Rig::with_bug(config(1 << 20), bug);
     let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
     for c in 0..CHUNKS {
-        write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+        write_ref(
+            &mut r,
+            VOL,
+            &mut reference,
+            c * MIB,
+            c as u8 + 1,
+            MIB as usize,
+        );
     }
     r.flush(VOL);
     r.hold = true;
@@ -583,7 +595,14 @@ fn dbt_leaves_a_chunk_already_on_the_destination_alone() {
     let mut r = Rig::new(config(1 << 20));
     let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
     for c in 1..CHUNKS {
-        write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+        write_ref(
+            &mut r,
+            VOL,
+            &mut reference,
+            c * MIB,
+            c as u8 + 1,
+            MIB as usize,
+        );
     }
     r.flush(VOL);
     let v = vid(&r);
@@ -611,10 +630,10 @@ fn dbt_leaves_a_chunk_already_on_the_destination_alone() {
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Done);
     r.engine.check_invariants().unwrap();
-    check(&mut r, &reference, "after the pivot");
+    check_ref(&mut r, VOL, &reference, "after the pivot");
     r.crash_and_mount();
     r.engine.check_invariants().unwrap();
-    check(&mut r, &reference, "after a crash");
+    check_ref(&mut r, VOL, &reference, "after a crash");
 }
 
 /// A write while device operations are held: release them until it completes.
@@ -647,7 +666,7 @@ fn a_write_in_flight_when_the_copy_starts_is_not_lost() {
         assert!(r.take_done(id).is_some_and(|c| c.result.is_ok()), "{s:?}");
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
-        check(&mut r, &reference, &format!("{s:?} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         r.engine.check_invariants().unwrap();
     }
 }
@@ -704,7 +723,7 @@ fn a_cancel_flushes_the_copied_back_data_before_dropping_the_entries() {
             "{s:?}: the copied-back data was never flushed"
         );
         r.hold = false;
-        check(&mut r, &reference, &format!("{s:?} cancelled"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} cancelled"));
     }
 }
 
@@ -719,10 +738,10 @@ fn the_new_home_pool_survives_a_restart() {
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Done);
     r.crash_and_mount();
-    write_ref(&mut r, &mut reference, 7 * MIB, 90, 4096);
+    write_ref(&mut r, VOL, &mut reference, 7 * MIB, 90, 4096);
     assert_eq!(r.engine.chunk_location(v, 7).map(|l| l.0), Some(SSD));
     r.engine.check_invariants().unwrap();
-    check(&mut r, &reference, "after the restart");
+    check_ref(&mut r, VOL, &reference, "after the restart");
 }
 
 /// DST seed 187: an LR job wrote to the destination, power was lost, and a DBT job to the
@@ -762,7 +781,7 @@ fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_mov
             }
             r.crash_and_mount();
             r.hold = false;
-            check(&mut r, &reference, &format!("{what}: after the crash"));
+            check_ref(&mut r, VOL, &reference, &format!("{what}: after the crash"));
             // Resume; once the chunks with the first job's writes are copied, write
             // beside those writes (same dirty block), so DBT recopies the block.
             r.hold = true;
@@ -777,7 +796,7 @@ fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_mov
                 );
                 r.hold = false;
                 while r.release_one().is_some() {}
-                check(&mut r, &reference, &format!("{what}: refused"));
+                check_ref(&mut r, VOL, &reference, &format!("{what}: refused"));
                 continue;
             }
             while r
@@ -805,9 +824,14 @@ fn a_job_after_an_interrupted_lr_or_slr_job_never_copies_the_source_over_its_mov
             finish(&mut r);
             assert_eq!(phase(&r), MigrationPhase::Done, "{what}");
             assert!(pools(&r).iter().all(|p| *p == Some(SSD)), "{what}");
-            check(&mut r, &reference, &format!("{what}: finished"));
+            check_ref(&mut r, VOL, &reference, &format!("{what}: finished"));
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{what}: finished, crashed"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{what}: finished, crashed"),
+            );
         }
     }
 }
@@ -828,7 +852,7 @@ fn a_job_counts_only_chunks_it_copied_and_reports_its_cost() {
         },
     );
     // During the copy (it takes 1.5 s at 4 MiB/s).
-    write_ref(&mut r, &mut reference, 5 * MIB + 4096, 77, 8192);
+    write_ref(&mut r, VOL, &mut reference, 5 * MIB + 4096, 77, 8192);
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Done);
     let st = r.engine.migration_status(v).unwrap();
@@ -848,7 +872,7 @@ fn a_job_counts_only_chunks_it_copied_and_reports_its_cost() {
     );
     let mc = cost.lambda_migration_time * (0.25 * cost.lambda_wear + 0.75 * cost.lambda_io);
     assert!((cost.mc - mc).abs() < 1e-12, "{cost:?}");
-    check(&mut r, &reference, "after the pivot");
+    check_ref(&mut r, VOL, &reference, "after the pivot");
 }
 
 /// A job is recorded in the volume table: after a crash mid-copy the mount starts it
@@ -866,8 +890,8 @@ fn a_job_interrupted_by_a_crash_resumes_at_mount() {
             },
         );
         r.tick(300_000_000);
-        write_ref(&mut r, &mut reference, 4 * MIB + 4096, 60, 8192);
-        write_ref(&mut r, &mut reference, 4096, 61, 4096);
+        write_ref(&mut r, VOL, &mut reference, 4 * MIB + 4096, 60, 8192);
+        write_ref(&mut r, VOL, &mut reference, 4096, 61, 4096);
         r.flush(VOL);
         let before = r.engine.migration_status(vid(&r)).unwrap();
         assert!(!before.phase.is_over(), "{s:?}: over before the crash");
@@ -887,15 +911,15 @@ fn a_job_interrupted_by_a_crash_resumes_at_mount() {
             "{s:?}: {:?}",
             r.events
         );
-        check(&mut r, &reference, &format!("{s:?} after the crash"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the crash"));
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
         assert!(pools(&r).iter().all(|p| *p == Some(SSD)), "{s:?}");
-        check(&mut r, &reference, &format!("{s:?} resumed and done"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} resumed and done"));
         // The finished job is no longer recorded: nothing resumes at the next mount.
         r.crash_and_mount();
         assert!(r.engine.migration_status(vid(&r)).is_none(), "{s:?}");
-        check(&mut r, &reference, &format!("{s:?} done, crashed"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} done, crashed"));
     }
 }
 
@@ -908,7 +932,14 @@ fn aio_keeps_the_newest_write_on_the_destination(bug: Option<InjectedBug>) -> bo
     let mut r = Rig::with_bug(config(1 << 20), bug);
     let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
     for c in 0..CHUNKS {
-        write_ref(&mut r, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+        write_ref(
+            &mut r,
+            VOL,
+            &mut reference,
+            c * MIB,
+            c as u8 + 1,
+            MIB as usize,
+        );
     }
     r.flush(VOL);
     let mut p = params(Scheme::Aio);
@@ -1005,11 +1036,11 @@ fn a_chunk_allocated_on_the_source_while_the_pivot_drains_is_copied() {
         }
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
-        check(&mut r, &reference, &format!("{s:?} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         assert_eq!(pools(&r)[1], Some(SSD), "{s:?}: {:?}", pools(&r));
         r.engine.check_invariants().unwrap();
         r.crash_and_mount();
-        check(&mut r, &reference, &format!("{s:?} after a crash"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after a crash"));
     }
 }
 
@@ -1059,14 +1090,15 @@ fn a_pivot_whose_commit_fails_for_space_lets_the_volume_run() {
         // Power fails with the switch not durable (mount needs space: it comes back).
         r.fail_writes = None;
         r.crash_and_mount();
-        check(
+        check_ref(
             &mut r,
+            VOL,
             &reference,
             &format!("{s:?} after a crash without space"),
         );
         r.engine.check_invariants().unwrap();
         // Space is back: the resumed job pivots and the volume is on the destination.
-        write_ref(&mut r, &mut reference, 3 * MIB + 512, 98, 4096);
+        write_ref(&mut r, VOL, &mut reference, 3 * MIB + 512, 98, 4096);
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
         assert!(
@@ -1075,10 +1107,11 @@ fn a_pivot_whose_commit_fails_for_space_lets_the_volume_run() {
             pools(&r)
         );
         r.flush(VOL);
-        check(&mut r, &reference, &format!("{s:?} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         r.crash_and_mount();
-        check(
+        check_ref(
             &mut r,
+            VOL,
             &reference,
             &format!("{s:?} after a crash past the pivot"),
         );
@@ -1221,7 +1254,7 @@ fn power_loss_in_the_pivot(
     if r.engine.migration_status(vid(&r)).is_some() {
         finish(&mut r);
     }
-    check(&mut r, &now, &format!("{s:?} after resuming"));
+    check_ref(&mut r, VOL, &now, &format!("{s:?} after resuming"));
     Some(vm.pivot_flushes_done)
 }
 
@@ -1322,7 +1355,7 @@ fn a_copy_back_that_fails_for_space_is_retried_after_the_commit_interval() {
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Failed);
     assert_eq!(pools(&r), vec![Some(HDD); CHUNKS as usize]);
-    check(&mut r, &reference, "after the cancel");
+    check_ref(&mut r, VOL, &reference, "after the cancel");
     r.engine.check_invariants().unwrap();
 }
 
@@ -1362,7 +1395,7 @@ fn a_dbt_dirty_copy_waits_for_a_queued_write_to_its_chunk() {
     assert!(r.take_done(id).is_some_and(|c| c.result.is_ok()));
     finish(&mut r);
     assert_eq!(phase(&r), MigrationPhase::Done);
-    check(&mut r, &reference, "after the pivot");
+    check_ref(&mut r, VOL, &reference, "after the pivot");
     r.engine.check_invariants().unwrap();
 }
 
@@ -1394,13 +1427,13 @@ fn a_start_to_where_every_chunk_already_is_records_the_new_home_without_pausing(
     );
     r.hold = false;
     while r.release_one().is_some() {}
-    write_ref(&mut r, &mut reference, 4096, 7, 8192);
+    write_ref(&mut r, VOL, &mut reference, 4096, 7, 8192);
     assert_eq!(r.engine.chunk_location(v, 0).map(|l| l.0), Some(SSD));
     r.flush(VOL);
     r.crash_and_mount();
-    write_ref(&mut r, &mut reference, MIB, 8, 4096);
+    write_ref(&mut r, VOL, &mut reference, MIB, 8, 4096);
     assert_eq!(r.engine.chunk_location(v, 1).map(|l| l.0), Some(SSD));
-    check(&mut r, &reference, "after the restart");
+    check_ref(&mut r, VOL, &reference, "after the restart");
     assert_eq!(
         control(&mut r, start_to_ssd),
         Err(ControlError::SamePool {
@@ -1468,44 +1501,6 @@ fn tiered_pools(r: &Rig) -> Vec<Option<PoolId>> {
         .collect()
 }
 
-fn tiered_phase(r: &Rig) -> Option<MigrationPhase> {
-    r.engine.migration_status(tvid(r)).map(|s| s.phase)
-}
-
-fn tiered_start(r: &mut Rig, p: MigrationParams) {
-    let v = tvid(r);
-    control(
-        r,
-        Control::StartMigration {
-            volume: v,
-            params: p,
-        },
-    )
-    .unwrap();
-}
-
-fn tiered_finish(r: &mut Rig) {
-    for _ in 0..10_000 {
-        if tiered_phase(r).is_some_and(|p| p.is_over()) {
-            return;
-        }
-        r.tick(1_000_000);
-    }
-    panic!("migration did not finish: {:?}", tiered_phase(r));
-}
-
-fn tiered_write(r: &mut Rig, reference: &mut [u8], off: u64, seed: u8, len: usize) {
-    let d = pattern(seed, len);
-    r.write(TIERED, off, &d);
-    reference[off as usize..off as usize + len].copy_from_slice(&d);
-}
-
-fn tiered_check(r: &mut Rig, reference: &[u8], what: &str) {
-    let got = r.read(TIERED, 0, reference.len() as u64);
-    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
-    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
-}
-
 /// Heat chunk `c` with random reads and let the tier tick run: true if it reached the SSD.
 fn promoted_after_heat(r: &mut Rig, c: u64) -> bool {
     let v = tvid(r);
@@ -1530,7 +1525,7 @@ fn a_tiered_volume_on_both_pools_migrates_with_every_scheme_and_tiering_resumes(
             let what = format!("{s:?} to {to:?}");
             let (mut r, mut reference) = tiered_setup();
             r.hold = true;
-            tiered_start(&mut r, MigrationParams { to, ..params(s) });
+            start_job(&mut r, TIERED, MigrationParams { to, ..params(s) }).unwrap();
             for step in 0..40u64 {
                 r.release_one();
                 let off = (step * 389 * 4096) % (CHUNKS * MIB - 8192);
@@ -1543,20 +1538,30 @@ fn a_tiered_volume_on_both_pools_migrates_with_every_scheme_and_tiering_resumes(
             }
             r.hold = false;
             while r.release_one().is_some() {}
-            tiered_check(&mut r, &reference, &format!("{what} during the copy"));
+            check_ref(
+                &mut r,
+                TIERED,
+                &reference,
+                &format!("{what} during the copy"),
+            );
             r.engine.check_invariants().unwrap();
-            tiered_finish(&mut r);
-            assert_eq!(tiered_phase(&r), Some(MigrationPhase::Done), "{what}");
+            finish_job(&mut r, TIERED);
+            assert_eq!(job_phase(&r, TIERED), Some(MigrationPhase::Done), "{what}");
             assert_eq!(tiered_pools(&r), vec![Some(to); CHUNKS as usize], "{what}");
             assert_eq!(
                 r.engine.volume_report(tvid(&r)).unwrap().promotions,
                 0,
                 "{what}: no tier move while the job ran"
             );
-            tiered_check(&mut r, &reference, &format!("{what} after the pivot"));
+            check_ref(
+                &mut r,
+                TIERED,
+                &reference,
+                &format!("{what} after the pivot"),
+            );
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
-            tiered_check(&mut r, &reference, &format!("{what} after a crash"));
+            check_ref(&mut r, TIERED, &reference, &format!("{what} after a crash"));
             r.engine.check_invariants().unwrap();
             // Tiering resumes relative to the new home: a hot chunk goes to the SSD again,
             // and once the fast budget is full, new chunks go to the new home.
@@ -1565,13 +1570,13 @@ fn a_tiered_volume_on_both_pools_migrates_with_every_scheme_and_tiering_resumes(
                 "{what}: chunk 4 not promoted"
             );
             for c in [10, 11, 12] {
-                tiered_write(&mut r, &mut reference, c * MIB, c as u8, 4096);
+                write_ref(&mut r, TIERED, &mut reference, c * MIB, c as u8, 4096);
             }
             let v = tvid(&r);
             let at = |r: &Rig, c| r.engine.chunk_location(v, c).map(|l| l.0);
             assert_eq!((at(&r, 10), at(&r, 11)), (Some(SSD), Some(SSD)), "{what}");
             assert_eq!(at(&r, 12), Some(to), "{what}: the new home after a restart");
-            tiered_check(&mut r, &reference, &format!("{what} after tiering"));
+            check_ref(&mut r, TIERED, &reference, &format!("{what} after tiering"));
             r.engine.check_invariants().unwrap();
         }
     }
@@ -1587,41 +1592,50 @@ fn a_crash_at_any_point_of_a_tiered_volumes_job_keeps_every_flushed_write() {
             let what = format!("{s:?} crash after {cut} ops");
             let (mut r, mut reference) = tiered_setup();
             r.hold = true;
-            tiered_start(
+            start_job(
                 &mut r,
+                TIERED,
                 MigrationParams {
                     to: HDD2,
                     ..params(s)
                 },
-            );
+            )
+            .unwrap();
             r.release_with_flushed_writes(TIERED, &mut reference, cut, CHUNKS * MIB, &what);
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
-            tiered_check(&mut r, &reference, &what);
+            check_ref(&mut r, TIERED, &reference, &what);
             r.engine.check_invariants().unwrap();
-            match tiered_phase(&r) {
+            match job_phase(&r, TIERED) {
                 Some(p) if !p.is_over() => {}
                 _ if tiered_pools(&r) == vec![Some(HDD2); CHUNKS as usize] => {}
-                _ => tiered_start(
+                _ => start_job(
                     &mut r,
+                    TIERED,
                     MigrationParams {
                         to: HDD2,
                         ..params(s)
                     },
-                ),
+                )
+                .unwrap(),
             }
-            if tiered_phase(&r).is_some() {
-                tiered_finish(&mut r);
+            if job_phase(&r, TIERED).is_some() {
+                finish_job(&mut r, TIERED);
             }
             assert_eq!(
                 tiered_pools(&r),
                 vec![Some(HDD2); CHUNKS as usize],
                 "{what}"
             );
-            tiered_check(&mut r, &reference, &format!("{what}, then done"));
+            check_ref(&mut r, TIERED, &reference, &format!("{what}, then done"));
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
-            tiered_check(&mut r, &reference, &format!("{what}, done and crashed"));
+            check_ref(
+                &mut r,
+                TIERED,
+                &reference,
+                &format!("{what}, done and crashed"),
+            );
             assert!(promoted_after_heat(&mut r, 1), "{what}: no promotion after");
         }
     }
@@ -1633,28 +1647,39 @@ fn a_cancelled_tiered_job_leaves_the_chunks_where_they_were() {
     for s in Scheme::ALL {
         let (mut r, mut reference) = tiered_setup();
         let before = tiered_pools(&r);
-        tiered_start(
+        start_job(
             &mut r,
+            TIERED,
             MigrationParams {
                 to: HDD2,
                 rate_bytes_per_s: 8 << 20,
                 ..params(s)
             },
-        );
+        )
+        .unwrap();
         r.tick(250_000_000);
-        tiered_write(&mut r, &mut reference, 4096, 70, 8192);
-        tiered_write(&mut r, &mut reference, 5 * MIB - 4096, 71, 8192);
+        write_ref(&mut r, TIERED, &mut reference, 4096, 70, 8192);
+        write_ref(&mut r, TIERED, &mut reference, 5 * MIB - 4096, 71, 8192);
         let st = r.engine.migration_status(tvid(&r)).unwrap();
         assert!(st.chunks_done > 0 && !st.phase.is_over(), "{s:?}: {st:?}");
         let v = tvid(&r);
         control(&mut r, Control::CancelMigration { volume: v }).unwrap();
-        tiered_finish(&mut r);
-        assert_eq!(tiered_phase(&r), Some(MigrationPhase::Cancelled), "{s:?}");
+        finish_job(&mut r, TIERED);
+        assert_eq!(
+            job_phase(&r, TIERED),
+            Some(MigrationPhase::Cancelled),
+            "{s:?}"
+        );
         assert_eq!(tiered_pools(&r), before, "{s:?}");
-        tiered_check(&mut r, &reference, &format!("{s:?} cancelled"));
+        check_ref(&mut r, TIERED, &reference, &format!("{s:?} cancelled"));
         r.engine.check_invariants().unwrap();
         r.crash_and_mount();
-        tiered_check(&mut r, &reference, &format!("{s:?} cancelled, crashed"));
+        check_ref(
+            &mut r,
+            TIERED,
+            &reference,
+            &format!("{s:?} cancelled, crashed"),
+        );
     }
 }
 
@@ -1710,25 +1735,27 @@ fn tier_moves_and_a_tiered_job_exclude_each_other() {
     while r.release_one().is_some() {}
     let promotions = r.engine.volume_report(v).unwrap().promotions;
     // A slow job: hot chunks are not promoted while it runs.
-    tiered_start(
+    start_job(
         &mut r,
+        TIERED,
         MigrationParams {
             to: HDD2,
             rate_bytes_per_s: 1 << 20,
             ..params(Scheme::Dbt)
         },
-    );
+    )
+    .unwrap();
     for round in 0..20u64 {
         for i in 0..16u64 {
             r.read(TIERED, 5 * MIB + ((i * 37 + round * 11) % 250) * 4096, 4096);
         }
         r.tick(100_000_000);
     }
-    assert!(!tiered_phase(&r).unwrap().is_over());
+    assert!(!job_phase(&r, TIERED).unwrap().is_over());
     assert_eq!(r.engine.volume_report(v).unwrap().promotions, promotions);
     r.engine.check_invariants().unwrap();
-    tiered_finish(&mut r);
-    assert_eq!(tiered_phase(&r), Some(MigrationPhase::Done));
+    finish_job(&mut r, TIERED);
+    assert_eq!(job_phase(&r, TIERED), Some(MigrationPhase::Done));
     assert!(
         promoted_after_heat(&mut r, 5),
         "tiering resumes after the pivot"
@@ -1745,28 +1772,44 @@ fn a_hot_chunk_during_an_lr_job_keeps_its_writes(bug: Option<InjectedBug>) -> bo
     let mut r = Rig::with_bug(tiered_config(), bug);
     let mut reference = vec![0u8; 16 * MIB as usize];
     for c in 0..CHUNKS {
-        tiered_write(&mut r, &mut reference, c * MIB, c as u8 + 41, MIB as usize);
+        write_ref(
+            &mut r,
+            TIERED,
+            &mut reference,
+            c * MIB,
+            c as u8 + 41,
+            MIB as usize,
+        );
     }
     r.flush(TIERED);
-    tiered_start(
+    start_job(
         &mut r,
+        TIERED,
         MigrationParams {
             to: HDD,
             rate_bytes_per_s: 1 << 20,
             ..params(Scheme::Lr)
         },
-    );
+    )
+    .unwrap();
     for round in 0..20u64 {
-        if tiered_phase(&r).is_some_and(|p| p.is_over()) {
+        if job_phase(&r, TIERED).is_some_and(|p| p.is_over()) {
             break;
         }
         for i in 0..16u64 {
             r.read(TIERED, ((i * 37 + round * 11) % 250) * 4096, 4096);
         }
-        tiered_write(&mut r, &mut reference, round * 8192, 90 + round as u8, 4096);
+        write_ref(
+            &mut r,
+            TIERED,
+            &mut reference,
+            round * 8192,
+            90 + round as u8,
+            4096,
+        );
         r.tick(100_000_000);
     }
-    tiered_finish(&mut r);
+    finish_job(&mut r, TIERED);
     let got = r.read(TIERED, 0, reference.len() as u64);
     got == reference && r.engine.check_invariants().is_ok()
 }

@@ -52,51 +52,14 @@ fn vid(r: &Rig) -> VolumeId {
     r.engine.volume_id(VOL).unwrap()
 }
 
-fn start(r: &mut Rig, p: MigrationParams) -> Result<(), ControlError> {
-    let v = vid(r);
-    control(
-        r,
-        Control::StartMigration {
-            volume: v,
-            params: p,
-        },
-    )
-}
-
-fn phase(r: &Rig) -> Option<MigrationPhase> {
-    r.engine.migration_status(vid(r)).map(|s| s.phase)
-}
-
+/// The job over, then the table write naming the new region, the records turning the
+/// chunks back into `Home`, and the frees they wait for.
 fn finish(r: &mut Rig) {
-    for _ in 0..10_000 {
-        if phase(r).is_some_and(|p| p.is_over()) {
-            break;
-        }
-        r.tick(1_000_000);
-    }
-    assert!(
-        phase(r).is_some_and(|p| p.is_over()),
-        "migration did not finish: {:?}",
-        phase(r)
-    );
-    // The table write naming the new region, the records turning the chunks back into
-    // `Home`, and the frees they wait for.
+    finish_job(r, VOL);
     for _ in 0..25 {
         r.tick(100_000_000);
         while r.release_one().is_some() {}
     }
-}
-
-fn write_ref(r: &mut Rig, reference: &mut [u8], off: u64, seed: u8, len: usize) {
-    let d = pattern(seed, len);
-    r.write(VOL, off, &d);
-    reference[off as usize..off as usize + len].copy_from_slice(&d);
-}
-
-fn check(r: &mut Rig, reference: &[u8], what: &str) {
-    let got = r.read(VOL, 0, reference.len() as u64);
-    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
-    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
 }
 
 /// Where each chunk lives: (pool, physical chunk).
@@ -137,16 +100,16 @@ fn every_scheme_moves_a_thick_volumes_home_region_and_back() {
         let free0 = free_chunks(&r);
         assert!(in_one_region_on(&r, SSD));
         r.hold = true;
-        start(&mut r, params(s, HDD)).unwrap();
+        start_job(&mut r, VOL, params(s, HDD)).unwrap();
         write_while_copying(&mut r, &mut reference, 40, &format!("{s:?}"));
         r.hold = false;
         while r.release_one().is_some() {}
-        check(&mut r, &reference, &format!("{s:?} during the copy"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} during the copy"));
         r.engine.check_invariants().unwrap();
         finish(&mut r);
-        assert_eq!(phase(&r), Some(MigrationPhase::Done), "{s:?}");
+        assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done), "{s:?}");
         assert!(in_one_region_on(&r, HDD), "{s:?}: {:?}", locations(&r));
-        check(&mut r, &reference, &format!("{s:?} after the pivot"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         r.engine.check_invariants().unwrap();
         // The old region is free again, the new one taken.
         let free1 = free_chunks(&r);
@@ -161,8 +124,9 @@ fn every_scheme_moves_a_thick_volumes_home_region_and_back() {
             "{s:?}: HDD {free0:?} -> {free1:?}"
         );
         r.crash_and_mount();
-        check(
+        check_ref(
             &mut r,
+            VOL,
             &reference,
             &format!("{s:?} after a crash past the pivot"),
         );
@@ -176,18 +140,18 @@ fn every_scheme_moves_a_thick_volumes_home_region_and_back() {
 
         // And back, with writes during the job again.
         r.hold = true;
-        start(&mut r, params(s, SSD)).unwrap();
+        start_job(&mut r, VOL, params(s, SSD)).unwrap();
         write_while_copying(&mut r, &mut reference, 30, &format!("{s:?} back"));
         r.hold = false;
         while r.release_one().is_some() {}
         finish(&mut r);
-        assert_eq!(phase(&r), Some(MigrationPhase::Done), "{s:?} back");
+        assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done), "{s:?} back");
         assert!(in_one_region_on(&r, SSD), "{s:?} back: {:?}", locations(&r));
-        check(&mut r, &reference, &format!("{s:?} back"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} back"));
         assert_eq!(free_chunks(&r), free0, "{s:?}: back where it started");
         r.engine.check_invariants().unwrap();
         r.crash_and_mount();
-        check(&mut r, &reference, &format!("{s:?} back, crashed"));
+        check_ref(&mut r, VOL, &reference, &format!("{s:?} back, crashed"));
         r.engine.check_invariants().unwrap();
     }
 }
@@ -203,22 +167,22 @@ fn a_crash_at_any_point_of_a_thick_volumes_job_keeps_every_flushed_write() {
             let (mut r, mut reference) = setup();
             let free0 = free_chunks(&r);
             r.hold = true;
-            start(&mut r, params(s, HDD)).unwrap();
+            start_job(&mut r, VOL, params(s, HDD)).unwrap();
             r.release_with_flushed_writes(VOL, &mut reference, cut, CHUNKS * MIB, &what);
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
-            check(&mut r, &reference, &what);
+            check_ref(&mut r, VOL, &reference, &what);
             r.engine.check_invariants().unwrap();
-            match phase(&r) {
+            match job_phase(&r, VOL) {
                 Some(p) if !p.is_over() => {}
                 _ if in_one_region_on(&r, HDD) => {}
-                _ => start(&mut r, params(s, HDD)).unwrap(),
+                _ => start_job(&mut r, VOL, params(s, HDD)).unwrap(),
             }
-            if phase(&r).is_some() {
+            if job_phase(&r, VOL).is_some() {
                 finish(&mut r);
             }
             assert!(in_one_region_on(&r, HDD), "{what}: {:?}", locations(&r));
-            check(&mut r, &reference, &format!("{what}, then done"));
+            check_ref(&mut r, VOL, &reference, &format!("{what}, then done"));
             r.engine.check_invariants().unwrap();
             let free1 = free_chunks(&r);
             assert_eq!(
@@ -227,7 +191,12 @@ fn a_crash_at_any_point_of_a_thick_volumes_job_keeps_every_flushed_write() {
                 "{what}: nothing leaked"
             );
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{what}, done and crashed"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{what}, done and crashed"),
+            );
             r.engine.check_invariants().unwrap();
         }
     }
@@ -248,7 +217,7 @@ fn power_loss_after_the_pivot(
     let free0 = free_chunks(&r);
     r.volatile = true;
     r.hold = true;
-    start(&mut r, params(s, HDD)).map_err(|e| e.to_string())?;
+    start_job(&mut r, VOL, params(s, HDD)).map_err(|e| e.to_string())?;
     write_while_copying(&mut r, &mut reference, 20, &format!("{s:?}"));
     let f = r.submit(VOL, ReqKind::Flush, 0, None, 0);
     while r.take_done(f).is_none() {
@@ -256,7 +225,7 @@ fn power_loss_after_the_pivot(
             return Err("flush stuck".into());
         }
     }
-    while !phase(&r).is_some_and(|p| p.is_over()) {
+    while !job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         if r.release_one().is_none() {
             return Err("stuck before the pivot was durable".into());
         }
@@ -283,7 +252,7 @@ fn power_loss_after_the_pivot(
             ));
         }
     }
-    if phase(&r).is_some() {
+    if job_phase(&r, VOL).is_some() {
         finish(&mut r);
     }
     r.engine.check_invariants()?;
@@ -349,11 +318,11 @@ fn a_cancelled_thick_job_frees_its_new_region() {
                 p.rate_bytes_per_s = 8 << 20;
             }
             r.hold = after_copy;
-            start(&mut r, p).unwrap();
+            start_job(&mut r, VOL, p).unwrap();
             if after_copy {
                 while r.release_one().is_some() {
                     if matches!(
-                        phase(&r),
+                        job_phase(&r, VOL),
                         Some(MigrationPhase::Draining | MigrationPhase::Committing { .. })
                     ) {
                         break;
@@ -361,8 +330,8 @@ fn a_cancelled_thick_job_frees_its_new_region() {
                 }
             } else {
                 r.tick(250_000_000);
-                write_ref(&mut r, &mut reference, 4096, 70, 8192);
-                write_ref(&mut r, &mut reference, 5 * MIB - 4096, 71, 8192);
+                write_ref(&mut r, VOL, &mut reference, 4096, 70, 8192);
+                write_ref(&mut r, VOL, &mut reference, 5 * MIB - 4096, 71, 8192);
             }
             let st = r.engine.migration_status(vid(&r)).unwrap();
             // (LR copies and pivots with nothing to drain: the job may be done already.)
@@ -371,20 +340,29 @@ fn a_cancelled_thick_job_frees_its_new_region() {
             let res = control(&mut r, Control::CancelMigration { volume: v });
             r.hold = false;
             while r.release_one().is_some() {}
-            write_ref(&mut r, &mut reference, 2 * MIB + 4096, 72, 8192);
+            write_ref(&mut r, VOL, &mut reference, 2 * MIB + 4096, 72, 8192);
             finish(&mut r);
             if res.is_err() {
-                assert_eq!(phase(&r), Some(MigrationPhase::Done), "{what}");
+                assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done), "{what}");
                 continue;
             }
-            assert_eq!(phase(&r), Some(MigrationPhase::Cancelled), "{what}");
+            assert_eq!(
+                job_phase(&r, VOL),
+                Some(MigrationPhase::Cancelled),
+                "{what}"
+            );
             assert_eq!(locations(&r), home, "{what}");
-            check(&mut r, &reference, &format!("{what} cancelled"));
+            check_ref(&mut r, VOL, &reference, &format!("{what} cancelled"));
             r.engine.check_invariants().unwrap();
             assert_eq!(free_chunks(&r), free0, "{what}: the new region is free");
             r.flush(VOL);
             r.crash_and_mount();
-            check(&mut r, &reference, &format!("{what} cancelled, crashed"));
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                &format!("{what} cancelled, crashed"),
+            );
             r.engine.check_invariants().unwrap();
             assert_eq!(free_chunks(&r), free0, "{what}: after a crash");
         }
@@ -405,7 +383,7 @@ fn a_fragmented_destination_refuses_a_thick_volume_naming_its_longest_run() {
     r.flush("thin");
     let free0 = free_chunks(&r);
     assert!(free0[1] >= CHUNKS, "{free0:?}");
-    match start(&mut r, params(Scheme::Lr, HDD)) {
+    match start_job(&mut r, VOL, params(Scheme::Lr, HDD)) {
         Err(ControlError::NoContiguousSpace {
             pool,
             largest_free_run_chunks,
@@ -430,9 +408,9 @@ fn a_fragmented_destination_refuses_a_thick_volume_naming_its_longest_run() {
         }
         other => panic!("a fragmented destination: {other:?}"),
     }
-    assert!(phase(&r).is_none(), "nothing started");
+    assert!(job_phase(&r, VOL).is_none(), "nothing started");
     assert_eq!(free_chunks(&r), free0);
-    check(&mut r, &reference, "after the refusal");
+    check_ref(&mut r, VOL, &reference, "after the refusal");
     r.engine.check_invariants().unwrap();
 }
 
@@ -444,7 +422,7 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
     for crash in [false, true] {
         let (mut r, mut reference) = setup();
         r.hold = true;
-        start(&mut r, params(Scheme::Lr, HDD)).unwrap();
+        start_job(&mut r, VOL, params(Scheme::Lr, HDD)).unwrap();
         // An LR write to an uncopied chunk goes to the source meanwhile.
         let d = pattern(55, 4096);
         let off = 12 * MIB + 4096;
@@ -461,9 +439,14 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
         assert!(r.take_done(id).is_some());
         if crash {
             r.crash_and_mount();
-            check(&mut r, &reference, "crashed as the record became durable");
+            check_ref(
+                &mut r,
+                VOL,
+                &reference,
+                "crashed as the record became durable",
+            );
             r.engine.check_invariants().unwrap();
-            assert!(phase(&r).is_some(), "the job resumed at mount");
+            assert!(job_phase(&r, VOL).is_some(), "the job resumed at mount");
         } else {
             assert!(
                 (r.held.iter()).any(|o| o.kind == DevKind::Read && o.len_bytes == 256 << 10),
@@ -474,7 +457,7 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
         while r.release_one().is_some() {}
         finish(&mut r);
         assert!(in_one_region_on(&r, HDD));
-        check(&mut r, &reference, "done");
+        check_ref(&mut r, VOL, &reference, "done");
         r.engine.check_invariants().unwrap();
     }
 }
@@ -485,11 +468,11 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
 fn a_thick_volume_recording_its_new_home_is_busy() {
     let (mut r, reference) = setup();
     r.hold = true;
-    start(&mut r, params(Scheme::Mirror, HDD)).unwrap();
-    while !phase(&r).is_some_and(|p| p.is_over()) {
+    start_job(&mut r, VOL, params(Scheme::Mirror, HDD)).unwrap();
+    while !job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         assert!(r.release_one().is_some(), "stuck before the pivot");
     }
-    let again = start(&mut r, params(Scheme::Mirror, SSD));
+    let again = start_job(&mut r, VOL, params(Scheme::Mirror, SSD));
     assert!(matches!(again, Err(ControlError::Busy(_))), "{again:?}");
     let v = vid(&r);
     let del = control(&mut r, Control::DeleteVolume { volume: v });
@@ -497,10 +480,10 @@ fn a_thick_volume_recording_its_new_home_is_busy() {
     r.hold = false;
     while r.release_one().is_some() {}
     finish(&mut r);
-    start(&mut r, params(Scheme::Mirror, SSD)).unwrap();
+    start_job(&mut r, VOL, params(Scheme::Mirror, SSD)).unwrap();
     finish(&mut r);
     assert!(in_one_region_on(&r, SSD));
-    check(&mut r, &reference, "back");
+    check_ref(&mut r, VOL, &reference, "back");
     r.engine.check_invariants().unwrap();
 }
 
@@ -533,8 +516,9 @@ fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
     let (mut r, mut reference) = setup();
     let free0 = free_chunks(&r);
     let home = locations(&r);
-    start(
+    start_job(
         &mut r,
+        VOL,
         MigrationParams {
             rate_bytes_per_s: 8 << 20,
             ..params(s, HDD)
@@ -543,14 +527,14 @@ fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
     .unwrap();
     r.tick(250_000_000);
     // Into a copied chunk and two uncopied ones (written or not before).
-    write_ref(&mut r, &mut reference, 4096, 80, 8192);
-    write_ref(&mut r, &mut reference, 5 * MIB - 4096, 81, 8192);
-    write_ref(&mut r, &mut reference, 15 * MIB + 4096, 82, 8192);
+    write_ref(&mut r, VOL, &mut reference, 4096, 80, 8192);
+    write_ref(&mut r, VOL, &mut reference, 5 * MIB - 4096, 81, 8192);
+    write_ref(&mut r, VOL, &mut reference, 15 * MIB + 4096, 82, 8192);
     r.flush(VOL);
     assert!(
-        phase(&r).is_some_and(|p| !p.is_over()),
+        job_phase(&r, VOL).is_some_and(|p| !p.is_over()),
         "{s:?}: {:?}",
-        phase(&r)
+        job_phase(&r, VOL)
     );
     r.cfg.volumes[1].log = Some(true);
     (r, reference, free0, home)
@@ -558,7 +542,7 @@ fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
 
 /// Tick until the mount's cancel is over and what it frees is free.
 fn settle(r: &mut Rig) {
-    if phase(r).is_some() {
+    if job_phase(r, VOL).is_some() {
         finish(r);
     } else {
         for _ in 0..25 {
@@ -588,7 +572,12 @@ fn a_thick_job_that_cannot_resume_is_cancelled_and_frees_its_region() {
         settle(&mut r);
         assert_eq!(free_chunks(&r), free0, "{s:?}: the reserved region is free");
         r.engine.check_invariants().unwrap();
-        check(&mut r, &reference, &format!("{s:?} cancelled at mount"));
+        check_ref(
+            &mut r,
+            VOL,
+            &reference,
+            &format!("{s:?} cancelled at mount"),
+        );
         assert_eq!(locations(&r), home, "{s:?}");
         let warned = events.iter().any(|e| {
             matches!(e, EngineEvent::Warning { message }
@@ -603,7 +592,12 @@ fn a_thick_job_that_cannot_resume_is_cancelled_and_frees_its_region() {
         );
         assert!(!again, "{s:?}: the record is cleared: {:?}", r.events);
         r.engine.check_invariants().unwrap();
-        check(&mut r, &reference, &format!("{s:?} cancelled, crashed"));
+        check_ref(
+            &mut r,
+            VOL,
+            &reference,
+            &format!("{s:?} cancelled, crashed"),
+        );
         assert_eq!(free_chunks(&r), free0, "{s:?}: after a crash");
     }
 }
@@ -644,12 +638,12 @@ fn a_power_loss_at_each_step_of_the_mounts_cancel_keeps_the_volume() {
             r.engine
                 .check_invariants()
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            check(&mut r, &reference, &what);
+            check_ref(&mut r, VOL, &reference, &what);
             settle(&mut r);
             r.engine
                 .check_invariants()
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            check(&mut r, &reference, &format!("{what}, settled"));
+            check_ref(&mut r, VOL, &reference, &format!("{what}, settled"));
             assert_eq!(locations(&r), home, "{what}");
             assert_eq!(free_chunks(&r), free0, "{what}: the region is free");
             if past_the_end {

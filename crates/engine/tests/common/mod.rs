@@ -433,3 +433,46 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .map(|i| seed.wrapping_mul(31).wrapping_add((i % 251) as u8))
         .collect()
 }
+
+/// `len` bytes of `pattern(seed)` written at `off` of volume `vol`, and into `reference`
+/// (the migration tests' model of the volume).
+pub fn write_ref(r: &mut Rig, vol: &str, reference: &mut [u8], off: u64, seed: u8, len: usize) {
+    let d = pattern(seed, len);
+    r.write(vol, off, &d);
+    reference[off as usize..off as usize + len].copy_from_slice(&d);
+}
+
+/// Volume `vol` reads back as `reference` from its start.
+pub fn check_ref(r: &mut Rig, vol: &str, reference: &[u8], what: &str) {
+    let got = r.read(vol, 0, reference.len() as u64);
+    let bad = got.iter().zip(reference).position(|(a, b)| a != b);
+    assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
+}
+
+/// Start a migration of volume `vol` through `Control`, as an operator would.
+pub fn start_job(
+    r: &mut Rig,
+    vol: &str,
+    params: jobs::migrate::MigrationParams,
+) -> Result<(), ControlError> {
+    let volume = r.engine.volume_id(vol).unwrap();
+    control(r, Control::StartMigration { volume, params })
+}
+
+/// The phase of volume `vol`'s migration, if it has one.
+pub fn job_phase(r: &Rig, vol: &str) -> Option<jobs::migrate::MigrationPhase> {
+    let v = r.engine.volume_id(vol).unwrap();
+    r.engine.migration_status(v).map(|s| s.phase)
+}
+
+/// Run until volume `vol`'s migration is over (ticks let rate-limited copies and the pivot
+/// commit go).
+pub fn finish_job(r: &mut Rig, vol: &str) {
+    for _ in 0..10_000 {
+        if job_phase(r, vol).is_some_and(|p| p.is_over()) {
+            return;
+        }
+        r.tick(1_000_000);
+    }
+    panic!("migration did not finish: {:?}", job_phase(r, vol));
+}
