@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use tiervisor_engine::config::{CachePolicy, Placement, TieringConfig};
-use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{MigrationPhase, Scheme};
 use tiervisor_engine::*;
 
 const SSD: PoolId = PoolId(0);
@@ -19,16 +19,6 @@ const VOL: &str = "thin";
 /// Chunks the tests write (of the volume's 40).
 const CHUNKS: u64 = 6;
 const TICK: u64 = 20_000_000;
-
-fn params(s: Scheme, to: PoolId) -> MigrationParams {
-    MigrationParams {
-        scheme: SchemeChoice::Fixed(s),
-        rate_bytes_per_s: 1 << 40,
-        granularity_bytes: 64 << 10,
-        buffer_bytes: 256 << 10,
-        ..MigrationParams::new(to)
-    }
-}
 
 /// The "thin" volume on the HDD, cached (bcache) on the SSD with a budget of 4 chunks,
 /// dirty chunks kept dirty (`writeback_percent = 100`); and a third pool, `hdd2`.
@@ -152,7 +142,7 @@ fn a_job_keeps_every_write(s: Scheme, bug: Option<InjectedBug>) -> bool {
     let what = format!("{s:?}");
     let (mut r, mut reference) = setup_with(bug);
     r.hold = true;
-    start_job(&mut r, VOL, params(s, HDD2)).unwrap();
+    start_job(&mut r, VOL, job_params(s, HDD2)).unwrap();
     write_while_migrating(&mut r, &mut reference, 40, &what);
     r.hold = false;
     while r.release_one().is_some() {}
@@ -181,7 +171,7 @@ fn a_cache_volume_migrates_with_every_scheme_and_caches_again_on_its_new_home() 
         let what = format!("{s:?}");
         let (mut r, mut reference) = setup();
         r.hold = true;
-        start_job(&mut r, VOL, params(s, HDD2)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        start_job(&mut r, VOL, job_params(s, HDD2)).unwrap_or_else(|e| panic!("{what}: {e}"));
         write_while_migrating(&mut r, &mut reference, 40, &what);
         r.hold = false;
         while r.release_one().is_some() {}
@@ -224,12 +214,12 @@ fn a_cache_volume_migrates_with_every_scheme_and_caches_again_on_its_new_home() 
 #[test]
 fn a_start_to_the_home_pool_is_refused_but_a_direct_one_drains_the_cache() {
     let (mut r, reference) = setup();
-    let refused = start_job(&mut r, VOL, params(Scheme::Lr, HDD));
+    let refused = start_job(&mut r, VOL, job_params(Scheme::Lr, HDD));
     assert!(
         matches!(refused, Err(ControlError::SamePool { .. })),
         "{refused:?}"
     );
-    let refused = start_job(&mut r, VOL, params(Scheme::Lr, SSD));
+    let refused = start_job(&mut r, VOL, job_params(Scheme::Lr, SSD));
     match refused {
         Err(ControlError::Unsupported(why)) => assert!(why.contains("fast pool"), "{why}"),
         other => panic!("a start to the fast pool: {other:?}"),
@@ -237,7 +227,7 @@ fn a_start_to_the_home_pool_is_refused_but_a_direct_one_drains_the_cache() {
     let mut out = Outputs::default();
     let v = vid(&r);
     r.engine
-        .start_migration(r.now, v, params(Scheme::Dbt, HDD), &mut out)
+        .start_migration(r.now, v, job_params(Scheme::Dbt, HDD), &mut out)
         .unwrap();
     r.drain(out);
     finish_job(&mut r, VOL);
@@ -259,7 +249,7 @@ fn a_cancelled_cache_job_leaves_the_volume_home_and_caching() {
             let what = format!("{s:?} cancelled after {held_ops} ops");
             let (mut r, mut reference) = setup();
             r.hold = true;
-            start_job(&mut r, VOL, params(s, HDD2)).unwrap();
+            start_job(&mut r, VOL, job_params(s, HDD2)).unwrap();
             write_while_migrating(&mut r, &mut reference, held_ops as u64, &what);
             let v = vid(&r);
             // Too late is fine only once the pivot is being made durable, or done.
@@ -318,7 +308,7 @@ fn power_loss_at(s: Scheme, k: usize, bug: Option<InjectedBug>) -> Result<Option
     let (mut r, mut reference) = setup_with(bug);
     r.volatile = true;
     r.hold = true;
-    start_job(&mut r, VOL, params(s, HDD2)).map_err(|e| e.to_string())?;
+    start_job(&mut r, VOL, job_params(s, HDD2)).map_err(|e| e.to_string())?;
     r.release_with_flushed_writes(VOL, &mut reference, k, CHUNKS * MIB, &what);
     if job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         return Ok(None);
@@ -338,7 +328,8 @@ fn power_loss_at(s: Scheme, k: usize, bug: Option<InjectedBug>) -> Result<Option
         Some(p) if !p.is_over() => {}
         // The job's start was not durable: ask again.
         _ if pools(&r) != vec![Some(HDD2); CHUNKS as usize] => {
-            start_job(&mut r, VOL, params(s, HDD2)).map_err(|e| format!("{what}: restart: {e}"))?
+            start_job(&mut r, VOL, job_params(s, HDD2))
+                .map_err(|e| format!("{what}: restart: {e}"))?
         }
         _ => {}
     }
@@ -425,7 +416,7 @@ fn a_thick_cache_volume_moves_its_home_region() {
             &mut r,
             Control::StartMigration {
                 volume: v,
-                params: params(s, HDD2),
+                params: job_params(s, HDD2),
             },
         )
         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -484,7 +475,7 @@ fn a_thick_cache_volume_moves_its_home_region() {
 fn no_fill_starts_before_the_table_naming_the_new_home_is_durable() {
     let (mut r, mut reference) = setup();
     r.hold = true;
-    start_job(&mut r, VOL, params(Scheme::Mirror, HDD2)).unwrap();
+    start_job(&mut r, VOL, job_params(Scheme::Mirror, HDD2)).unwrap();
     write_while_migrating(&mut r, &mut reference, 3, "mirror");
     assert!(
         !job_phase(&r, VOL).unwrap().is_over(),
@@ -538,7 +529,7 @@ fn a_fill_in_flight_at_the_start_is_drained_too() {
         while r.release_one().is_some() {}
     }
     assert!(fill_held(&r), "a fill is in flight: {:?}", r.held);
-    start_job(&mut r, VOL, params(Scheme::Lr, HDD2)).unwrap();
+    start_job(&mut r, VOL, job_params(Scheme::Lr, HDD2)).unwrap();
     r.hold = false;
     while r.release_one().is_some() {}
     finish_job(&mut r, VOL);

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme};
 use tiervisor_engine::*;
 
 const SSD: PoolId = PoolId(0);
@@ -19,16 +19,6 @@ const VOL: &str = "thick";
 const CHUNKS: u64 = 20;
 /// Chunks the tests write before the job (the rest read as the region's zeros).
 const WRITTEN: u64 = 6;
-
-fn params(s: Scheme, to: PoolId) -> MigrationParams {
-    MigrationParams {
-        scheme: SchemeChoice::Fixed(s),
-        rate_bytes_per_s: 1 << 40,
-        granularity_bytes: 64 << 10,
-        buffer_bytes: 256 << 10,
-        ..MigrationParams::new(to)
-    }
-}
 
 /// A rig with the thick volume's first chunks written (on its SSD home region), and the
 /// whole volume's reference.
@@ -100,7 +90,7 @@ fn every_scheme_moves_a_thick_volumes_home_region_and_back() {
         let free0 = free_chunks(&r);
         assert!(in_one_region_on(&r, SSD));
         r.hold = true;
-        start_job(&mut r, VOL, params(s, HDD)).unwrap();
+        start_job(&mut r, VOL, job_params(s, HDD)).unwrap();
         write_while_copying(&mut r, &mut reference, 40, &format!("{s:?}"));
         r.hold = false;
         while r.release_one().is_some() {}
@@ -140,7 +130,7 @@ fn every_scheme_moves_a_thick_volumes_home_region_and_back() {
 
         // And back, with writes during the job again.
         r.hold = true;
-        start_job(&mut r, VOL, params(s, SSD)).unwrap();
+        start_job(&mut r, VOL, job_params(s, SSD)).unwrap();
         write_while_copying(&mut r, &mut reference, 30, &format!("{s:?} back"));
         r.hold = false;
         while r.release_one().is_some() {}
@@ -167,7 +157,7 @@ fn a_crash_at_any_point_of_a_thick_volumes_job_keeps_every_flushed_write() {
             let (mut r, mut reference) = setup();
             let free0 = free_chunks(&r);
             r.hold = true;
-            start_job(&mut r, VOL, params(s, HDD)).unwrap();
+            start_job(&mut r, VOL, job_params(s, HDD)).unwrap();
             r.release_with_flushed_writes(VOL, &mut reference, cut, CHUNKS * MIB, &what);
             r.engine.check_invariants().unwrap();
             r.crash_and_mount();
@@ -176,7 +166,7 @@ fn a_crash_at_any_point_of_a_thick_volumes_job_keeps_every_flushed_write() {
             match job_phase(&r, VOL) {
                 Some(p) if !p.is_over() => {}
                 _ if in_one_region_on(&r, HDD) => {}
-                _ => start_job(&mut r, VOL, params(s, HDD)).unwrap(),
+                _ => start_job(&mut r, VOL, job_params(s, HDD)).unwrap(),
             }
             if job_phase(&r, VOL).is_some() {
                 finish(&mut r);
@@ -217,7 +207,7 @@ fn power_loss_after_the_pivot(
     let free0 = free_chunks(&r);
     r.volatile = true;
     r.hold = true;
-    start_job(&mut r, VOL, params(s, HDD)).map_err(|e| e.to_string())?;
+    start_job(&mut r, VOL, job_params(s, HDD)).map_err(|e| e.to_string())?;
     write_while_copying(&mut r, &mut reference, 20, &format!("{s:?}"));
     let f = r.submit(VOL, ReqKind::Flush, 0, None, 0);
     while r.take_done(f).is_none() {
@@ -313,7 +303,7 @@ fn a_cancelled_thick_job_frees_its_new_region() {
             let (mut r, mut reference) = setup();
             let free0 = free_chunks(&r);
             let home = locations(&r);
-            let mut p = params(s, HDD);
+            let mut p = job_params(s, HDD);
             if !after_copy {
                 p.rate_bytes_per_s = 8 << 20;
             }
@@ -383,7 +373,7 @@ fn a_fragmented_destination_refuses_a_thick_volume_naming_its_longest_run() {
     r.flush("thin");
     let free0 = free_chunks(&r);
     assert!(free0[1] >= CHUNKS, "{free0:?}");
-    match start_job(&mut r, VOL, params(Scheme::Lr, HDD)) {
+    match start_job(&mut r, VOL, job_params(Scheme::Lr, HDD)) {
         Err(ControlError::NoContiguousSpace {
             pool,
             largest_free_run_chunks,
@@ -422,7 +412,7 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
     for crash in [false, true] {
         let (mut r, mut reference) = setup();
         r.hold = true;
-        start_job(&mut r, VOL, params(Scheme::Lr, HDD)).unwrap();
+        start_job(&mut r, VOL, job_params(Scheme::Lr, HDD)).unwrap();
         // An LR write to an uncopied chunk goes to the source meanwhile.
         let d = pattern(55, 4096);
         let off = 12 * MIB + 4096;
@@ -468,11 +458,11 @@ fn nothing_goes_into_the_new_region_before_its_record_is_durable() {
 fn a_thick_volume_recording_its_new_home_is_busy() {
     let (mut r, reference) = setup();
     r.hold = true;
-    start_job(&mut r, VOL, params(Scheme::Mirror, HDD)).unwrap();
+    start_job(&mut r, VOL, job_params(Scheme::Mirror, HDD)).unwrap();
     while !job_phase(&r, VOL).is_some_and(|p| p.is_over()) {
         assert!(r.release_one().is_some(), "stuck before the pivot");
     }
-    let again = start_job(&mut r, VOL, params(Scheme::Mirror, SSD));
+    let again = start_job(&mut r, VOL, job_params(Scheme::Mirror, SSD));
     assert!(matches!(again, Err(ControlError::Busy(_))), "{again:?}");
     let v = vid(&r);
     let del = control(&mut r, Control::DeleteVolume { volume: v });
@@ -480,7 +470,7 @@ fn a_thick_volume_recording_its_new_home_is_busy() {
     r.hold = false;
     while r.release_one().is_some() {}
     finish(&mut r);
-    start_job(&mut r, VOL, params(Scheme::Mirror, SSD)).unwrap();
+    start_job(&mut r, VOL, job_params(Scheme::Mirror, SSD)).unwrap();
     finish(&mut r);
     assert!(in_one_region_on(&r, SSD));
     check_ref(&mut r, VOL, &reference, "back");
@@ -521,7 +511,7 @@ fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
         VOL,
         MigrationParams {
             rate_bytes_per_s: 8 << 20,
-            ..params(s, HDD)
+            ..job_params(s, HDD)
         },
     )
     .unwrap();

@@ -449,6 +449,18 @@ pub fn check_ref(r: &mut Rig, vol: &str, reference: &[u8], what: &str) {
     assert!(bad.is_none(), "{what}: first difference at byte {bad:?}");
 }
 
+/// A job with scheme `s` to pool `to`, unthrottled, at 64 KiB granularity with a 256 KiB
+/// copy buffer.
+pub fn job_params(s: jobs::migrate::Scheme, to: PoolId) -> jobs::migrate::MigrationParams {
+    jobs::migrate::MigrationParams {
+        scheme: jobs::migrate::SchemeChoice::Fixed(s),
+        rate_bytes_per_s: 1 << 40,
+        granularity_bytes: 64 << 10,
+        buffer_bytes: 256 << 10,
+        ..jobs::migrate::MigrationParams::new(to)
+    }
+}
+
 /// Start a migration of volume `vol` through `Control`, as an operator would.
 pub fn start_job(
     r: &mut Rig,
