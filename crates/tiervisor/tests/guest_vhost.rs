@@ -336,28 +336,39 @@ fn check(server: &ServerProc, volume: &str, ranges: &[(u64, u8)]) {
     );
 }
 
-#[test]
-fn a_booted_guest_writes_over_vhost_user_and_nbd_and_its_synced_data_survives_kill_9() {
+/// What a guest test needs: QEMU, qemu-io, xz, the cloud kernel with virtio_blk and a
+/// static busybox (each missing one is said, and skipped outside CI); then a directory
+/// `tag` with the initramfs built and tiervisor's config written: (dir, kernel, initrd,
+/// config).
+fn guest_setup(tag: &str) -> Option<(TempDir, PathBuf, PathBuf, PathBuf)> {
     for tool in ["qemu-system-x86_64", "qemu-io", "xz"] {
         if !support::have(tool) {
-            return;
+            return None;
         }
     }
     let Some((kernel, module)) = kernel() else {
         support::skip(
             "no /boot/vmlinuz-*-cloud-amd64 with virtio_blk (apt-get install linux-image-cloud-amd64)",
         );
-        return;
+        return None;
     };
     if !Path::new("/bin/busybox").exists() {
         support::skip("no /bin/busybox (apt-get install busybox-static)");
-        return;
+        return None;
     }
-    let t0 = Instant::now();
-    let dir = TempDir::new("guest");
+    let dir = TempDir::new(tag);
     let initrd = initramfs(dir.path(), &module);
     let cfg = dir.path().join("tv.toml");
     std::fs::write(&cfg, CONFIG).unwrap();
+    Some((dir, kernel, initrd, cfg))
+}
+
+#[test]
+fn a_booted_guest_writes_over_vhost_user_and_nbd_and_its_synced_data_survives_kill_9() {
+    let t0 = Instant::now();
+    let Some((dir, kernel, initrd, cfg)) = guest_setup("guest") else {
+        return;
+    };
     let server = ServerProc::start(dir.path(), &["--config", cfg.to_str().unwrap()]);
 
     // Boot 1: patterns on both disks, sync, power off.
@@ -412,26 +423,10 @@ fn a_booted_guest_writes_over_vhost_user_and_nbd_and_its_synced_data_survives_ki
 
 #[test]
 fn a_running_guest_rides_out_a_tiervisor_kill_9_and_restart_over_a_reconnect() {
-    for tool in ["qemu-system-x86_64", "qemu-io", "xz"] {
-        if !support::have(tool) {
-            return;
-        }
-    }
-    let Some((kernel, module)) = kernel() else {
-        support::skip(
-            "no /boot/vmlinuz-*-cloud-amd64 with virtio_blk (apt-get install linux-image-cloud-amd64)",
-        );
+    let t0 = Instant::now();
+    let Some((dir, kernel, initrd, cfg)) = guest_setup("guest-reconnect") else {
         return;
     };
-    if !Path::new("/bin/busybox").exists() {
-        support::skip("no /bin/busybox (apt-get install busybox-static)");
-        return;
-    }
-    let t0 = Instant::now();
-    let dir = TempDir::new("guest-reconnect");
-    let initrd = initramfs(dir.path(), &module);
-    let cfg = dir.path().join("tv.toml");
-    std::fs::write(&cfg, CONFIG).unwrap();
     let server = ServerProc::start(dir.path(), &["--config", cfg.to_str().unwrap()]);
     let mut g = Guest::boot(dir.path(), &kernel, &initrd, "reconnect");
     g.wait_for("TV-SYNCED", Duration::from_secs(240));
