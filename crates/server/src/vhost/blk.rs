@@ -88,6 +88,12 @@ struct RingOrder {
 }
 
 impl RingOrder {
+    /// A chain is taken from the available ring: its sequence number.
+    fn take(&mut self) -> u64 {
+        self.next_taken += 1;
+        self.next_taken - 1
+    }
+
     /// Chain `seq` is answered: publish it and every answer it was holding back.
     fn answer(&mut self, seq: u64, head: u16, used_len: u32, vring: &Vring) {
         self.waiting.insert(seq, (head, used_len));
@@ -209,11 +215,7 @@ impl BlkBackend {
         let mut answered = false;
         for chain in chains {
             let head = chain.head_index();
-            let seq = {
-                let mut r = ctx.ring.lock().map_err(poisoned)?;
-                r.next_taken += 1;
-                r.next_taken - 1
-            };
+            let seq = ctx.ring.lock().map_err(poisoned)?.take();
             let target = request::Target {
                 size_bytes: self.dev.size_bytes.load(Ordering::Relaxed),
                 read_only: self.dev.read_only,
