@@ -13,9 +13,13 @@
 //! thus capped by it), and a request is never within its limit before the client's
 //! previous dispatch plus 1 / limit, so a client held back by others cannot burst past
 //! its limit afterwards. That floor follows the ideal schedule while a dispatch is up to
-//! `LATE_GRACE_NS` late (a server's timer wakes up to a millisecond late): taken from the
+//! `LATE_GRACE_NS` late (a loaded server's loop wakes milliseconds late): taken from the
 //! late dispatch instead, every late wake-up was lost, and a volume limited to 200 IOPS
-//! got 175 through `serve`. What the grace could add in a burst, the window takes back:
+//! got 175 through `serve`; with a 1 ms grace, one limited to 2,000 got 1,548-1,671 at
+//! load 8-12. 10 ms is half of blk-throttle's SSD slice (`DFL_THROTL_SLICE_SSD`, HZ / 50):
+//! a client may dispatch up to 10 ms of its limit at once after a stall or an idle
+//! spell, as a token bucket that deep would. What the grace could add in a burst, the
+//! window takes back:
 //! a client's last `limit` dispatch times (at most `WINDOW_MAX`) are kept, and the next
 //! waits until the oldest is 1 s old, so no 1 s window ever holds more than the limit.
 
@@ -31,8 +35,9 @@ pub(super) const REGISTRATION: Registration = Registration {
 };
 
 const NS_PER_S: f64 = 1e9;
-/// How late a dispatch may be and the limit's floor still follow the ideal schedule.
-const LATE_GRACE_NS: f64 = 1e6;
+/// How late a dispatch may be and the limit's floor still follow the ideal schedule
+/// (see the module comment for why 10 ms).
+const LATE_GRACE_NS: f64 = 10e6;
 /// Dispatch times kept per limited client: above this many IOPS, no window of
 /// `WINDOW_MAX / limit` seconds holds more than `WINDOW_MAX` dispatches instead.
 const WINDOW_MAX: usize = 65_536;
@@ -386,6 +391,52 @@ mod tests {
         // The window holds back only the dispatch 1 s after the late one, so 30 take
         // 3 s at 10 IOPS: nothing is lost for good.
         assert!(times[29] <= 3_001 * MS, "{times:?}");
+    }
+
+    /// A loaded server's loop wakes several milliseconds after the time a `WaitUntil`
+    /// asked for (BENCHMARKS.md: 1,548-1,671 of 2,000 IOPS through `serve` at load 8-12
+    /// with a 1 ms grace). The grace must cover such wake-ups, and the window must still
+    /// keep every 1 s at or under the limit.
+    #[test]
+    fn a_limit_holds_with_wake_ups_up_to_8ms_late() {
+        let limit_iops = 2_000;
+        let mut m = MClock::default();
+        m.set_volume_qos(0, qos(0, limit_iops, 1));
+        for i in 0..40_000 {
+            m.add(0, op(i, i as u64, false, 0, 0));
+        }
+        let (mut now, mut times, mut rng) = (0u64, Vec::new(), 0x9e37_79b9_7f4a_7c15u64);
+        while now < 10_000 * MS {
+            match m.dispatch(now) {
+                Dispatch::Op(o) => {
+                    times.push(now);
+                    m.completed(now, &o);
+                }
+                Dispatch::WaitUntil(t) => {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    now = t + rng % (8 * MS);
+                }
+                Dispatch::Idle => panic!("40,000 queued"),
+            }
+        }
+        let got = times.iter().filter(|t| **t < 10_000 * MS).count();
+        assert!(
+            got as f64 >= 0.95 * 10.0 * limit_iops as f64,
+            "{got} dispatches in 10 s at a limit of {limit_iops} IOPS"
+        );
+        let mut start = 0;
+        for (end, t) in times.iter().enumerate() {
+            while times[start] + 1_000 * MS <= *t {
+                start += 1;
+            }
+            assert!(
+                end - start < limit_iops as usize,
+                "{} in the 1 s before {t}",
+                end - start + 1
+            );
+        }
     }
 
     #[test]
