@@ -48,13 +48,14 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 # ([profile.ci-checked]): the tests need the speed, not the whole-program link per test
 # binary, and one build with the checks covers what a release test run and a checked run
 # of the engine crates did in two (the second cost a third of CI's time).
-cargo test --profile ci-checked --workspace
+# --no-fail-fast: one failing test binary must not hide the others' results.
+cargo test --profile ci-checked --workspace --no-fail-fast
 # The serve tests once more with two shards in every server (issue 18: --threads 2). The
 # binaries are built by now, so this adds only their run time (docs/TESTING.md); with
 # --workspace, as above, so cargo resolves the same features and builds nothing again.
 serve_tests=()
 for f in crates/tiervisor/tests/serve*.rs; do serve_tests+=(--test "$(basename "$f" .rs)"); done
-TIERVISOR_TEST_THREADS=2 cargo test --profile ci-checked --workspace "${serve_tests[@]}"
+TIERVISOR_TEST_THREADS=2 cargo test --profile ci-checked --workspace --no-fail-fast "${serve_tests[@]}"
 # The fuzz targets on their committed seeds and every past crash (fuzz/tests/seeds.rs), so
 # the targets keep compiling against the crates and a crash once found stays fixed. fuzz/
 # is a workspace of its own (cargo-fuzz builds it with nightly flags); about 2 CPU-minutes.
