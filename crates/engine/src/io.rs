@@ -58,6 +58,7 @@ impl Engine {
         if vol.stats.first_arrival_ns.is_none() {
             vol.stats.first_arrival_ns = Some(now);
         }
+        vol.stats.last_arrival_ns = vol.stats.last_arrival_ns.max(now);
         let mut sequential = false;
         if req.kind != ReqKind::Flush {
             let seen = vol

@@ -108,6 +108,9 @@ pub struct VolumeStats {
     pub write_zeroes: KindStats,
     pub all: Latency,
     pub first_arrival_ns: Option<u64>,
+    /// When the latest request arrived (`hot` placement treats a volume with no recent
+    /// request as idle).
+    pub last_arrival_ns: u64,
     pub last_completion_ns: u64,
     pub journal_commits: u64,
     pub journal_blocks: u64,
