@@ -9,6 +9,9 @@ use tiervisor_engine::*;
 
 const SSD: PoolId = PoolId(0);
 const HDD: PoolId = PoolId(1);
+/// An SSD pool of this capacity holds two data chunks beside the journals and the
+/// checkpoint reserve of two volumes (13 MiB).
+const SSD_ROOM_TWO_CHUNKS: u64 = 15 * MIB;
 
 /// One `hot` volume on the HDD whose SSD budget is a single chunk: chunk 0 (written
 /// first) takes it, so promoting anything else needs a demotion.
@@ -256,6 +259,61 @@ fn the_victim_is_the_coldest_fast_chunk_of_a_sparse_volume() {
         (loc(&r, 10), loc(&r, 1500), loc(&r, 1000)),
         (Some(SSD), Some(HDD), Some(SSD)),
         "the cold chunk 1500 made room, the warm chunk 10 stayed"
+    );
+    r.engine.check_invariants().unwrap();
+}
+
+/// Two `hot` volumes share an SSD with room for two chunks, one each. Volume "thin" made
+/// its chunk hot, then stopped; "thin2" keeps using a chunk on the HDD that is cooler
+/// than that by heat. Once "thin" has been idle for `IDLE_VOLUME_NS`, its chunk counts
+/// as cold and makes the room: without that it held the SSD for several decay periods
+/// after its VM finished (the several-VM rows, where VMs end at different times).
+#[test]
+fn an_idle_volume_gives_its_fast_chunks_to_a_busy_one() {
+    let mut cfg = hot_config();
+    cfg.pools[0].capacity_bytes = SSD_ROOM_TWO_CHUNKS;
+    for v in &mut cfg.volumes {
+        v.home_pool = HDD;
+        v.provisioning = Provisioning::Thin;
+        v.placement = Placement::Hot {
+            fast_budget_bytes: 0,
+            priority: 0,
+        };
+        v.fast_pool = Some(SSD);
+    }
+    cfg.volumes[1].name = "thin2".into();
+    let mut r = Rig::new(cfg);
+    let loc2 = |r: &Rig, c| {
+        let v = r.engine.volume_id("thin2").unwrap();
+        r.engine.chunk_location(v, c).map(|(p, _)| p)
+    };
+    r.write("thin", 0, &pattern(1, MIB as usize));
+    r.write("thin2", 0, &pattern(2, MIB as usize));
+    r.write("thin2", 3 * MIB, &pattern(3, MIB as usize));
+    assert_eq!(
+        (loc(&r, 0), loc2(&r, 0), loc2(&r, 3)),
+        (Some(SSD), Some(SSD), Some(HDD)),
+        "one chunk each on the SSD"
+    );
+    read_chunk(&mut r, 0, 0, 20);
+    // thin2's own fast chunk warm enough (heat 14) that its HDD chunk does not displace it.
+    for i in 0..12u64 {
+        r.read("thin2", MIB - (i + 1) * 32 * 1024, 4096);
+    }
+    // "thin2" reads its HDD chunk every 100 ms; "thin" does nothing more.
+    for i in 0..8u64 {
+        r.read("thin2", 4 * MIB - (i + 1) * 32 * 1024, 4096);
+        r.tick(100_000_000);
+    }
+    assert_eq!(loc2(&r, 3), Some(HDD), "heat 10 does not displace heat 20 in use");
+    for i in 8..25u64 {
+        r.read("thin2", 4 * MIB - (i + 1) * 32 * 1024, 4096);
+        r.tick(100_000_000);
+    }
+    assert_eq!(
+        (loc(&r, 0), loc2(&r, 3)),
+        (Some(HDD), Some(SSD)),
+        "the idle volume's chunk made room for the busy one's"
     );
     r.engine.check_invariants().unwrap();
 }
