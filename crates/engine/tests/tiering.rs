@@ -305,7 +305,11 @@ fn an_idle_volume_gives_its_fast_chunks_to_a_busy_one() {
         r.read("thin2", 4 * MIB - (i + 1) * 32 * 1024, 4096);
         r.tick(100_000_000);
     }
-    assert_eq!(loc2(&r, 3), Some(HDD), "heat 10 does not displace heat 20 in use");
+    assert_eq!(
+        loc2(&r, 3),
+        Some(HDD),
+        "heat 10 does not displace heat 20 in use"
+    );
     for i in 8..25u64 {
         r.read("thin2", 4 * MIB - (i + 1) * 32 * 1024, 4096);
         r.tick(100_000_000);
