@@ -177,8 +177,12 @@ pub struct ServerConfig {
     pub tiering: tiervisor_engine::TieringConfig,
     pub log: tiervisor_engine::LogConfig,
     pub io: IoKind,
-    /// Shards the server runs, one thread each (issue 18); only 1 is served so far.
+    /// Shards the server runs, one thread each (issue 18).
     pub threads: u16,
+    /// `threads` was given (in the configuration or by `--threads`). When it was not, a
+    /// start of existing pools serves them with the count they were formatted with
+    /// (`Server::start`), and a format uses 1.
+    pub threads_set: bool,
     pub metadata_pool: usize,
     pub pools: Vec<PoolDef>,
     pub volumes: Vec<VolumeDef>,
@@ -464,6 +468,7 @@ impl ServerConfig {
             log: engine.log.clone(),
             io,
             threads,
+            threads_set: raw.threads.is_some(),
             metadata_pool: engine.meta_pool.0 as usize,
             pools,
             volumes,

@@ -170,6 +170,18 @@ fn open_checked(
     Ok((bound, mode, pools))
 }
 
+/// The shard count the metadata pool was formatted with (shard 0's superblock, at its
+/// offset 0, or the backup copy), if it reads as one this build serves. Anything else
+/// (unreadable, another format) is left to the mount, which says what is wrong.
+fn formatted_shards(cfg: &ServerConfig) -> Option<u16> {
+    use std::io::Read as _;
+    let path = &cfg.pools.get(cfg.metadata_pool)?.path;
+    let mut head = vec![0u8; 2 * tiervisor_engine::layout::BLOCK_BYTES as usize];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let sb = tiervisor_engine::layout::decode_superblock_pair(&head).ok()?;
+    crate::config::check_threads(u64::from(sb.shard.count)).ok()
+}
+
 /// The signal pipes: SIGINT and SIGTERM on the first, SIGHUP on the second; and a flag
 /// SIGINT and SIGTERM set, which a start waiting for space checks (a shard thread mounting
 /// has no pipe of its own to poll).
@@ -279,6 +291,16 @@ impl Server {
         // Certificates are read before anything is bound or created.
         cfg.tls.load()?;
         let (bound, mode, pools) = open_checked(&cfg, opts)?;
+        if !cfg.threads_set
+            && pools.iter().all(|p| !p.created)
+            && let Some(n) = formatted_shards(&cfg)
+            && n != cfg.threads
+        {
+            log(&format!(
+                "the pools were formatted for {n} shard(s): serving with {n} (`threads` in the configuration or --threads chooses; another count is refused)"
+            ));
+            cfg.threads = n;
+        }
         let sizes: Vec<u64> = pools.iter().map(|p| p.size_bytes).collect();
         let engine_cfg = engine_config(&cfg, &sizes);
         Engine::new(engine_cfg.clone()).map_err(|e| format!("configuration: {e}"))?;

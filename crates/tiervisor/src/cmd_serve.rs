@@ -42,8 +42,9 @@ pub struct ServeArgs {
     /// configuration's `vhost_user_dir` ("" turns it off).
     #[arg(long, value_name = "DIR")]
     vhost_user_dir: Option<PathBuf>,
-    /// Shards (one thread each) to run; overrides the configuration's `threads`. Only 1
-    /// is available so far (issue 18).
+    /// Shards (one thread each) to run; overrides the configuration's `threads`. Without
+    /// either, existing pools are served with the count they were formatted with, and new
+    /// ones are formatted for 1.
     #[arg(long)]
     threads: Option<u64>,
     /// Create and format the pools if none of them exists yet. Without it, pools are
@@ -150,6 +151,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     if let Some(n) = a.threads {
         cfg.threads = tiervisor_server::config::check_threads(n)
             .map_err(|e| Failure::input(format!("--{}", e.replacen(" = ", " ", 1))))?;
+        cfg.threads_set = true;
     }
     log_line(&format!(
         "configuration {}; data directory {}",

@@ -3,7 +3,7 @@
 //! shard, requests pipelined behind NBD_OPT_GO included); every flushed write of every
 //! volume survives a kill -9; admin commands reach a volume of shard 1; `ctl stat`
 //! shows both shards; and a system serves only with the shard count it was formatted
-//! with.
+//! with, which a start that names none takes.
 
 mod support;
 
@@ -297,5 +297,19 @@ fn a_system_serves_only_with_the_shard_count_it_was_formatted_with() {
     }
     // Nothing was written: it still serves with 2.
     let s = start(&d, "2", false);
+    assert_eq!(s.term(), Some(0));
+    // Without a count it serves with the one the pools were formatted with (it was
+    // refused as 1 before), and says so.
+    let s = ServerProc::start_as_given(d.path(), &["--config", conf.to_str().unwrap()]);
+    let log = s.log();
+    assert!(
+        log.contains("the pools were formatted for 2 shard(s): serving with 2")
+            && log.contains("2 shard(s): shard 0 owns"),
+        "{log}"
+    );
+    let mut c = handshake(&s.addr, "vm2");
+    assert_eq!(write_at(&mut c, 0, &pattern(4096, 9)), 0);
+    assert_eq!(read_at(&mut c, 0, 4096), pattern(4096, 9));
+    drop(c);
     assert_eq!(s.term(), Some(0));
 }

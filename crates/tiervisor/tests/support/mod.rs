@@ -156,17 +156,31 @@ impl ServerProc {
         extra: &[&str],
         on_line: impl Fn(&str) + Send + 'static,
     ) -> ServerProc {
+        let threads = test_threads().filter(|_| !extra.contains(&"--threads"));
+        let threads: Vec<&str> = match &threads {
+            Some(n) => vec!["--threads", n],
+            None => vec![],
+        };
+        Self::spawn(data_dir, &[extra, &threads].concat(), on_line)
+    }
+
+    /// Exactly these arguments, even under `TIERVISOR_TEST_THREADS` (a test of what
+    /// `serve` does when no shard count is given).
+    pub fn start_as_given(data_dir: &Path, extra: &[&str]) -> ServerProc {
+        Self::spawn(data_dir, extra, |_| {})
+    }
+
+    fn spawn(
+        data_dir: &Path,
+        extra: &[&str],
+        on_line: impl Fn(&str) + Send + 'static,
+    ) -> ServerProc {
         let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
             .args(extra);
-        if let Some(n) = test_threads()
-            && !extra.contains(&"--threads")
-        {
-            cmd.args(["--threads", &n]);
-        }
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
