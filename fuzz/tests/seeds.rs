@@ -236,6 +236,7 @@ fn disk_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         mount_block_seq: 7,
         replay_block_seq: 8,
         replay_prev_crc: 0x1234_5678,
+        stopped_clean: true,
     };
     let mut map = ChunkMap::new(4, ChunkLoc::Unmapped);
     map.set(1, ChunkLoc::Home);

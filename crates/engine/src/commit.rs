@@ -267,6 +267,7 @@ impl Engine {
                 }
             }
             CommitPhase::Write => {
+                let marking_clean_stop = self.clean_stop.marking();
                 let vol = &mut self.vols[vi];
                 let Some(c) = vol.commit.as_mut() else { return };
                 match &mut c.work {
@@ -298,6 +299,7 @@ impl Engine {
                             mount_block_seq: j.header.mount_block_seq,
                             replay_block_seq: j.head,
                             replay_prev_crc: j.last_crc,
+                            stopped_clean: marking_clean_stop,
                         };
                         let (pool, off) = (j.pool, j.next_header_offset());
                         let img = h.encode();

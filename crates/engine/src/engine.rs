@@ -122,6 +122,8 @@ pub struct Engine {
     /// Volumes whose final commit failed during shutdown: their uncommitted writes are
     /// lost, so the stop is not clean.
     pub(crate) lost_at_stop: Vec<String>,
+    /// The clean-stop marker an orderly stop writes last (`stopmark.rs`).
+    pub(crate) clean_stop: crate::stopmark::CleanStop,
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
@@ -196,6 +198,7 @@ impl Engine {
             logs: (0..n_pools).map(|_| Default::default()).collect(),
             appends: Slab::new(),
             lost_at_stop: Vec::new(),
+            clean_stop: Default::default(),
             copies: Slab::new(),
             migrations: Default::default(),
             voltab_writer: Default::default(),
@@ -943,7 +946,7 @@ impl Engine {
     pub(crate) fn maybe_stopped(&mut self, out: &mut Outputs) {
         if self.state == EngineState::Stopping && self.is_idle() && self.discarding == 0 {
             let now = self.last_now_ns;
-            if self.wbuf_flush_at_stop(now, out) {
+            if self.wbuf_flush_at_stop(now, out) || self.mark_clean_stop(now, out) {
                 return;
             }
             self.state = EngineState::Stopped;

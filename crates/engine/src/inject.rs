@@ -102,6 +102,10 @@ pub enum InjectedBug {
     /// A migrating `cache` volume's drain evicts a dirty cached chunk without its
     /// writeback: its slow slot, which the job copies and reads then go to, is stale.
     CacheMigrateDropsDirty,
+    /// Mount writes its new journal headers with the clean-stop marker of the last stop
+    /// still set, so a crash of this run reads as a clean stop at the next mount (and a
+    /// vhost-user frontend resuming its rings is not told of the writes it lost).
+    CleanStopMarkerKept,
 }
 
 impl InjectedBug {
@@ -173,6 +177,7 @@ impl InjectedBug {
             InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
             InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
             InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
+            InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -201,6 +206,11 @@ impl InjectedBug {
             InjectedBug::CacheWritebackIgnoresWrites,
         ]
     }
+    /// Caught by DST's seeds that stop in order now and then instead of crashing (CI DST
+    /// must catch it) and by `crates/engine/tests/clean_stop.rs`.
+    pub fn clean_stop() -> [InjectedBug; 1] {
+        [InjectedBug::CleanStopMarkerKept]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -210,6 +220,7 @@ impl InjectedBug {
             .chain(Self::create())
             .chain(Self::shard())
             .chain(Self::cache())
+            .chain(Self::clean_stop())
             .find(|b| b.name() == s)
     }
 }

@@ -366,6 +366,11 @@ pub struct JournalHeader {
     pub replay_block_seq: u64,
     /// CRC the first replayed block must name as its predecessor.
     pub replay_prev_crc: u32,
+    /// Written by the last checkpoint of an orderly stop, once every acknowledged write
+    /// of the volume was durable (`stopmark.rs`); every mount writes its header without
+    /// it, so after a crash it is false. A header of an earlier format (the byte was
+    /// padding, 0) reads as not clean: the cautious answer.
+    pub stopped_clean: bool,
 }
 
 impl JournalHeader {
@@ -383,7 +388,8 @@ impl JournalHeader {
         e.u64(self.checkpoint_seq)
             .u64(self.mount_block_seq)
             .u64(self.replay_block_seq)
-            .u32(self.replay_prev_crc);
+            .u32(self.replay_prev_crc)
+            .u8(u8::from(self.stopped_clean));
         e.seal(BLOCK_BYTES as usize)
     }
 
@@ -414,6 +420,8 @@ impl JournalHeader {
             mount_block_seq: d.u64()?,
             replay_block_seq: d.u64()?,
             replay_prev_crc: d.u32()?,
+            // Any other value than 1 (a later format's flags, say) is not a clean stop.
+            stopped_clean: d.u8()? == 1,
         })
     }
 }
@@ -569,12 +577,46 @@ mod tests {
             mount_block_seq: 50,
             replay_block_seq: 55,
             replay_prev_crc: 0xdead_beef,
+            stopped_clean: false,
         };
         assert_eq!(JournalHeader::decode(&h.encode()).unwrap(), h);
         let none = JournalHeader {
             checkpoint: None,
-            ..h
+            ..h.clone()
         };
         assert_eq!(JournalHeader::decode(&none.encode()).unwrap(), none);
+        let clean = JournalHeader {
+            stopped_clean: true,
+            ..h
+        };
+        assert_eq!(JournalHeader::decode(&clean.encode()).unwrap(), clean);
+    }
+
+    /// A header written before the clean-stop marker existed (the byte after
+    /// `replay_prev_crc` was zero padding) reads as not clean; only 1 reads as clean.
+    #[test]
+    fn journal_header_clean_stop_byte_reads_cautiously() {
+        let h = JournalHeader {
+            volume_id: 1,
+            replay_prev_crc: 7,
+            stopped_clean: true,
+            ..Default::default()
+        };
+        let img = h.encode();
+        // The marker is the byte after the fixed fields: 8 magic, 4 version, 4 id,
+        // 8 + 8 generations, 1 + 2 + 8 checkpoint, 8 + 8 + 8 sequences, 4 CRC.
+        let at = 8 + 4 + 4 + 8 + 8 + 11 + 24 + 4;
+        assert_eq!(img[at], 1);
+        let reseal = |v: u8| {
+            let mut b = img.clone();
+            b[at] = v;
+            let n = b.len();
+            let crc = crc32c::crc32c(&b[..n - 4]);
+            b[n - 4..].copy_from_slice(&crc.to_le_bytes());
+            JournalHeader::decode(&b).unwrap()
+        };
+        assert!(!reseal(0).stopped_clean);
+        assert!(!reseal(2).stopped_clean);
+        assert!(reseal(1).stopped_clean);
     }
 }

@@ -38,6 +38,7 @@ pub mod sched;
 pub mod shard;
 pub mod stats;
 pub mod status;
+mod stopmark;
 pub mod throttle;
 mod tiering;
 pub mod types;

@@ -166,6 +166,9 @@ pub struct Volume {
     pub commit: Option<Commit>,
     pub flush_waiters: Vec<usize>,
     pub checkpoint_wanted: bool,
+    /// The process that ran the volume before this mount stopped in order, its writes all
+    /// durable (`stopmark.rs`); false until the mount says so.
+    pub stopped_clean_before_mount: bool,
     pub stats: VolumeStats,
     pub monitor: crate::monitor::Monitor,
     /// Mapped chunks per pool (thick home chunks count on the home pool).

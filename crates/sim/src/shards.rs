@@ -307,6 +307,31 @@ impl Sharded {
         }
     }
 
+    /// An orderly stop of every shard (`Engine::begin_shutdown`).
+    pub fn begin_shutdown(&mut self, now: u64, out: &mut Outputs) {
+        if let Some(e) = self.one() {
+            return e.begin_shutdown(now, out);
+        }
+        for k in 0..self.plan.shards() {
+            self.engines[k as usize].begin_shutdown(now, &mut self.scratch);
+            self.collect(k, now, out);
+        }
+    }
+
+    /// Whether the process before this mount stopped system-wide volume `v` in order
+    /// (`Engine::stopped_clean_before_mount`).
+    pub fn stopped_clean_before_mount(&self, v: VolumeId) -> bool {
+        self.engine_for(v)
+            .is_some_and(|(e, local)| e.stopped_clean_before_mount(local))
+    }
+
+    /// Volumes whose final commit failed while stopping, over every shard.
+    pub fn lost_at_stop(&self) -> Vec<String> {
+        (self.engines.iter())
+            .flat_map(|e| e.lost_at_stop().iter().cloned())
+            .collect()
+    }
+
     /// The system's state: failed if a shard failed, ready once every shard is.
     pub fn state(&self) -> EngineState {
         if let Some(e) = self.engines.first().filter(|_| self.engines.len() == 1) {

@@ -165,7 +165,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
         .chain(InjectedBug::space())
         .chain(InjectedBug::create())
         .chain(InjectedBug::shard())
-        .chain(InjectedBug::cache());
+        .chain(InjectedBug::cache())
+        .chain(InjectedBug::clean_stop());
     for bug in bugs {
         assert_caught(bug, 0, CI_SEEDS);
     }

@@ -738,17 +738,24 @@ impl Engine {
             self.voltab = table;
             self.startup_write(now, self.cfg.meta_pool, off, img, out);
         }
+        let keep_marker = self.bug_is(crate::inject::InjectedBug::CleanStopMarkerKept);
         for v in 0..self.vols.len() {
             if created.contains(&v) {
+                // No earlier process served it: nothing it acknowledged can be missing.
+                self.vols[v].stopped_clean_before_mount = true;
                 self.write_journal_headers(now, v, out);
                 continue;
             }
+            let vol = &mut self.vols[v];
+            vol.stopped_clean_before_mount = vol.journal.header.stopped_clean;
             // New mount generation: blocks written from now on never chain onto stale ones.
-            let j = &mut self.vols[v].journal;
+            let j = &mut vol.journal;
             let mut h = j.header.clone();
             h.generation += 1;
             h.mount_generation += 1;
             h.mount_block_seq = j.head;
+            // This run may crash: until its own stop marks it, the volume is not clean.
+            h.stopped_clean &= keep_marker;
             let off = j.next_header_offset();
             let pool = j.pool;
             j.header = h.clone();

@@ -209,6 +209,7 @@ impl Engine {
             mount_block_seq: 0,
             replay_block_seq: 0,
             replay_prev_crc: chain_seed(&self.cfg.system_uuid, id),
+            stopped_clean: false,
         };
         let initial = if vc.provisioning == Provisioning::Thick {
             ChunkLoc::Home
@@ -263,6 +264,7 @@ impl Engine {
             commit: None,
             flush_waiters: Vec::new(),
             checkpoint_wanted: false,
+            stopped_clean_before_mount: false,
             stats: VolumeStats::default(),
             monitor: crate::monitor::Monitor::new(chunks),
             chunks_on: vec![0; self.pools.len()],

@@ -53,6 +53,7 @@ pub fn run_range(
                             t.sectors_checked += st.sectors_checked;
                             t.crashes += st.crashes;
                             t.recoveries += st.recoveries;
+                            t.clean_stops += st.clean_stops;
                             t.injected_errors += st.injected_errors;
                             t.space_seeds += st.space_seeds;
                             t.space_errors += st.space_errors;

@@ -28,6 +28,10 @@ use super::probe::{Follow, Probe};
 use super::reference::RefDisk;
 use super::space::SpaceFaults;
 
+#[path = "stop.rs"]
+mod stop;
+use stop::Marker;
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct DstConfig {
@@ -45,6 +49,9 @@ pub struct DstStats {
     pub sectors_checked: u64,
     pub crashes: u64,
     pub recoveries: u64,
+    /// Orderly stops, each followed by a power loss and a mount that checked the
+    /// clean-stop marker and every write acknowledged before the stop (`stop.rs`).
+    pub clean_stops: u64,
     pub injected_errors: u64,
     /// Seeds that ran out of space, the device writes that failed with ENOSPC (counted
     /// in `injected_errors` too), and the lasting spells of a full pool.
@@ -164,6 +171,8 @@ struct Sim {
     recovering: bool,
     /// A start reached Ready once: later starts are mounts, never formats.
     mounted_once: bool,
+    /// What the next mount must say of the last stop (`stop.rs`).
+    marker: Marker,
     step: u64,
     stats: DstStats,
     last_end: Vec<u64>,
@@ -614,6 +623,7 @@ impl Sim {
             max_in_flight,
             recovering: false,
             mounted_once: false,
+            marker: Marker::Unknown,
             step: 0,
             stats: DstStats::default(),
             last_end: vec![0; nv],
@@ -1341,6 +1351,13 @@ impl Sim {
     }
 
     fn crash(&mut self) -> Result<(), Fail> {
+        self.marker = self.marker.after_crash(self.recovering);
+        self.power_loss()
+    }
+
+    /// Lose power: devices keep what a power loss may leave, the engine is rebuilt and
+    /// mounts (after a crash, or right after an orderly stop: `stop.rs`).
+    fn power_loss(&mut self) -> Result<(), Fail> {
         if self.trace {
             eprintln!(
                 "[{}] POWER LOSS ({} ops in flight)",
@@ -1569,6 +1586,7 @@ impl Sim {
             return Err(format!("recovery failed on a state a crash can leave: {r}"));
         }
         self.mounted_once = true;
+        self.check_marker()?;
         self.reconcile_deleted()?;
         self.reconcile_created()?;
         self.reconcile_resized()?;
@@ -1750,6 +1768,7 @@ impl Sim {
         self.check_sched_wait()?;
         if self.cfg.faults >= Faults::Crash {
             self.crash()?;
+            self.orderly_stop_then_crash()?;
         }
         self.stats.injected_errors = self.devs.iter().map(|d| d.injected_errors).sum();
         self.stats.volumes_created = self.creates.as_ref().map_or(0, |c| c.created);
