@@ -789,6 +789,12 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         vec![(String::new(), server.protocol_errors as f64)],
     );
+    family(
+        "tiervisor_vhost_lost_flush_reports_total",
+        "vhost-user FLUSHes failed to report writes an unclean stop may have lost.",
+        "counter",
+        vec![(String::new(), server.vhost_lost_flush_reports as f64)],
+    );
     s
 }
 

@@ -49,6 +49,9 @@ pub struct ServerStats {
     pub pool_space: Vec<crate::space::PoolSpace>,
     pub protocol_errors: u64,
     pub requests: u64,
+    /// vhost-user FLUSHes failed to tell a frontend that resumed its rings after an
+    /// unclean stop that writes may be lost (docs/ARCHITECTURE.md, vhost-user-blk).
+    pub vhost_lost_flush_reports: u64,
     pub io_backend: String,
     pub uptime_s: f64,
     /// One entry per shard (issue 18), so an operator sees an overloaded one.

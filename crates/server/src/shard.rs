@@ -219,7 +219,7 @@ impl Shard {
             .map_err(|e| format!("vhost-user: {e}"))?;
         let mut v = crate::vhost::VhostUser::new(dir, submit)?;
         for e in &self.exports {
-            v.add(e)?;
+            v.add(e, !self.engine.stopped_clean_before_mount(e.volume))?;
         }
         self.local = Some(source);
         self.vhost = Some(v);
@@ -246,6 +246,9 @@ impl Shard {
         self.stats.requests += reqs.len() as u64;
         for r in reqs {
             self.engine.submit(now, r, &mut self.out);
+        }
+        if let Some(v) = &self.vhost {
+            self.lines.extend(v.take_lines());
         }
     }
 
@@ -416,8 +419,9 @@ impl Shard {
         if let Some(d) = &self.directory {
             d.upsert(&e, self.index);
         }
+        // Created by this run: no earlier process acknowledged writes to it.
         if let Some(v) = &mut self.vhost
-            && let Err(why) = v.add(&e)
+            && let Err(why) = v.add(&e, false)
         {
             self.lines
                 .push(format!("volume {name}: no vhost-user socket: {why}"));
@@ -861,6 +865,7 @@ impl Shard {
     pub(crate) fn server_stats(&self) -> ServerStats {
         let mut s = self.stats.clone();
         s.uptime_s = self.t0.elapsed().as_secs_f64();
+        s.vhost_lost_flush_reports = self.vhost.as_ref().map_or(0, |v| v.lost_flush_reports());
         // A VM attached over vhost-user counts as a connection to its volume.
         let vhost = |name: &str| self.vhost.as_ref().map_or(0, |v| v.connected(name));
         s.connections_per_export = self

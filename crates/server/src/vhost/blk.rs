@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tiervisor_engine::ReqKind;
 use vhost::vhost_user::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -24,10 +25,12 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventFlag, EventNotifier};
 
 use super::request::{self, Parsed};
+use super::resume::{BlkVring, LostWrites, RingStarts};
 use crate::local::{LocalRequest, NotifyFn, Submitter};
 
 pub type Mem = GuestMemoryAtomic<GuestMemoryMmap<()>>;
-pub type Vring = VringRwLock<Mem>;
+/// The library's vring, noting where the frontend starts each ring (`resume.rs`).
+pub type Vring = BlkVring;
 
 /// Queues offered (the guest may use fewer: QEMU's `num-queues`).
 pub const MAX_QUEUES: usize = 4;
@@ -52,11 +55,14 @@ pub struct BlkDevice {
     /// Set when the server stops: a ring stop no longer waits for requests that will not
     /// be answered (those still in the channel when the server's loop ended).
     pub stopping: Arc<AtomicBool>,
+    /// Writes an unclean stop before this run may have lost, not yet reported to a
+    /// resuming frontend (`resume.rs`).
+    pub lost: Arc<LostWrites>,
 }
 
 /// A queue's state shared with the reply callbacks (which run on the server's thread).
 struct QueueCtx {
-    /// Requests handed to the server and not yet in the used ring.
+    /// Chains taken from the available ring and not yet answered (or dropped).
     in_flight: AtomicUsize,
     /// The ring's answer order, and its resets. Held while a reply writes, so a stop
     /// either comes before a reply's check or after its write.
@@ -64,6 +70,13 @@ struct QueueCtx {
     /// Signals the guest once per server pass that answered this queue (made at the
     /// queue's first kick, when its vring is known).
     notify: Mutex<Option<NotifyFn>>,
+}
+
+/// A chain taken from the available ring: the ring's epoch then, and its place in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ticket {
+    epoch: u64,
+    seq: u64,
 }
 
 /// Used elements are published in the order their chains were taken from the available
@@ -88,17 +101,31 @@ struct RingOrder {
 }
 
 impl RingOrder {
-    /// A chain is taken from the available ring: its sequence number.
-    fn take(&mut self) -> u64 {
+    /// A chain is taken from the available ring. Epoch and sequence are taken together:
+    /// a chain taken after a reset belongs to the new epoch's order, and one taken before
+    /// it is never published into it (it would hold a place the new order waits on).
+    fn take(&mut self) -> Ticket {
         self.next_taken += 1;
-        self.next_taken - 1
+        Ticket {
+            epoch: self.epoch,
+            seq: self.next_taken - 1,
+        }
     }
 
-    /// Chain `seq` is answered: publish it and every answer it was holding back.
-    fn answer(&mut self, seq: u64, head: u16, used_len: u32, vring: &Vring) {
-        self.waiting.insert(seq, (head, used_len));
+    /// Whether an answer to `t` may still touch the ring (no stop or disconnect since).
+    fn current(&self, t: Ticket) -> bool {
+        t.epoch == self.epoch
+    }
+
+    /// Chain `t` is answered: publish it and every answer it was holding back, in order.
+    /// An answer from before a reset is dropped.
+    fn answer(&mut self, t: Ticket, head: u16, used_len: u32, mut publish: impl FnMut(u16, u32)) {
+        if !self.current(t) {
+            return;
+        }
+        self.waiting.insert(t.seq, (head, used_len));
         while let Some((h, l)) = self.waiting.remove(&self.next_published) {
-            let _ = vring.add_used(h, l);
+            publish(h, l);
             self.next_published += 1;
         }
     }
@@ -112,10 +139,29 @@ impl RingOrder {
     }
 }
 
+impl QueueCtx {
+    /// Answer chain `t` (head `head`) unless its ring was stopped or its frontend left
+    /// since it was taken: `write` puts the answer into guest memory and gives the used
+    /// length. Every answer goes this way, immediate or from the engine; the ring's lock
+    /// is held across the write, so a stop comes before the check or after the write.
+    fn complete(&self, t: Ticket, head: u16, vring: &Vring, write: impl FnOnce() -> u32) {
+        if let Ok(mut r) = self.ring.lock()
+            && r.current(t)
+        {
+            let used = write();
+            r.answer(t, head, used, |h, l| {
+                let _ = vring.add_used(h, l);
+            });
+        }
+    }
+}
+
 pub struct BlkBackend {
     dev: BlkDevice,
     mem: Mem,
     submit: Submitter,
+    /// Where this frontend started its rings: a reconnect after the backend died, or new.
+    starts: Arc<RingStarts>,
     queues: Vec<Arc<QueueCtx>>,
     /// VIRTIO_RING_F_EVENT_IDX was negotiated: the guest says when it wants a kick and
     /// an interrupt (its `avail_event` and `used_event`), so neither is sent per request.
@@ -133,7 +179,7 @@ fn signal_if_wanted(vring: &Vring) -> std::io::Result<()> {
 }
 
 impl BlkBackend {
-    pub fn new(dev: BlkDevice, mem: Mem, submit: Submitter) -> BlkBackend {
+    pub fn new(dev: BlkDevice, mem: Mem, submit: Submitter, starts: Arc<RingStarts>) -> BlkBackend {
         let queues = (0..MAX_QUEUES)
             .map(|_| {
                 Arc::new(QueueCtx {
@@ -147,6 +193,7 @@ impl BlkBackend {
             dev,
             mem,
             submit,
+            starts,
             queues,
             event_idx: AtomicBool::new(false),
         }
@@ -186,16 +233,26 @@ impl BlkBackend {
     /// The guest kicked queue `q`: take every available chain.
     fn process_queue(&self, q: usize, vring: &Vring) -> std::io::Result<()> {
         let mem = self.mem.memory();
-        let chains: Vec<_> = vring
-            .get_mut()
-            .get_queue_mut()
-            .iter(self.mem.memory())
-            .map_err(std::io::Error::other)?
-            .collect();
+        let ctx = &self.queues[q];
+        // The chains count as in flight from the moment they leave the available ring,
+        // under the vring's lock: GET_VRING_BASE marks the ring stopped under that lock
+        // before `stop_vring` waits, so it either comes before this pass took anything
+        // or waits for all of it. (Counted only once sent to the engine, a stop in the
+        // middle of a pass found the count at 0 and reported the ring position with the
+        // rest of the pass unanswered: `queues_run_in_parallel...` in serve_vhost.rs saw
+        // 24 of 32 under load.)
+        let chains: Vec<_> = {
+            let mut state = vring.get_mut();
+            let chains: Vec<_> = (state.get_queue_mut())
+                .iter(self.mem.memory())
+                .map_err(std::io::Error::other)?
+                .collect();
+            ctx.in_flight.fetch_add(chains.len(), Ordering::AcqRel);
+            chains
+        };
         if chains.is_empty() {
             return Ok(());
         }
-        let ctx = &self.queues[q];
         let notify = {
             let mut n = ctx
                 .notify
@@ -210,12 +267,11 @@ impl BlkBackend {
             .clone()
         };
         let poisoned = |_| std::io::Error::other("poisoned");
-        let epoch = ctx.ring.lock().map_err(poisoned)?.epoch;
         let mut sent = false;
         let mut answered = false;
         for chain in chains {
             let head = chain.head_index();
-            let seq = ctx.ring.lock().map_err(poisoned)?.take();
+            let ticket = ctx.ring.lock().map_err(poisoned)?.take();
             let target = request::Target {
                 size_bytes: self.dev.size_bytes.load(Ordering::Relaxed),
                 read_only: self.dev.read_only,
@@ -227,11 +283,22 @@ impl BlkBackend {
                     status,
                     data,
                 } => {
-                    let used = request::finish(&*mem, &writable, status, data.as_deref());
-                    ctx.ring
-                        .lock()
-                        .map_err(poisoned)?
-                        .answer(seq, head, used, vring);
+                    ctx.complete(ticket, head, vring, || {
+                        request::finish(&*mem, &writable, status, data.as_deref())
+                    });
+                    ctx.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    answered = true;
+                }
+                Parsed::Engine {
+                    kind: ReqKind::Flush,
+                    writable,
+                    ..
+                } if self.flush_must_fail() => {
+                    let status = VIRTIO_BLK_S_IOERR as u8;
+                    ctx.complete(ticket, head, vring, || {
+                        request::finish(&*mem, &writable, status, None)
+                    });
+                    ctx.in_flight.fetch_sub(1, Ordering::AcqRel);
                     answered = true;
                 }
                 Parsed::Engine {
@@ -242,7 +309,6 @@ impl BlkBackend {
                     payload,
                     writable,
                 } => {
-                    ctx.in_flight.fetch_add(1, Ordering::AcqRel);
                     // Runs on the server's thread: the data and status go straight into
                     // guest memory and the used ring (the ring's lock orders this with the
                     // worker); the guest is signalled once per server pass (`notify`).
@@ -254,14 +320,10 @@ impl BlkBackend {
                             } else {
                                 VIRTIO_BLK_S_IOERR
                             } as u8;
-                            // The guard is held across the write (see `QueueCtx::ring`).
-                            if let Ok(mut r) = ctx2.ring.lock()
-                                && r.epoch == epoch
-                            {
+                            ctx2.complete(ticket, head, &vring2, || {
                                 let m = mem2.memory();
-                                let used = request::finish(&*m, &writable, status, data.as_deref());
-                                r.answer(seq, head, used, &vring2);
-                            }
+                                request::finish(&*m, &writable, status, data.as_deref())
+                            });
                             ctx2.in_flight.fetch_sub(1, Ordering::AcqRel);
                         },
                     );
@@ -291,6 +353,19 @@ impl BlkBackend {
             signal_if_wanted(vring)?;
         }
         Ok(())
+    }
+}
+
+impl BlkBackend {
+    /// A FLUSH: whether it must fail to report writes an unclean stop may have lost (the
+    /// first FLUSH of a frontend resuming its rings after an unclean start; `resume.rs`).
+    fn flush_must_fail(&self) -> bool {
+        let fail = (self.dev.lost).flush_must_fail(self.starts.resumed(), &self.dev.name);
+        if fail {
+            // The server's thread logs the warning at its next pass.
+            self.submit.wake();
+        }
+        fail
     }
 }
 
@@ -405,5 +480,47 @@ impl VhostUserBackend for BlkBackend {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(r: &mut RingOrder, t: Ticket, head: u16, out: &mut Vec<u16>) {
+        r.answer(t, head, 1, |h, _| out.push(h));
+    }
+
+    #[test]
+    fn answers_are_published_in_the_order_taken() {
+        let mut r = RingOrder::default();
+        let (a, b, c) = (r.take(), r.take(), r.take());
+        let mut out = Vec::new();
+        answer(&mut r, c, 30, &mut out);
+        answer(&mut r, b, 20, &mut out);
+        assert!(out.is_empty());
+        answer(&mut r, a, 10, &mut out);
+        assert_eq!(out, [10, 20, 30]);
+    }
+
+    /// Review of issue 19: immediate answers (a refused request, GET_ID) were published
+    /// without the epoch check engine answers had, and chains taken after a ring stop
+    /// (mid-pass) carried the pass's old epoch with a sequence number of the new order:
+    /// the new order then waited forever for them. An answer taken before a reset must
+    /// not be published, and must not hold a place in the new order.
+    #[test]
+    fn an_answer_from_before_a_ring_stop_is_dropped_and_holds_no_place() {
+        let mut r = RingOrder::default();
+        let old = r.take();
+        r.reset();
+        let new = r.take();
+        let mut out = Vec::new();
+        answer(&mut r, old, 1, &mut out);
+        assert!(
+            out.is_empty(),
+            "an answer from before the stop was published"
+        );
+        answer(&mut r, new, 2, &mut out);
+        assert_eq!(out, [2], "the new order waits for nothing of the old one");
     }
 }

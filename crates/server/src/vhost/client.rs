@@ -95,7 +95,8 @@ fn negotiate(
 }
 
 /// Set queue `q` up with its rings at `va` (this process's address, as QEMU passes its
-/// own) and the device's next available index at `next_avail`; returns (kick, call).
+/// own) and the device's next available index at `next_avail`; returns (kick, call). The
+/// ring is not enabled yet: see [`enable_queues`].
 fn start_queue(
     fe: &mut Frontend,
     q: u16,
@@ -124,9 +125,18 @@ fn start_queue(
         .map_err(io_err("SET_VRING_CALL"))?;
     fe.set_vring_kick(q, &kick)
         .map_err(io_err("SET_VRING_KICK"))?;
-    fe.set_vring_enable(q, true)
-        .map_err(io_err("SET_VRING_ENABLE"))?;
     Ok((kick, call))
+}
+
+/// Enable every ring once all are set up, as QEMU's `vhost_dev_start` does: the backend
+/// serves a ring only once enabled, so it knows where every ring starts before it answers
+/// a request (a FLUSH after a reconnect depends on it: `vhost/resume.rs`).
+fn enable_queues(fe: &mut Frontend, queues: u16) -> Result<(), String> {
+    for q in 0..usize::from(queues) {
+        fe.set_vring_enable(q, true)
+            .map_err(io_err("SET_VRING_ENABLE"))?;
+    }
+    Ok(())
 }
 
 impl BlkClient {
@@ -191,6 +201,7 @@ impl BlkClient {
                 in_len: vec![0; usize::from(slots)],
             });
         }
+        enable_queues(&mut fe, queues)?;
         Ok(BlkClient {
             fe,
             _memfd: memfd,
@@ -435,6 +446,7 @@ impl BlkClient {
             let queue = &mut self.queues[usize::from(q)];
             (queue.kick, queue.call) = (kick, call);
         }
+        enable_queues(&mut fe, queues)?;
         self.fe = fe;
         self.config = config;
         Ok(())

@@ -12,6 +12,7 @@
 pub mod blk;
 pub mod client;
 pub mod request;
+pub mod resume;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use crate::local::Submitter;
 use crate::nbd::conn::Export;
 use blk::{BlkBackend, BlkDevice};
+use resume::{LostReports, LostWrites, RingStarts};
 
 /// How often an idle socket thread checks for the server stopping.
 const ACCEPT_POLL_MS: i32 = 100;
@@ -63,6 +65,8 @@ pub struct VhostUser {
     dir: PathBuf,
     submit: Submitter,
     sockets: Vec<Socket>,
+    /// FLUSHes failed to report writes an unclean stop may have lost (`resume.rs`).
+    lost_reports: Arc<LostReports>,
 }
 
 /// The socket path of `volume` under `dir`.
@@ -78,11 +82,15 @@ impl VhostUser {
             dir: dir.to_path_buf(),
             submit,
             sockets: Vec::new(),
+            lost_reports: Arc::default(),
         })
     }
 
     /// Serve `export` on its socket (a stale socket file from an earlier run is replaced).
-    pub fn add(&mut self, export: &Export) -> Result<(), String> {
+    /// `unclean_start`: the process before this one did not stop in order
+    /// (`Engine::stopped_clean_before_mount`), so a frontend resuming its rings is told at
+    /// its first FLUSH that writes may be lost.
+    pub fn add(&mut self, export: &Export, unclean_start: bool) -> Result<(), String> {
         let path = socket_path(&self.dir, &export.name);
         if path.as_os_str().len() >= 108 {
             return Err(format!(
@@ -100,6 +108,7 @@ impl VhostUser {
             size_bytes: size_bytes.clone(),
             read_only: export.read_only,
             stopping: closing.clone(),
+            lost: Arc::new(LostWrites::new(unclean_start, self.lost_reports.clone())),
         };
         let current = Arc::new(Mutex::new(None));
         let (submit, stop, cur) = (self.submit.clone(), closing.clone(), current.clone());
@@ -116,6 +125,16 @@ impl VhostUser {
             closing,
         });
         Ok(())
+    }
+
+    /// FLUSHes failed so far to report lost writes (`ctl stat`: `vhost_lost_flush_reports`).
+    pub fn lost_flush_reports(&self) -> u64 {
+        self.lost_reports.count()
+    }
+
+    /// Warnings of FLUSHes failed since the last call, for the operator's log.
+    pub fn take_lines(&self) -> Vec<String> {
+        self.lost_reports.take_lines()
     }
 
     /// The paths served, for the log.
@@ -190,8 +209,18 @@ fn serve_socket(
             continue;
         }
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<()>::new());
-        let backend = Arc::new(BlkBackend::new(dev.clone(), mem.clone(), submit.clone()));
-        let mut daemon = match VhostUserDaemon::new(dev.name.clone(), backend.clone(), mem) {
+        let starts = Arc::new(RingStarts::default());
+        let backend = Arc::new(BlkBackend::new(
+            dev.clone(),
+            mem.clone(),
+            submit.clone(),
+            starts.clone(),
+        ));
+        // The library makes this connection's vrings here: they note their starts.
+        let made = resume::making_rings(&starts, || {
+            VhostUserDaemon::new(dev.name.clone(), backend.clone(), mem)
+        });
+        let mut daemon = match made {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(volume = dev.name.as_str(), "vhost-user: {e}");
