@@ -116,6 +116,9 @@ struct RawVolume {
     priority: Option<u8>,
     description: Option<String>,
     read_only: Option<bool>,
+    /// vhost-user: false offers no FLUSH (the guest writes through) and makes every
+    /// write durable before it is answered.
+    write_cache: Option<bool>,
     log: Option<tiervisor_conf::Switch>,
     /// QoS for schedulers that share a device by volume (mclock, bfq).
     reservation_iops: Option<Spanned<u32>>,
@@ -149,6 +152,10 @@ pub struct VolumeDef {
     pub description: String,
     /// Served read-only: writes, trims and zeroing fail with EPERM.
     pub read_only: bool,
+    /// vhost-user-blk offers a volatile write cache (VIRTIO_BLK_F_FLUSH: writes are
+    /// answered before they are durable, a FLUSH makes them so). False: no FLUSH offered,
+    /// every write, discard and write-zeroes durable (FUA) before it is answered.
+    pub write_cache: bool,
     /// Override the pool's `log`.
     pub log: Option<bool>,
     pub qos: tiervisor_engine::VolumeQos,
@@ -380,6 +387,7 @@ impl ServerConfig {
                 fast_pool: v.fast_pool.map(|f| f.0 as usize),
                 description: raw.description.clone().unwrap_or_default(),
                 read_only: raw.read_only.unwrap_or(false),
+                write_cache: raw.write_cache.unwrap_or(true),
                 log: v.log,
                 qos: v.qos,
             })

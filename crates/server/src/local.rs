@@ -36,6 +36,9 @@ pub struct LocalRequest {
     pub len_bytes: u64,
     /// WRITE_ZEROES must leave the range allocated.
     pub no_hole: bool,
+    /// Durable before it is answered (NBD's FUA; a vhost-user volume without a write
+    /// cache).
+    pub fua: bool,
     pub payload: Option<Bytes>,
     pub reply: ReplyFn,
     pub notify: Option<NotifyFn>,
@@ -154,6 +157,7 @@ impl LocalSource {
                 r.len_bytes,
             );
             v.no_hole = r.no_hole;
+            v.fua = r.fua;
             v.payload = r.payload;
             out.push(v);
         }
@@ -200,6 +204,7 @@ mod tests {
             offset_bytes: 0,
             len_bytes: len,
             no_hole: false,
+            fua: false,
             payload: None,
             reply: Box::new(move |r, _| log.lock().unwrap().push(r)),
             notify: None,

@@ -219,7 +219,11 @@ impl Shard {
             .map_err(|e| format!("vhost-user: {e}"))?;
         let mut v = crate::vhost::VhostUser::new(dir, submit)?;
         for e in &self.exports {
-            v.add(e, !self.engine.stopped_clean_before_mount(e.volume))?;
+            let opts = crate::vhost::DeviceOptions {
+                unclean_start: !self.engine.stopped_clean_before_mount(e.volume),
+                write_cache: self.write_cache(&e.name),
+            };
+            v.add(e, opts)?;
         }
         self.local = Some(source);
         self.vhost = Some(v);
@@ -377,6 +381,14 @@ impl Shard {
         self.engine.lost_at_stop().to_vec()
     }
 
+    /// Whether volume `name`'s vhost-user device offers a write cache (its `write_cache`;
+    /// a volume the configuration does not name has one).
+    fn write_cache(&self, name: &str) -> bool {
+        (self.cfg.volumes.iter())
+            .find(|v| v.name == name)
+            .is_none_or(|v| v.write_cache)
+    }
+
     /// The NBD export of volume `name` (engine index `i`, `size` bytes); a volume the
     /// configuration does not name (created by `ctl volume create`) gets the defaults.
     fn export_for(&self, name: String, i: usize, size: u64) -> Export {
@@ -420,8 +432,12 @@ impl Shard {
             d.upsert(&e, self.index);
         }
         // Created by this run: no earlier process acknowledged writes to it.
+        let opts = crate::vhost::DeviceOptions {
+            unclean_start: false,
+            write_cache: self.write_cache(name),
+        };
         if let Some(v) = &mut self.vhost
-            && let Err(why) = v.add(&e, false)
+            && let Err(why) = v.add(&e, opts)
         {
             self.lines
                 .push(format!("volume {name}: no vhost-user socket: {why}"));

@@ -52,6 +52,10 @@ pub struct BlkDevice {
     /// Current size (a resize is seen by the next connection).
     pub size_bytes: Arc<AtomicU64>,
     pub read_only: bool,
+    /// A volatile write cache is offered (VIRTIO_BLK_F_FLUSH). Without it the guest
+    /// writes through: every write, discard and write-zeroes is made durable (FUA)
+    /// before it is answered, and no FLUSH is offered.
+    pub write_cache: bool,
     /// Set when the server stops: a ring stop no longer waits for requests that will not
     /// be answered (those still in the channel when the server's loop ended).
     pub stopping: Arc<AtomicBool>,
@@ -327,12 +331,15 @@ impl BlkBackend {
                             ctx2.in_flight.fetch_sub(1, Ordering::AcqRel);
                         },
                     );
+                    let changes =
+                        matches!(kind, ReqKind::Write | ReqKind::Trim | ReqKind::WriteZeroes);
                     let sent_ok = self.submit.send(LocalRequest {
                         volume: self.dev.volume,
                         kind,
                         offset_bytes,
                         len_bytes,
                         no_hole,
+                        fua: changes && !self.dev.write_cache,
                         payload,
                         reply,
                         notify: Some(notify.clone()),
@@ -389,8 +396,10 @@ impl VhostUserBackend for BlkBackend {
             | 1 << VIRTIO_BLK_F_SEG_MAX
             | 1 << VIRTIO_BLK_F_BLK_SIZE
             | 1 << VIRTIO_BLK_F_TOPOLOGY
-            | 1 << VIRTIO_BLK_F_FLUSH
             | 1 << VIRTIO_BLK_F_MQ;
+        if self.dev.write_cache {
+            f |= 1 << VIRTIO_BLK_F_FLUSH;
+        }
         if self.dev.read_only {
             f |= 1 << VIRTIO_BLK_F_RO;
         } else {

@@ -60,6 +60,17 @@ impl Socket {
     }
 }
 
+/// How a volume's device is offered.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceOptions {
+    /// The process before this one did not stop in order
+    /// (`Engine::stopped_clean_before_mount`): a frontend resuming its rings is told at
+    /// its first FLUSH that writes may be lost (`resume.rs`).
+    pub unclean_start: bool,
+    /// The volume's `write_cache` (`BlkDevice::write_cache`).
+    pub write_cache: bool,
+}
+
 /// Every volume's socket.
 pub struct VhostUser {
     dir: PathBuf,
@@ -87,10 +98,7 @@ impl VhostUser {
     }
 
     /// Serve `export` on its socket (a stale socket file from an earlier run is replaced).
-    /// `unclean_start`: the process before this one did not stop in order
-    /// (`Engine::stopped_clean_before_mount`), so a frontend resuming its rings is told at
-    /// its first FLUSH that writes may be lost.
-    pub fn add(&mut self, export: &Export, unclean_start: bool) -> Result<(), String> {
+    pub fn add(&mut self, export: &Export, opts: DeviceOptions) -> Result<(), String> {
         let path = socket_path(&self.dir, &export.name);
         if path.as_os_str().len() >= 108 {
             return Err(format!(
@@ -107,8 +115,12 @@ impl VhostUser {
             volume: export.volume,
             size_bytes: size_bytes.clone(),
             read_only: export.read_only,
+            write_cache: opts.write_cache,
             stopping: closing.clone(),
-            lost: Arc::new(LostWrites::new(unclean_start, self.lost_reports.clone())),
+            lost: Arc::new(LostWrites::new(
+                opts.unclean_start,
+                self.lost_reports.clone(),
+            )),
         };
         let current = Arc::new(Mutex::new(None));
         let (submit, stop, cur) = (self.submit.clone(), closing.clone(), current.clone());
