@@ -27,9 +27,12 @@ use crate::volume::ChunkState;
 const MAX_CANDIDATES: usize = 4096;
 /// Fast-pool chunks of a volume compared per step when looking for the coldest.
 const DEMOTE_SAMPLE: u64 = 512;
-/// Chunks of a volume examined per step at most in that search: a sparse volume (a
-/// 48 MiB footprint in 16 GiB) holds a few fast chunks per thousand.
-const DEMOTE_SCAN_MAX: u64 = 1 << 16;
+/// Chunks of a volume examined per step at most in that search. Scanning until 512 fast
+/// chunks were seen (up to 64 Ki chunks) found the true coldest on sparse volumes and made
+/// the SPC-like rows 10-60 % faster, but on the `wsrch` trace (reuse 1.0) it let every
+/// chunk read 4 times displace an untouched one, and `hot` fell behind `split` there
+/// (BENCHMARKS.md, issue 17 item 4); a window of 512 chunks refuses most such swaps.
+const DEMOTE_SCAN_MAX: u64 = 512;
 
 /// A volume with no request arriving or completing for this long is idle: its fast
 /// chunks are the first to go when a busy volume needs room, whatever their heat (a VM

@@ -229,40 +229,6 @@ fn first_writes_in_flight_at_once_stay_within_the_fast_budget() {
     assert_eq!(loc(&r, 5), Some(HDD), "the budget holds one chunk");
 }
 
-/// The victim of a promotion is the coldest fast chunk of the whole volume, however
-/// sparse its fast chunks. The search looked at 512 chunks per step, so on a volume with
-/// a few fast chunks per thousand (the SPC-like rows: 48-192 MiB used of 16 GiB) it
-/// compared the candidate with whichever fast chunk the window held: here it demoted the
-/// warm chunk 10 (heat 10) and kept the cold chunk 1500 (heat 2).
-#[test]
-fn the_victim_is_the_coldest_fast_chunk_of_a_sparse_volume() {
-    let mut cfg = hot_config();
-    cfg.volumes[0].size_bytes = 2048 * MIB;
-    cfg.volumes[0].placement = Placement::Hot {
-        fast_budget_bytes: 2 * MIB,
-        priority: 0,
-    };
-    let mut r = Rig::new(cfg);
-    r.write("thin", 10 * MIB, &pattern(1, MIB as usize));
-    r.write("thin", 1500 * MIB, &pattern(2, MIB as usize));
-    r.write("thin", 1000 * MIB, &pattern(3, MIB as usize));
-    assert_eq!(
-        (loc(&r, 10), loc(&r, 1500), loc(&r, 1000)),
-        (Some(SSD), Some(SSD), Some(HDD))
-    );
-    read_chunk(&mut r, 10, 0, 8);
-    read_chunk(&mut r, 1000, 0, 30);
-    for _ in 0..10 {
-        r.tick(20_000_000);
-    }
-    assert_eq!(
-        (loc(&r, 10), loc(&r, 1500), loc(&r, 1000)),
-        (Some(SSD), Some(HDD), Some(SSD)),
-        "the cold chunk 1500 made room, the warm chunk 10 stayed"
-    );
-    r.engine.check_invariants().unwrap();
-}
-
 /// Two `hot` volumes share an SSD with room for two chunks, one each. Volume "thin" made
 /// its chunk hot, then stopped; "thin2" keeps using a chunk on the HDD that is cooler
 /// than that by heat. Once "thin" has been idle for `IDLE_VOLUME_NS`, its chunk counts
