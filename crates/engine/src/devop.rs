@@ -59,6 +59,12 @@ pub(crate) enum Owner {
         chunk: u64,
         req: usize,
     },
+    /// A zero-fill of a chunk a migration's log drain allocated
+    /// (`jobs/migrate/log_drain.rs`).
+    LogDrain {
+        vol: u32,
+        chunk: u64,
+    },
     /// A log append (details in `Engine::appends`).
     Append {
         slot: usize,

@@ -623,6 +623,9 @@ impl Engine {
             Owner::MigDup { vol, chunk, req } => {
                 self.migration_dup_done(now, vol, chunk, req, op.pool, result, out)
             }
+            Owner::LogDrain { vol, chunk } => {
+                self.log_drain_part_done(now, vol, chunk, result, out)
+            }
             Owner::Append { slot } => self.append_done(now, slot, result, out),
             Owner::CleanRead { pool, idx } => {
                 self.clean_read_done(now, pool as usize, idx as usize, result, data, out)

@@ -106,6 +106,9 @@ pub enum InjectedBug {
     /// still set, so a crash of this run reads as a clean stop at the next mount (and a
     /// vhost-user frontend resuming its rings is not told of the writes it lost).
     CleanStopMarkerKept,
+    /// A migrating logged volume's drain clears a chunk's `Log` ranges without writing
+    /// them back home: the home data the job copies, and reads then get, is stale.
+    LogMigrateDropsLive,
 }
 
 impl InjectedBug {
@@ -133,7 +136,7 @@ impl InjectedBug {
     /// catches all but `aio-unordered-dups`, which seeds 1024..1280 catch
     /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 9] {
+    pub fn migration() -> [InjectedBug; 10] {
         [
             InjectedBug::DbtMissesDirty,
             InjectedBug::MirrorAcksEarly,
@@ -144,6 +147,7 @@ impl InjectedBug {
             InjectedBug::TierMovesWhileMigrating,
             InjectedBug::ThickOldRegionFreedEarly,
             InjectedBug::CacheMigrateDropsDirty,
+            InjectedBug::LogMigrateDropsLive,
         ]
     }
     pub fn name(self) -> &'static str {
@@ -178,6 +182,7 @@ impl InjectedBug {
             InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
             InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
             InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
+            InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).

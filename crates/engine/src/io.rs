@@ -424,6 +424,11 @@ impl Engine {
         if matches!(vol.rec.placement, crate::config::Placement::Cache { .. }) {
             return None;
         }
+        // A migrating volume's log is drained and stays empty until the job is over
+        // (`jobs/migrate/log_drain.rs`); it logs again, on its new pool, after.
+        if self.migrations.jobs.contains_key(&v) {
+            return None;
+        }
         let pool = match vol.resolve(vol.map.get(c), c) {
             Some((p, _)) => p,
             None => self.place_new_chunk(v, c).0,

@@ -39,6 +39,9 @@ pub enum ChunkState {
     },
     /// Live migration: the chunk is being copied (or copied back); writes wait.
     Migrating,
+    /// Live migration of a logged volume: the chunk's log data is being written back
+    /// into it (`jobs/migrate/log_drain.rs`); writes wait, reads use the log.
+    LogDrain,
     /// `cache` placement: the chunk's dirty parts are being written back to its slow
     /// slot in `pending` copies (then evicted when `evict`, unless one `failed`); writes
     /// wait, reads use the fast copy.

@@ -228,8 +228,7 @@ fn power_loss_after_the_pivot(
     }
     r.engine.check_invariants()?;
     if refused_at_mount {
-        // The job cannot resume: the log is enabled on the volume since.
-        r.cfg.volumes[1].log = Some(true);
+        refuse_resume(&mut r);
     }
     r.power_loss();
     r.engine.check_invariants()?;
@@ -478,7 +477,7 @@ fn a_thick_volume_recording_its_new_home_is_busy() {
 }
 
 /// A job that cannot resume at mount after its pivot was durable (every chunk in the new
-/// region; the log enabled on the volume since): it completes, the table naming the new
+/// region; the HDD its fast pool since): it completes, the table naming the new
 /// region, and the old one is freed. A power loss at each operation from the pivot's
 /// commit on, as above.
 #[test]
@@ -496,8 +495,8 @@ fn a_job_that_cannot_resume_after_its_pivot_completes() {
 }
 
 /// A rig whose thick volume's job (to the HDD, at 8 MB/s) has copied a few chunks and,
-/// for LR and SLR, put writes into its new region, all flushed; then the log is enabled
-/// on the volume, so the job cannot resume at the next mount. The reference, the free
+/// for LR and SLR, put writes into its new region, all flushed; then the HDD becomes the
+/// volume's fast pool, so the job cannot resume at the next mount. The reference, the free
 /// chunks before the job and the chunks' home.
 /// The rig, the reference, the free chunks before the job and the chunks' home.
 type Interrupted = (Rig, Vec<u8>, Vec<u64>, Vec<(PoolId, u64)>);
@@ -526,8 +525,19 @@ fn interrupted_job_then_refused(s: Scheme) -> Interrupted {
         "{s:?}: {:?}",
         job_phase(&r, VOL)
     );
-    r.cfg.volumes[1].log = Some(true);
+    refuse_resume(&mut r);
     (r, reference, free0, home)
+}
+
+/// Make the thick volume's job to the HDD unresumable at the next mount: the HDD becomes
+/// its fast pool (a `hot` placement since), where a tiered volume cannot move. (Before
+/// logged volumes could migrate, the log enabled on the volume since was the reason.)
+fn refuse_resume(r: &mut Rig) {
+    r.cfg.volumes[1].placement = tiervisor_engine::config::Placement::Hot {
+        fast_budget_bytes: 4 * MIB,
+        priority: 0,
+    };
+    r.cfg.volumes[1].fast_pool = Some(HDD);
 }
 
 /// Tick until the mount's cancel is over and what it frees is free.
@@ -542,8 +552,8 @@ fn settle(r: &mut Rig) {
     }
 }
 
-/// Issue 13: a thick volume's job that cannot resume at mount (the log enabled on the
-/// volume since) is cancelled there: the volume stays in its home region with every
+/// Issue 13: a thick volume's job that cannot resume at mount (its destination its fast
+/// pool since) is cancelled there: the volume stays in its home region with every
 /// flushed write (LR's and SLR's writes into the new region copied back), the record
 /// is cleared and the reserved region freed, with a warning naming the volume, the pool
 /// and why. Before, the region stayed reserved (20 chunks of the HDD not free) and no
@@ -572,7 +582,7 @@ fn a_thick_job_that_cannot_resume_is_cancelled_and_frees_its_region() {
         let warned = events.iter().any(|e| {
             matches!(e, EngineEvent::Warning { message }
                 if message.contains("volume thick: its migration to pool hdd cannot resume")
-                    && message.contains("log-structured")
+                    && message.contains("fast pool")
                     && message.contains("cancelled"))
         });
         assert!(warned, "{s:?}: {events:?}");

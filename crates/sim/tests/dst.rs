@@ -46,15 +46,19 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "log appends: {}",
         s.log_appends
     );
+    // (377 before logged volumes could migrate, 278 since: a migrating volume does not
+    // log, and its job writes the log back home instead of the cleaner moving it.)
     assert!(
-        s.segments_cleaned > CI_SEEDS,
+        s.segments_cleaned > CI_SEEDS * 3 / 4,
         "segments cleaned: {}",
         s.segments_cleaned
     );
     // The cap only holds the cleaner back between the urgency mark and the cleaning
-    // mark, a narrow band with DST's few segments; dozens of waits is what it gives.
+    // mark, a narrow band with DST's few segments. Every wait of the set is seed 101's:
+    // 23 before logged volumes could migrate, 1 since (its logged volume's job drains
+    // the log the cap held back), so this only says the path still runs.
     assert!(
-        s.cleaner_waits >= 10,
+        s.cleaner_waits >= 1,
         "cleaner waits for its cap: {}",
         s.cleaner_waits
     );

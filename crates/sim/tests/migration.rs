@@ -164,17 +164,21 @@ fn bad_migrations_name_the_line_and_what_was_expected() {
             .to_string();
         assert!(e.contains(want), "{e}\nexpected: {want}");
     }
-    // The engine's refusal (a volume with log data; thick ones migrate since stop 29) ends
-    // the run with the volume and the reason.
-    let logged = base.replace("size = \"64m\"", "size = \"64m\"\nlog = true");
-    assert_ne!(logged, base);
-    let sc = Scenario::parse("m.toml", &logged, Path::new(".")).unwrap();
+    // The engine's refusal (a tiered volume to its fast pool; logged volumes, the example
+    // here before, migrate since issue 13's log drain) ends the run with the volume and
+    // the reason.
+    let tiered = base.replace(
+        "size = \"64m\"",
+        "size = \"64m\"\nplacement = \"hot\"\nfast_pool = \"ssd\"",
+    );
+    assert_ne!(tiered, base);
+    let sc = Scenario::parse("m.toml", &tiered, Path::new(".")).unwrap();
     let e = Simulation::new(sc, &RunOptions::default())
         .unwrap()
         .run()
         .unwrap_err();
     assert!(
-        e.contains("migration 1 of volume vm1") && e.contains("log"),
+        e.contains("migration 1 of volume vm1") && e.contains("fast pool"),
         "{e}"
     );
 }

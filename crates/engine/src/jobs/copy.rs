@@ -31,6 +31,11 @@ pub(crate) enum CopyFor {
         vol: u32,
         chunk: u64,
     },
+    /// A live migration's write-back of a logged range into its home chunk.
+    LogDrain {
+        vol: u32,
+        chunk: u64,
+    },
 }
 
 impl CopyFor {
@@ -39,7 +44,8 @@ impl CopyFor {
             CopyFor::TierMove { vol, .. }
             | CopyFor::Migration { vol, .. }
             | CopyFor::CacheFill { vol, .. }
-            | CopyFor::CacheClean { vol, .. } => vol,
+            | CopyFor::CacheClean { vol, .. }
+            | CopyFor::LogDrain { vol, .. } => vol,
         }
     }
 }
@@ -116,6 +122,9 @@ impl Engine {
             }
             CopyFor::CacheClean { vol, chunk } => {
                 self.cache_copy_done(now, vol, chunk, false, result, out)
+            }
+            CopyFor::LogDrain { vol, chunk } => {
+                self.log_drain_part_done(now, vol, chunk, result, out)
             }
         }
     }

@@ -165,7 +165,10 @@ impl Engine {
         let pl = &self.logs[pool];
         let mut best: Option<(f64, u64)> = None;
         for (&g, s) in &pl.segments {
+            // A migrating volume's log is being written back home, not forward
+            // (`jobs/migrate/log_drain.rs`).
             if s.open
+                || self.migrations.jobs.contains_key(&s.owner)
                 || s.cleaning
                 || s.clean_failed
                 || s.stuck

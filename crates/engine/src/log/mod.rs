@@ -285,9 +285,14 @@ impl Engine {
     pub(crate) fn overlay_set(&mut self, v: u32, start: u64, end: u64, value: Overlay) {
         let vol = &mut self.vols[v as usize];
         let removed = vol.overlay.insert(start, end, value);
-        vol.journal
+        let seq = vol
+            .journal
             .append(crate::journal::Record::Overlay { start, end, value });
         self.unref_removed(v, &removed);
+        // Logged data over an interrupted migration's `Moved` range (a job dropped at
+        // mount, or cancelled, leaves them; the volume logs again after) frees the
+        // destination chunk once nothing points into it (DST seed 103 leaked one).
+        self.migration_unref_moved(v, &removed, seq);
     }
 
     /// Log data that left the overlay: the segments holding it lose live bytes.

@@ -74,6 +74,7 @@ pub fn run_range(
                             t.migrations_tiered += st.migrations_tiered;
                             t.migrations_thick += st.migrations_thick;
                             t.migrations_cache += st.migrations_cache;
+                            t.migrations_logged += st.migrations_logged;
                             t.buffered_writes += st.buffered_writes;
                             t.tagged_flushes += st.tagged_flushes;
                             t.throttled_ops += st.throttled_ops;

@@ -104,7 +104,7 @@ impl Engine {
     /// makes them so (its completion steps again). Until then a table naming a new home
     /// could become durable before them, and a mount would replay `Cache` records of the
     /// old home that nothing durable ends.
-    fn drain_durable(&mut self, now: u64, v: u32, seq: u64, out: &mut Outputs) -> bool {
+    pub(super) fn drain_durable(&mut self, now: u64, v: u32, seq: u64, out: &mut Outputs) -> bool {
         let vol = &self.vols[v as usize];
         if vol.journal.durable_seq >= seq {
             return true;

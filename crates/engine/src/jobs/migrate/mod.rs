@@ -20,6 +20,7 @@
 
 mod cache_drain;
 mod cost;
+mod log_drain;
 mod pass;
 mod presync;
 mod resume;
@@ -345,6 +346,11 @@ pub(crate) struct Job {
     /// A `cache` volume's drain: the last record of its evictions, once the cache was
     /// empty. The copy waits until it is durable (`cache_drain.rs`).
     pub cache_drain_seq: Option<u64>,
+    /// A logged volume's drain (`log_drain.rs`): the last record of its write-backs (0 if
+    /// it had none), once no log data was left. The copy waits until it is durable.
+    pub log_drain_seq: Option<u64>,
+    /// The drain wrote some log data back (its records must be durable before the copy).
+    pub log_drained: bool,
     /// After a copy back failed (a full or failing source pool), no copy back before
     /// this: retried at once, it failed again at once while the pool stayed full, as fast
     /// as the devices answered (DST seed 3736 grew past 6 GB in such a spell).
@@ -373,6 +379,8 @@ pub(crate) struct Migrations {
     /// `cache` volumes whose job moved their home: no fill until the volume table naming
     /// the new home is durable (`cache_drain.rs`).
     pub cache_rehoming: BTreeSet<u32>,
+    /// Logged chunks being written back home, by (volume, chunk) (`log_drain.rs`).
+    pub log_drains: std::collections::BTreeMap<(u32, u64), log_drain::DrainChunk>,
 }
 
 /// Physical chunks that `Moved` overlay entries of volume `vol` point into.
@@ -483,7 +491,8 @@ impl Engine {
             self.vols[vi as usize].rec.placement,
             crate::config::Placement::Cache { .. }
         );
-        job.may_write_dst = job.thick_base.is_none() && !cache;
+        // So do a logged volume's, for its log to be written back home (`log_drain.rs`).
+        job.may_write_dst = job.thick_base.is_none() && !cache && !self.vol_has_log_data(vi);
         // Destination data an interrupted LR or SLR job left (its `Moved` entries).
         self.adopt_moved(&mut job);
         self.adopt_thick_slots(&mut job);
@@ -539,12 +548,23 @@ impl Engine {
         {
             from.swap(0, i);
         }
+        // Logged chunks with no home chunk get one on the home pool (`log_drain.rs`).
+        let logged_unmapped = log_drain::logged_unmapped(vol, self.cfg.chunk_bytes);
+        let home = vol.rec.home_pool;
+        if logged_unmapped > 0 && home != params.to && !from.contains(&home) {
+            from.push(home);
+        }
         if from.is_empty() {
             from.push(vol.rec.home_pool);
         }
-        let image_bytes = (0..chunks)
+        let image_bytes = ((0..chunks)
             .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(p, _)| p != params.to))
             .count() as u64
+            + if home != params.to {
+                logged_unmapped
+            } else {
+                0
+            })
             * self.cfg.chunk_bytes;
         let vm_requests_before = vol.stats.requests();
         let vm_active_before_ns = vol
@@ -576,6 +596,8 @@ impl Engine {
             cancel_wanted: false,
             cancel_records_seq: None,
             cache_drain_seq: None,
+            log_drain_seq: None,
+            log_drained: false,
             copy_back_retry_at_ns: None,
             resumed_before_durable: false,
             pause_began_ns: None,
@@ -643,11 +665,6 @@ impl Engine {
                 pool.cfg.name
             ));
         }
-        if self.vols_logs(v.0) {
-            return unsupported(format!(
-                "volume {name} uses the log-structured write path; migrating logged data is not supported"
-            ));
-        }
         // A `cache` volume's fills in flight do not refuse it: its drain waits for them
         // and evicts what they filled (`cache_drain.rs`).
         let cache = matches!(vol.rec.placement, crate::config::Placement::Cache { .. });
@@ -702,7 +719,13 @@ impl Engine {
         // A cached chunk needs one chunk on the destination, for its home copy.
         let needed = (0..vol.chunks)
             .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(pl, _)| pl != p.to))
-            .count() as u64;
+            .count() as u64
+            // A logged chunk with no home chunk gets one (on the home pool) in the drain.
+            + if vol.rec.home_pool != p.to {
+                log_drain::logged_unmapped(vol, cb)
+            } else {
+                0
+            };
         // A thick volume needs a contiguous run instead (`thick_region_for_start`).
         if !thick && pool.alloc.available_chunks() < needed {
             return Err(ControlError::NoSpace {
@@ -784,15 +807,6 @@ impl Engine {
             paused: false,
         });
         self.migrations.finished[&vi].clone()
-    }
-
-    fn vols_logs(&self, v: u32) -> bool {
-        let vol = &self.vols[v as usize];
-        (0..self.pools.len()).any(|p| self.log_enabled(v, PoolId(p as u16)))
-            || vol
-                .overlay
-                .iter()
-                .any(|(_, _, o)| matches!(o, crate::overlay::Overlay::Log { .. }))
     }
 
     /// Cancel volume `v`'s migration: the source stays (or becomes again) authoritative.
@@ -970,6 +984,9 @@ impl Engine {
                     out.push((p, pc, "migration source kept for cancel"));
                 }
             }
+        }
+        for (p, pc) in self.log_drain_claims(v) {
+            out.push((p, pc, "migration log drain"));
         }
         for (p, pc) in moved_chunks(vol, self.cfg.chunk_bytes) {
             if !self.in_thick_region(v, p, pc) && seen.insert((p, pc)) {

@@ -150,6 +150,10 @@ impl Engine {
         if !self.cache_drained(now, v, out) {
             return false; // its writebacks' and writes' completions step again
         }
+        // A logged volume's log is written back home first (`log_drain.rs`).
+        if !self.log_drained(now, v, out) {
+            return false; // its write-backs', appends' and writes' completions step again
+        }
         if !self.region_durable(v) {
             return false; // the table write's completion steps again
         }
