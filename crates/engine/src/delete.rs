@@ -265,6 +265,14 @@ impl Engine {
         for (p, pc, _) in Engine::cache_claims(vol) {
             frees.push((p, pc, 1));
         }
+        // Destination chunks a migration that could not resume left the newest data of
+        // some ranges in (`Moved` overlays; the mount claims them for the volume). Those
+        // in its own thick region go with the region below.
+        for (p, pc) in crate::jobs::migrate::moved_chunks(vol, self.cfg.chunk_bytes) {
+            if !self.in_thick_region(v as u32, p, pc) {
+                frees.push((p, pc, 1));
+            }
+        }
         if rec.provisioning == Provisioning::Thick {
             frees.push((rec.home_pool, rec.home_base_chunk, vol.chunks));
         }

@@ -279,6 +279,9 @@ fn regression_seeds_pass() {
     // job, whose second pass copied the block (clearing the bit) before the write landed.
     // 8476 (3 shards): a failed LR job's copies kept an aged backlog in a slow FIFO HDD
     // pool's background lane, which went first every time: a read waited 36.6 s.
+    // 10468: a thin volume whose LR job could not resume at mount (no room on the
+    // destination) kept data in two destination chunks (`Moved` ranges); deleting it later
+    // freed its map and journal but not those two chunks (a leak).
     for (seed, steps) in [
         (134, CI_STEPS),
         (174, CI_STEPS),
@@ -295,6 +298,7 @@ fn regression_seeds_pass() {
         (6846, 2528),
         (8423, 3139),
         (8476, CI_STEPS),
+        (10468, 2435),
     ] {
         run_seed(&DstConfig {
             seed,
