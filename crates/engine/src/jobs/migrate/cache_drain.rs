@@ -87,15 +87,10 @@ impl Engine {
         let cb = self.cfg.chunk_bytes;
         let bytes = self.vols[vi].cache.dirty_bytes_of(c, cb);
         let job = self.migrations.jobs.get_mut(&v).expect("a job drains");
-        let rate = job.params.rate_bytes_per_s;
-        let burst = (rate / 4).max(2 * cb);
-        job.bucket.refill(now, rate, burst);
-        if job.bucket.tokens() < bytes.min(burst) {
-            let at = job.bucket.ready_at(bytes.min(burst), rate);
+        if let Err(at) = job.take_rate(now, cb, bytes) {
             self.migration_wake_at(at);
             return false;
         }
-        job.bucket.take(bytes);
         self.start_cache_clean(now, vi, c, true, out);
         false
     }

@@ -161,15 +161,10 @@ impl Engine {
         };
         let bytes: u64 = log_pieces(vol, c, cb).iter().map(|p| p.1 - p.0).sum();
         let job = self.migrations.jobs.get_mut(&v).expect("a job drains");
-        let rate = job.params.rate_bytes_per_s;
-        let burst = (rate / 4).max(2 * cb);
-        job.bucket.refill(now, rate, burst);
-        if job.bucket.tokens() < bytes.min(burst) {
-            let at = job.bucket.ready_at(bytes.min(burst), rate);
+        if let Err(at) = job.take_rate(now, cb, bytes) {
             self.migration_wake_at(at);
             return false;
         }
-        job.bucket.take(bytes);
         self.start_log_drain(now, v, c, out);
         false
     }

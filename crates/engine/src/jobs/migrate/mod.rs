@@ -438,6 +438,20 @@ impl Job {
     pub(crate) fn unfinished_dups(&self) -> usize {
         self.dups_in_flight as usize + self.dup_queue.len()
     }
+
+    /// The job's `--rate`: take `bytes` from its bucket now, or `Err(when)` they will be
+    /// there. Bursts are capped at a quarter second of the rate (two chunks at least), so
+    /// the copy, the cache drain and the log drain pace alike.
+    pub(super) fn take_rate(&mut self, now: u64, chunk_bytes: u64, bytes: u64) -> Result<(), u64> {
+        let rate = self.params.rate_bytes_per_s;
+        let burst = (rate / 4).max(2 * chunk_bytes);
+        self.bucket.refill(now, rate, burst);
+        if self.bucket.tokens() < bytes.min(burst) {
+            return Err(self.bucket.ready_at(bytes.min(burst), rate));
+        }
+        self.bucket.take(bytes);
+        Ok(())
+    }
 }
 
 impl Engine {

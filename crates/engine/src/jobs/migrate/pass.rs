@@ -375,27 +375,20 @@ impl Engine {
         let ranges = self.ranges_to_copy(v, c);
         let bytes: u64 = ranges.iter().map(|r| r.1).sum();
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        if limited {
-            let rate = job.params.rate_bytes_per_s;
-            let burst = (rate / 4).max(2 * cb);
-            job.bucket.refill(now, rate, burst);
-            if job.bucket.tokens() < bytes.min(burst) {
-                let at = job.bucket.ready_at(bytes.min(burst), rate);
-                // Not now: put the chunk back in line.
-                if job.progress[c as usize] == Progress::Copied {
-                    for (off, len) in &ranges {
-                        let g = job.params.granularity_bytes;
-                        // Ranges may stop short of a block edge (a `Moved` range).
-                        for b in off / g..(off + len).div_ceil(g) {
-                            job.dirty[c as usize] |= 1 << b;
-                        }
+        if limited && let Err(at) = job.take_rate(now, cb, bytes) {
+            // Not now: put the chunk back in line.
+            if job.progress[c as usize] == Progress::Copied {
+                for (off, len) in &ranges {
+                    let g = job.params.granularity_bytes;
+                    // Ranges may stop short of a block edge (a `Moved` range).
+                    for b in off / g..(off + len).div_ceil(g) {
+                        job.dirty[c as usize] |= 1 << b;
                     }
                 }
-                job.cursor = job.cursor.min(c);
-                self.migration_wake_at(at);
-                return;
             }
-            job.bucket.take(bytes);
+            job.cursor = job.cursor.min(c);
+            self.migration_wake_at(at);
+            return;
         }
         let recopy = job.progress[c as usize] == Progress::Copied;
         if bytes == 0 {
