@@ -252,22 +252,7 @@ fn a_cancelled_cache_job_leaves_the_volume_home_and_caching() {
             start_job(&mut r, VOL, job_params(s, HDD2)).unwrap();
             write_while_migrating(&mut r, &mut reference, held_ops as u64, &what);
             let v = vid(&r);
-            // Too late is fine only once the pivot is being made durable, or done.
-            if let Err(e) = control(&mut r, Control::CancelMigration { volume: v }) {
-                assert!(
-                    matches!(
-                        job_phase(&r, VOL),
-                        Some(MigrationPhase::Committing { .. } | MigrationPhase::Done)
-                    ),
-                    "{what}: {e} in {:?}",
-                    job_phase(&r, VOL)
-                );
-            }
-            r.hold = false;
-            while r.release_one().is_some() {}
-            finish_job(&mut r, VOL);
-            check_ref(&mut r, VOL, &reference, &what);
-            r.engine.check_invariants().unwrap();
+            cancel_held_job(&mut r, VOL, &reference, &what);
             if held_ops == 1 {
                 assert_eq!(
                     job_phase(&r, VOL),

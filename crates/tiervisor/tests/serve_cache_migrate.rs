@@ -65,24 +65,6 @@ fn stat_volume(d: &TempDir) -> serde_json::Value {
     v["engine"]["volumes"][0].clone()
 }
 
-fn chunks_on(vol: &serde_json::Value, pool: &str) -> u64 {
-    (vol["chunks_by_pool"].as_array().into_iter().flatten())
-        .find(|p| p[0] == pool)
-        .and_then(|p| p[1].as_u64())
-        .unwrap_or(0)
-}
-
-fn check(addr: &str, reference: &[u8], when: &str) {
-    let mut s = handshake(addr, "vm1");
-    for c in 0..CHUNKS {
-        let got = read_at(&mut s, (c * MIB) as u64, MIB);
-        assert!(
-            got == reference[c * MIB..(c + 1) * MIB],
-            "{when}: chunk {c} differs"
-        );
-    }
-}
-
 #[test]
 fn a_cache_volume_with_dirty_chunks_moves_through_ctl_migrate() {
     let d = TempDir::new("cache-mig");
@@ -140,9 +122,9 @@ fn a_cache_volume_with_dirty_chunks_moves_through_ctl_migrate() {
         dir,
     ]));
     assert!(out.contains("done"), "{out}");
-    check(&s.addr, &reference, "after the job");
+    check_export_by_mib(&s.addr, "vm1", &reference, "after the job");
     let vol = stat_volume(&d);
-    assert_eq!(chunks_on(&vol, "hdd"), 0, "{vol}");
+    assert_eq!(chunks_on_pool(&vol, "hdd"), 0, "{vol}");
     assert!(
         vol["cache"]["writebacks"].as_u64().unwrap() >= 1,
         "the dirty chunks were written back: {vol}"
@@ -162,8 +144,8 @@ fn a_cache_volume_with_dirty_chunks_moves_through_ctl_migrate() {
     assert_eq!(s.term(), Some(0));
 
     let s = ServerProc::start(d.path(), &args);
-    check(&s.addr, &reference, "after a restart");
+    check_export_by_mib(&s.addr, "vm1", &reference, "after a restart");
     let vol = stat_volume(&d);
-    assert_eq!(chunks_on(&vol, "hdd"), 0, "{vol}");
+    assert_eq!(chunks_on_pool(&vol, "hdd"), 0, "{vol}");
     assert_eq!(s.term(), Some(0));
 }

@@ -477,6 +477,29 @@ pub fn job_phase(r: &Rig, vol: &str) -> Option<jobs::migrate::MigrationPhase> {
     r.engine.migration_status(v).map(|s| s.phase)
 }
 
+/// Cancel volume `vol`'s migration while the rig holds device operations, then let them
+/// all complete and the job end, and check the volume against `reference`. A refusal is
+/// allowed only once the pivot is being made durable or is done.
+pub fn cancel_held_job(r: &mut Rig, vol: &str, reference: &[u8], what: &str) {
+    use jobs::migrate::MigrationPhase;
+    let volume = r.engine.volume_id(vol).unwrap();
+    if let Err(e) = control(r, Control::CancelMigration { volume }) {
+        assert!(
+            matches!(
+                job_phase(r, vol),
+                Some(MigrationPhase::Committing { .. } | MigrationPhase::Done)
+            ),
+            "{what}: {e} in {:?}",
+            job_phase(r, vol)
+        );
+    }
+    r.hold = false;
+    while r.release_one().is_some() {}
+    finish_job(r, vol);
+    check_ref(r, vol, reference, what);
+    r.engine.check_invariants().unwrap();
+}
+
 /// Run until volume `vol`'s migration is over (ticks let rate-limited copies and the pivot
 /// commit go).
 pub fn finish_job(r: &mut Rig, vol: &str) {

@@ -378,3 +378,24 @@ pub fn one_pool_config(size: &str, pool_keys: &str, volume: &str, volume_keys: &
         "chunk = \"1m\"\njournal = \"4m\"\nmetadata_pool = \"ssd\"\n\n[[pool]]\nname = \"ssd\"\npath = \"ssd.pool\"\nsize = \"{size}\"\nkind = \"ssd\"\n{pool_keys}\n\n[[volume]]\nname = \"{volume}\"\nsize = \"16m\"\npool = \"ssd\"\nprovisioning = \"thick\"\n{volume_keys}\n"
     )
 }
+
+/// Chunks a volume (one of `ctl stat --json`'s `engine.volumes`) has on `pool`.
+pub fn chunks_on_pool(vol: &serde_json::Value, pool: &str) -> u64 {
+    (vol["chunks_by_pool"].as_array().into_iter().flatten())
+        .find(|p| p[0] == pool)
+        .and_then(|p| p[1].as_u64())
+        .unwrap_or(0)
+}
+
+/// Read export `name` MiB by MiB over NBD and compare each with `reference`.
+pub fn check_export_by_mib(addr: &str, name: &str, reference: &[u8], when: &str) {
+    const MIB: usize = 1 << 20;
+    let mut s = raw_nbd::handshake(addr, name);
+    for c in 0..reference.len() / MIB {
+        let got = raw_nbd::read_at(&mut s, (c * MIB) as u64, MIB);
+        assert!(
+            got == reference[c * MIB..(c + 1) * MIB],
+            "{when}: chunk {c} differs"
+        );
+    }
+}
