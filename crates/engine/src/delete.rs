@@ -314,6 +314,12 @@ impl Engine {
         hollow.id = VolumeId(v as u32);
         hollow.qos = self.vols[v].qos;
         self.vols[v] = hollow;
+        if self.bug_is(crate::inject::InjectedBug::DeleteCompactsAtOnce) {
+            self.vols.remove(v);
+            for (i, vol) in self.vols.iter_mut().enumerate().skip(v) {
+                vol.id = VolumeId(i as u32);
+            }
+        }
         for (pool, first, n) in frees.into_iter().filter(|f| f.2 > 0) {
             self.defer_free(Freed::Chunks { pool, first, n }, SmallVec::new());
         }

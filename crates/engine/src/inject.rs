@@ -82,6 +82,11 @@ pub enum InjectedBug {
     /// the volume table with its tombstone is durable: a crash brings the volume back
     /// over chunks other volumes may have taken meanwhile.
     DeleteBeforeDurable,
+    /// A volume deleted at run time leaves the volume list at once instead of keeping
+    /// its index as a hollow slot until the next mount: the volumes after it move down an
+    /// index under drivers that still address them by the old one. Deleting the last
+    /// volume cannot show it; DST deletes any volume since this bug was added.
+    DeleteCompactsAtOnce,
     /// The tier tick moves chunks of a volume that is migrating: a promotion of a chunk LR
     /// already switched to the destination frees the job's destination copy, and the
     /// pivot switches the chunk back to it, stale.
@@ -176,6 +181,7 @@ impl InjectedBug {
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
             InjectedBug::ShrinkTableFirst => "shrink-table-first",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
+            InjectedBug::DeleteCompactsAtOnce => "delete-compacts-at-once",
             InjectedBug::TierMovesWhileMigrating => "tier-moves-while-migrating",
             InjectedBug::ThickOldRegionFreedEarly => "thick-old-region-freed-early",
             InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
@@ -191,12 +197,13 @@ impl InjectedBug {
     }
     /// Caught by DST's seeds that create, resize and delete volumes while running (CI DST
     /// must catch each).
-    pub fn create() -> [InjectedBug; 4] {
+    pub fn create() -> [InjectedBug; 5] {
         [
             InjectedBug::CreateSkipsTable,
             InjectedBug::ResizeBeforeDurable,
             InjectedBug::ShrinkTableFirst,
             InjectedBug::DeleteBeforeDurable,
+            InjectedBug::DeleteCompactsAtOnce,
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).

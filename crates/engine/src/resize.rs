@@ -136,7 +136,10 @@ impl Engine {
         // The bigger checkpoint needs its reserve on the metadata pool before anything
         // changes: a volume that could not checkpoint would stall every flush.
         let mut sizes = self.reserve_inputs();
-        sizes[v].0 = size_bytes;
+        let Some(entry) = sizes.get_mut(self.reserve_position(v)) else {
+            return Err(ControlError::UnknownVolume(volume));
+        };
+        entry.0 = size_bytes;
         let (_, reserve) = self.checkpoint_reserve(&sizes);
         let meta = self.cfg.meta_pool.0 as usize;
         let free = self.pools[meta].alloc.free_chunks();

@@ -287,6 +287,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Where volume `v` is in `reserve_inputs`: that list leaves out the hollow slots of
+    /// volumes deleted since the mount, so a volume after one sits earlier in it than its
+    /// index (DST seed 345 panicked growing such a volume once DST deleted any volume).
+    pub(crate) fn reserve_position(&self, v: usize) -> usize {
+        self.vols[..v.min(self.vols.len())]
+            .iter()
+            .filter(|x| !x.rec.deleted)
+            .count()
+    }
+
     /// (size, logs) of every volume the reserve covers: the mounted ones still live, then
     /// those the configuration adds (a volume created or grown at run time is in the
     /// table, not necessarily in the configuration).

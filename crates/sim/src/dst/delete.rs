@@ -1,15 +1,21 @@
 //! Volumes deleted while the engine runs (`Control::DeleteVolume`), drawn in the seeds that
 //! create volumes (`create.rs`) and run one shard, on their own stream (so every other draw
 //! of those seeds is as before; `TIERVISOR_DST_NO_DELETE=1` leaves deletions out,
-//! `TIERVISOR_DST_NO_CREATE=1` too). Only the volume with the highest index is deleted, so
-//! every other volume keeps its index across the mount that compacts the tombstone away,
-//! and no volume is created between a deletion and the next mount (it would take the index
-//! after the hollow slot, then move down). Requests drawn for the volume being deleted are
-//! not sent (the engine refuses them); the reference forgets the volume when the engine
-//! announces it deleted (`EngineEvent::VolumeDeleted`), and after every recovery the
-//! volume must be gone if that was announced, and whole or gone if a crash interrupted it.
-//! A third of the deletions get a power loss a few steps after they start, to land in the
-//! window where the tombstone is being written.
+//! `TIERVISOR_DST_NO_CREATE=1` too). Half the deletions take the volume with the highest
+//! index, the other half any live one (drawn on a second stream), configured or created at
+//! run time, so the volumes after it move down an index at the next mount, which compacts
+//! the tombstone away (the runner finds a volume's configuration by name, and data written
+//! to it carries a tag that stays with it, not its index). Until that mount its index stays
+//! a hollow slot, in the engine and in the runner (its reference is kept and no request,
+//! resize or verification is sent to it); at the mount the runner drops the hollow slots
+//! from every per-volume table as the engine does, and checks that no deleted name came
+//! back. No volume is created between a deletion and the next mount. Requests drawn for
+//! the volume being deleted are not sent (the engine refuses them); the reference forgets
+//! the volume at the mount after the engine announced it deleted
+//! (`EngineEvent::VolumeDeleted`), and after every recovery the volume must be gone if
+//! that was announced, and whole or gone if a crash interrupted it. A third of the
+//! deletions get a power loss a few steps after they start, to land in the window where
+//! the tombstone is being written.
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -20,8 +26,12 @@ pub(super) struct DeleteDraws {
     rng: Xoshiro256PlusPlus,
     /// Asked for and not yet announced: the volume's index and name.
     pending: Option<(usize, String)>,
-    /// A deletion was announced since the last mount: no creation until the next.
-    announced_since_mount: bool,
+    /// Deleted volumes announced since the last mount (index, name): hollow slots until
+    /// the next mount compacts them away; no creation until then.
+    hollow: Vec<(usize, String)>,
+    /// Which volume to delete, when there is a choice: its own stream, so the seeds
+    /// that never have two created volumes draw exactly as before it existed.
+    pick: Xoshiro256PlusPlus,
     /// Steps until a power loss aimed at the deletion's window (its tombstone in flight,
     /// its space being given back), drawn for a third of the deletions.
     crash_in: Option<u64>,
@@ -35,18 +45,28 @@ impl DeleteDraws {
         (creating && shards == 1 && on).then(|| DeleteDraws {
             rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xde1e_u64.rotate_left(29)),
             pending: None,
-            announced_since_mount: false,
+            hollow: Vec::new(),
+            pick: Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xd31e_u64.rotate_left(17)),
             crash_in: None,
             deleted: 0,
         })
     }
 
-    /// Now and then, the volume to delete: the last of `volumes` (one always stays).
+    /// Now and then, the volume to delete, of `volumes` slots (hollow ones included):
+    /// the last live one, or half the time any live one. One always stays.
     pub fn maybe(&mut self, volumes: usize) -> Option<usize> {
-        if below(&mut self.rng, 1000) >= 2 || self.pending.is_some() || volumes < 2 {
+        let live: Vec<usize> = (0..volumes).filter(|v| !self.is_hollow(*v)).collect();
+        if below(&mut self.rng, 1000) >= 2 || self.pending.is_some() || live.len() < 2 {
             return None;
         }
-        Some(volumes - 1)
+        if below(&mut self.pick, 2) == 0 {
+            return Some(live[below(&mut self.pick, live.len() as u64) as usize]);
+        }
+        live.last().copied()
+    }
+
+    fn is_hollow(&self, v: usize) -> bool {
+        self.hollow.iter().any(|(h, _)| *h == v)
     }
 
     /// The engine took the command.
@@ -62,9 +82,9 @@ impl DeleteDraws {
         count_down(&mut self.crash_in)
     }
 
-    /// Whether volume `v` is being deleted (requests to it are not sent).
+    /// Whether volume `v` is being deleted or is a hollow slot (nothing is sent to it).
     pub fn refuses(&self, v: usize) -> bool {
-        self.pending.as_ref().is_some_and(|(p, _)| *p == v)
+        self.pending.as_ref().is_some_and(|(p, _)| *p == v) || self.is_hollow(v)
     }
 
     /// Whether a deletion was asked for and not yet announced.
@@ -74,14 +94,14 @@ impl DeleteDraws {
 
     /// Whether a creation now would take an index a mount would move.
     pub fn blocks_creation(&self) -> bool {
-        self.announced_since_mount || self.pending.is_some()
+        !self.hollow.is_empty() || self.pending.is_some()
     }
 
     /// The engine announced volume `name` deleted: its index, if it is the one asked for.
     pub fn announced(&mut self, name: &str) -> Option<usize> {
         let (v, _) = self.pending.take_if(|(_, n)| n == name)?;
         self.deleted += 1;
-        self.announced_since_mount = true;
+        self.hollow.push((v, name.to_string()));
         Some(v)
     }
 
@@ -91,8 +111,9 @@ impl DeleteDraws {
         self.pending.take()
     }
 
-    /// Mounted: the hollow slots are gone, creations may go on.
-    pub fn mounted(&mut self) {
-        self.announced_since_mount = false;
+    /// Mounted: the hollow slots are gone (returned, to be dropped from the reference),
+    /// creations may go on.
+    pub fn mounted(&mut self) -> Vec<(usize, String)> {
+        std::mem::take(&mut self.hollow)
     }
 }

@@ -84,6 +84,7 @@ pub fn run_range(
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;
+                            t.volumes_moved_down += st.volumes_moved_down;
                             t.probe_seeds += st.probe_seeds;
                             t.probe_crashes += st.probe_crashes;
                         }

@@ -132,6 +132,15 @@ impl Probe {
         }
     }
 
+    /// Volume `vol` was dropped at a mount: the ones after it move down an index.
+    pub fn remove_volume(&mut self, vol: usize) {
+        if vol < self.jobs.len() {
+            self.jobs.remove(vol);
+            self.recent.remove(vol);
+            self.lives.remove(vol);
+        }
+    }
+
     /// The pool volume `vol` was last seen on, if known.
     pub fn lives_on(&self, vol: u32) -> Option<u16> {
         self.lives.get(vol as usize).copied().flatten()

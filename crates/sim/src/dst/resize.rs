@@ -42,6 +42,15 @@ pub(super) enum Draw {
 const SHRINK_TRIES: u32 = 64;
 
 impl ResizeDraws {
+    /// Volumes were dropped at a mount: `to` gives each index its new one (`None`: the
+    /// volume is gone, and so is what was asked of it).
+    pub fn remap(&mut self, to: impl Fn(usize) -> Option<usize>) {
+        self.pending = self.pending.and_then(|(v, a, b)| Some((to(v)?, a, b)));
+        self.shrink_wanted = self
+            .shrink_wanted
+            .and_then(|(v, a, b)| Some((to(v)?, a, b)));
+    }
+
     /// The seeds that grow volumes: those that create them.
     pub fn draw(seed: u64, creating: bool) -> Option<ResizeDraws> {
         let on = std::env::var_os("TIERVISOR_DST_NO_RESIZE").is_none();
@@ -57,9 +66,9 @@ impl ResizeDraws {
 
     /// Now and then, a volume to grow (of `sizes`, in bytes) by 128 KiB to 2 MiB, or to
     /// shrink by one or two chunks of `chunk_bytes` (first its tail is trimmed). Only
-    /// volumes from `first_created` on (created at run time) shrink: a configured volume's
-    /// configured size grows it back at the next mount, as documented.
-    pub fn maybe(&mut self, sizes: &[u64], chunk_bytes: u64, first_created: usize) -> Option<Draw> {
+    /// volumes `created` at run time shrink: a configured volume's configured size grows it
+    /// back at the next mount, as documented.
+    pub fn maybe(&mut self, sizes: &[u64], chunk_bytes: u64, created: &[bool]) -> Option<Draw> {
         if self.pending.is_some() {
             return None;
         }
@@ -74,7 +83,10 @@ impl ResizeDraws {
             return None;
         }
         let v = below(&mut self.rng, sizes.len() as u64) as usize;
-        if below(&mut self.rng, 3) == 0 && v >= first_created && sizes[v] >= 4 * chunk_bytes {
+        if below(&mut self.rng, 3) == 0
+            && created.get(v) == Some(&true)
+            && sizes[v] >= 4 * chunk_bytes
+        {
             let cut = (1 + below(&mut self.rng, 2)) * chunk_bytes;
             let new = (sizes[v] - cut) / chunk_bytes * chunk_bytes;
             self.shrink_wanted = Some((v, new, 0));

@@ -105,6 +105,8 @@ pub struct DstStats {
     pub volumes_shrunk: u64,
     /// Volumes deleted while running and announced (`Control::DeleteVolume`).
     pub volumes_deleted: u64,
+    /// Volumes that moved down an index at a mount, because one before them was deleted.
+    pub volumes_moved_down: u64,
     /// Seeds that ran the migration-heavy profile (`probe.rs`), and the power losses it
     /// made right after a FLUSH completed or a pivot became durable.
     pub probe_seeds: u64,
@@ -157,7 +159,11 @@ struct Sim {
     /// One engine per shard (`shards.rs`); one shard is the engine itself.
     engine: Sharded,
     devs: Vec<DataDevice>,
+    /// Each volume's reference, by index; its `vol` is the volume's tag in the data
+    /// written to it, which stays when the index moves down (`delete.rs`).
     refs: Vec<RefDisk>,
+    /// The next tag a created volume takes: no tag is used twice.
+    next_tag: u32,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
     /// Wake-ups queued in `heap` for the engine's timers.
     wakeups: Wakeups,
@@ -583,7 +589,7 @@ impl Sim {
                 .collect();
             devs[1].add_latent(&mut rng, n, 1 << 20, &skip);
         }
-        let refs = engine_cfg
+        let refs: Vec<RefDisk> = engine_cfg
             .volumes
             .iter()
             .enumerate()
@@ -622,6 +628,7 @@ impl Sim {
             engine_cfg,
             engine,
             devs,
+            next_tag: refs.len() as u32,
             refs,
             heap: BinaryHeap::new(),
             wakeups: Wakeups::default(),
@@ -657,20 +664,48 @@ impl Sim {
 
     /// A volume joined the engine (index `refs.len()`): it reads as zeros until written.
     fn add_volume(&mut self, size_bytes: u64) {
-        let v = self.refs.len();
+        // A fresh tag: its index, unless a deletion moved the indexes.
+        let tag = self.next_tag;
+        self.next_tag += 1;
         self.refs
-            .push(RefDisk::new(v as u32, size_bytes / SECTOR as u64));
+            .push(RefDisk::new(tag, size_bytes / SECTOR as u64));
         self.last_end.push(0);
         self.hot.push((0, (256u64 << 10).min(size_bytes / 2)));
         self.last_flush.push(None);
     }
 
-    /// The last volume is gone (deleted): the reference forgets it.
-    fn remove_last_volume(&mut self) {
-        self.refs.pop();
-        self.last_end.pop();
-        self.hot.pop();
-        self.last_flush.pop();
+    /// The configuration of volume `vol`, found by name (an index moves down when a
+    /// volume before it is deleted); `None` for a volume created at run time.
+    fn volume_cfg(&self, vol: VolumeId) -> Option<&tiervisor_engine::VolumeConfig> {
+        let (name, _) = self.engine.volumes().into_iter().nth(vol.0 as usize)?;
+        self.engine_cfg.volumes.iter().find(|c| c.name == name)
+    }
+
+    /// Whether volume `v` is being deleted or deleted (its slot hollow until the next
+    /// mount): nothing is sent to it.
+    fn hollow(&self, v: usize) -> bool {
+        self.deletes.as_ref().is_some_and(|d| d.refuses(v))
+    }
+
+    /// Deleted volumes' slots (sorted indexes) are gone after a mount: every per-volume
+    /// table drops them, and the volumes after each move down, as the engine's do.
+    fn remove_volumes(&mut self, gone: &[usize]) {
+        let moved = (0..self.refs.len())
+            .filter(|v| !gone.contains(v) && gone.iter().any(|g| g < v))
+            .count();
+        self.stats.volumes_moved_down += moved as u64;
+        for &v in gone.iter().rev() {
+            self.refs.remove(v);
+            self.last_end.remove(v);
+            self.hot.remove(v);
+            self.last_flush.remove(v);
+            if let Some(p) = self.probe.as_mut() {
+                p.remove_volume(v);
+            }
+        }
+        if let Some(r) = self.resizes.as_mut() {
+            r.remap(|v| (!gone.contains(&v)).then(|| v - gone.iter().filter(|g| **g < v).count()));
+        }
     }
 
     /// Now and then, in the seeds with a `cache` volume: submit nothing for a spell of
@@ -725,12 +760,14 @@ impl Sim {
             .map(|r| r.sectors() * SECTOR as u64)
             .collect();
         let chunk_bytes = self.engine_cfg.chunk_bytes;
-        let configured = self.engine_cfg.volumes.len();
+        let created: Vec<bool> = (0..sizes.len())
+            .map(|v| self.volume_cfg(VolumeId(v as u32)).is_none())
+            .collect();
         let Some(draw) = self
             .resizes
             .as_mut()
             .filter(|_| !self.recovering)
-            .and_then(|r| r.maybe(&sizes, chunk_bytes, configured))
+            .and_then(|r| r.maybe(&sizes, chunk_bytes, &created))
         else {
             return Ok(false);
         };
@@ -837,7 +874,7 @@ impl Sim {
         Ok(())
     }
 
-    /// Now and then, in the seeds that delete volumes: ask for the last one to go.
+    /// Now and then, in the seeds that delete volumes: ask for one to go (`delete.rs`).
     fn delete_action(&mut self) -> Result<bool, Fail> {
         let nv = self.refs.len();
         let creating = self.creates.as_ref().is_some_and(|c| c.pending());
@@ -872,41 +909,49 @@ impl Sim {
         Ok(true)
     }
 
-    /// The engine announced a deleted volume: the reference forgets it (the last index;
-    /// the engine keeps a hollow slot there until the next mount, which DST never uses).
+    /// The engine announced a deleted volume: its slot stays hollow until the next
+    /// mount (the engine keeps it too, refusing everything), where the reference forgets
+    /// it.
     fn volume_deleted(&mut self, name: &str) -> Result<(), Fail> {
-        let v = (self.deletes.as_mut())
+        (self.deletes.as_mut())
             .and_then(|d| d.announced(name))
             .ok_or_else(|| format!("volume {name} announced deleted, but none was asked"))?;
-        if v + 1 != self.refs.len() {
-            return Err(format!("volume {name} deleted at index {v}, not the last"));
-        }
-        self.remove_last_volume();
         Ok(())
     }
 
-    /// After a recovery: a volume announced deleted stays gone (the volume count says
-    /// so: `reconcile_created` checks it), and a deletion the crash interrupted left
-    /// the volume whole (verified with the rest) or gone.
+    /// After a recovery: the volumes announced deleted are gone, and their slots with
+    /// them (the volumes after move down); a deletion the crash interrupted left the
+    /// volume whole (verified with the rest) or gone.
     fn reconcile_deleted(&mut self) -> Result<(), Fail> {
         let Some(d) = self.deletes.as_mut() else {
             return Ok(());
         };
-        d.mounted();
-        let Some((v, name)) = d.interrupted() else {
-            return Ok(());
-        };
+        let hollow = d.mounted();
+        let interrupted = d.interrupted();
         let vols = self.engine.volumes();
-        match vols.get(v) {
-            Some((n, _)) if *n == name => {}
-            None if vols.len() == v => self.remove_last_volume(),
-            other => {
-                return Err(format!(
-                    "volume {name} (index {v}) was being deleted; after recovery that index \
-                     holds {other:?}"
-                ));
+        let present = |name: &str| vols.iter().any(|(n, _)| n == name);
+        if let Some((v, name)) = hollow.iter().find(|(_, n)| present(n)) {
+            return Err(format!(
+                "volume {name} (index {v}) was announced deleted; after recovery it is back"
+            ));
+        }
+        let mut gone: Vec<usize> = hollow.iter().map(|(v, _)| *v).collect();
+        if let Some((v, name)) = interrupted {
+            let now_at = v - gone.iter().filter(|g| **g < v).count();
+            match vols.get(now_at) {
+                Some((n, _)) if *n == name => {}
+                _ if !present(&name) => gone.push(v),
+                other => {
+                    return Err(format!(
+                        "volume {name} (index {v}, {now_at} after the mount) was being \
+                         deleted; after recovery that index holds {other:?}"
+                    ));
+                }
             }
         }
+        gone.sort_unstable();
+        gone.dedup();
+        self.remove_volumes(&gone);
         Ok(())
     }
 
@@ -1203,8 +1248,11 @@ impl Sim {
         match kind {
             ReqKind::Write => {
                 let mut b = BytesMut::zeroed((n * SECTOR as u64) as usize);
+                // The volume's tag, not its index: indexes move down at a mount after a
+                // deletion, and the data already written must still read as this volume's.
+                let tag = self.refs[vol as usize].vol;
                 for (i, s) in b.chunks_mut(SECTOR).enumerate() {
-                    sector_data(vol, version, first + i as u64, s);
+                    sector_data(tag, version, first + i as u64, s);
                 }
                 req.payload = Some(b.freeze());
                 self.refs[vol as usize].submit_write(first, n, version, false, t);
@@ -1480,8 +1528,7 @@ impl Sim {
             if let Some(on) = self.lives_on(vol) {
                 to = PoolId(1 - on);
             }
-            let tiered = (self.engine_cfg.volumes.get(vol.0 as usize))
-                .filter(|v| v.placement != Placement::Pinned);
+            let tiered = (self.volume_cfg(vol)).filter(|v| v.placement != Placement::Pinned);
             // A tiered volume here may only go to its home pool (the other is its fast
             // pool, which is refused): aim every drawn start there, so its fast chunks drain.
             let cache = tiered.is_some_and(|v| matches!(v.placement, Placement::Cache { .. }));
@@ -1580,10 +1627,8 @@ impl Sim {
     /// it or else its configuration says.
     fn lives_on(&self, vol: VolumeId) -> Option<u16> {
         let p = self.probe.as_ref()?;
-        p.lives_on(vol.0).or_else(|| {
-            let v = self.engine_cfg.volumes.get(vol.0 as usize)?;
-            Some(v.home_pool.0)
-        })
+        p.lives_on(vol.0)
+            .or_else(|| Some(self.volume_cfg(vol)?.home_pool.0))
     }
 
     fn recover(&mut self) -> Result<(), Fail> {
@@ -1641,6 +1686,9 @@ impl Sim {
     /// Read every volume end to end and check it.
     fn verify_all(&mut self) -> Result<(), Fail> {
         for v in 0..self.refs.len() {
+            if self.hollow(v) {
+                continue;
+            }
             let sectors = self.serving_sectors(v);
             let mut s = 0;
             while s < sectors {
@@ -1705,14 +1753,19 @@ impl Sim {
     /// must be retried, so a FLUSH must succeed again (within a few tries, as transient
     /// device errors may still fail one).
     fn final_flush(&mut self) -> Result<(), Fail> {
-        for v in 0..self.refs.len() as u32 {
-            self.submit(v, ReqKind::Flush, 0, 0, false, false)?;
+        for v in 0..self.refs.len() {
+            if !self.hollow(v) {
+                self.submit(v as u32, ReqKind::Flush, 0, 0, false, false)?;
+            }
         }
         self.drain()?;
         if self.space.is_none() {
             return Ok(());
         }
         for v in 0..self.refs.len() {
+            if self.hollow(v) {
+                continue;
+            }
             let mut attempts = 1;
             while self.last_flush[v] != Some(Ok(())) {
                 if attempts == 8 {
