@@ -2,7 +2,7 @@
 //! configurations. Whether a pool or volume logs is its own `log = true/false` key.
 
 use serde::Deserialize;
-use tiervisor_engine::{CleanerPolicy, LogConfig};
+use tiervisor_engine::{CleanerPolicy, LogConfig, LogMode};
 use toml::Spanned;
 
 use crate::{ConfError, SizeVal, Source};
@@ -11,6 +11,7 @@ use crate::{ConfError, SizeVal, Source};
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
 pub struct LogToml {
+    mode: Option<Spanned<String>>,
     segment: Option<Spanned<SizeVal>>,
     threshold: Option<Spanned<SizeVal>>,
     append: Option<Spanned<SizeVal>>,
@@ -42,7 +43,20 @@ impl LogToml {
             })?,
             None => d.cleaner,
         };
+        let mode = match &t.mode {
+            Some(m) => LogMode::parse(m.get_ref()).ok_or_else(|| {
+                src.error(
+                    m.span(),
+                    format!(
+                        "unknown log mode {:?}; expected \"gather\" (tiervisor's log) or \"bitvisor\" (seed 002's write-through redirection)",
+                        m.get_ref()
+                    ),
+                )
+            })?,
+            None => d.mode,
+        };
         Ok(LogConfig {
+            mode,
             segment_bytes: size(&t.segment, "segment", d.segment_bytes)?,
             threshold_bytes: size(&t.threshold, "threshold", d.threshold_bytes)?,
             append_bytes: size(&t.append, "append", d.append_bytes)?,

@@ -235,9 +235,35 @@ impl CleanerPolicy {
     }
 }
 
+/// How the log takes a write (seed 002's mechanism, or tiervisor's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogMode {
+    /// tiervisor's log: writes are gathered per stream and acknowledged from RAM; one
+    /// append carries many of them.
+    #[default]
+    Gather,
+    /// Seed 002's BitVisor redirection: each write command's address is redirected as
+    /// it arrives to the next sequential location and written through (one device write
+    /// per guest write piece, acknowledged only once the device completed it; nothing
+    /// gathered, nothing acknowledged from RAM).
+    Bitvisor,
+}
+
+impl LogMode {
+    pub fn parse(s: &str) -> Option<LogMode> {
+        match s {
+            "gather" => Some(LogMode::Gather),
+            "bitvisor" => Some(LogMode::Bitvisor),
+            _ => None,
+        }
+    }
+}
+
 /// The log-structured write path (seed 002).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogConfig {
+    /// Gathering (tiervisor's) or write-through redirection (the paper's BitVisor).
+    pub mode: LogMode,
     /// Segment size: a multiple of the chunk size, at most 64 chunks.
     pub segment_bytes: u64,
     /// Writes up to this size are logged; larger ones only when the monitor sees them
@@ -266,6 +292,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
+            mode: LogMode::Gather,
             segment_bytes: 4 << 20,
             threshold_bytes: 64 << 10,
             append_bytes: 1 << 20,

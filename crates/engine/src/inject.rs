@@ -114,11 +114,14 @@ pub enum InjectedBug {
     /// A migrating logged volume's drain clears a chunk's `Log` ranges without writing
     /// them back home: the home data the job copies, and reads then get, is stale.
     LogMigrateDropsLive,
+    /// `bitvisor` log mode: a write is redirected to the location of the stream's
+    /// previous write, which the overlay still maps (the older data is overwritten).
+    BitvisorReusesLive,
 }
 
 impl InjectedBug {
     /// The bugs the CI DST set must catch.
-    pub fn all() -> [InjectedBug; 10] {
+    pub fn all() -> [InjectedBug; 11] {
         [
             InjectedBug::AckFlushBeforeJournal,
             InjectedBug::TrimKeepsData,
@@ -130,6 +133,7 @@ impl InjectedBug {
             InjectedBug::StatusMissesLog,
             InjectedBug::ThrottleEarlyRelease,
             InjectedBug::PunchBeforeFreeDurable,
+            InjectedBug::BitvisorReusesLive,
         ]
     }
     /// The host write-back buffer's: DST gives pools buffers in a third of the seeds (not
@@ -189,6 +193,7 @@ impl InjectedBug {
             InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
             InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
+            InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).

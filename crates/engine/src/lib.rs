@@ -47,7 +47,7 @@ mod volume;
 pub mod wbuf;
 
 pub use config::{
-    CachePolicy, CleanerPolicy, ConfigError, EngineConfig, LogConfig, Medium, Placement,
+    CachePolicy, CleanerPolicy, ConfigError, EngineConfig, LogConfig, LogMode, Medium, Placement,
     PoolConfig, Provisioning, TieringConfig, VolumeConfig,
 };
 pub use control::{Control, ControlError};

@@ -7,6 +7,11 @@
 //!   append lands, reads of that data are served from RAM. A commit seals the buffers
 //!   and waits for the appends before it flushes the pools and writes the records that
 //!   point at them, so a completed FLUSH covers logged writes like any other.
+//! - `mode = "bitvisor"` (seed 002's mechanism as the paper built it): each write piece
+//!   is placed at the stream's next sequential location and sent at once as its own
+//!   append; its request completes only when that append does (write-through, nothing
+//!   gathered, nothing acknowledged from RAM). Mapping, commits, recovery and the
+//!   cleaner are the same as the gathering log's.
 //! - Segments are aligned groups of chunks taken from the pool allocator; each belongs to
 //!   one volume (so freeing one follows that volume's journal, and no volume ever reads
 //!   another's log). The segment table lives in RAM and is rebuilt at mount from the
@@ -123,6 +128,8 @@ pub(crate) struct Stream {
     /// When the first write in `buf` arrived.
     pub buf_since_ns: u64,
     pub in_flight: u32,
+    /// `bitvisor` mode: requests acknowledged only when the buffer's append lands.
+    pub acks: Vec<usize>,
 }
 
 /// A volume's side of the log.
