@@ -200,7 +200,7 @@ pub fn run() -> Vec<CalRow> {
     // link and the dies alone gave 1.3-2.9x these).
     let datasheets = [
         ("intel-320-160g", "spec", 39_500.0, 21_000.0),
-        ("intel-x25m-80g", "spec", 35_000.0, 6_600.0),
+        ("intel-x25m-80g", "spec (G1, 50 nm)", 35_000.0, 3_300.0),
         ("intel-520", "seed 004 Table 4", 50_000.0, 60_000.0),
     ];
     for (name, source, read_iops, write_iops) in datasheets {

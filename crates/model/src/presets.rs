@@ -144,9 +144,9 @@ fn intel_x25m_80g() -> SsdParams {
         channel_bytes_per_sec: 200 * MB,     // est.
         interface_bytes_per_sec: 300 * MB,   // spec: SATA 3 Gb/s (250 MB/s reads)
         command_overhead_ns: 60 * NS_PER_US, // est.
-        controller_read_iops: 35_000, // spec: 4 KB random reads, QD32 (X25-M G2 product specification)
-        controller_write_iops: 6_600, // spec: 4 KB random writes, QD32, 80 GB model
-        write_buffer_bytes: 16 * KIB, // est.: DRAM holds the map, little user data
+        controller_read_iops: 35_000, // spec: 4 KB random reads, QD32 (X25-M product specification, both generations)
+        controller_write_iops: 3_300, // spec: 4 KB random writes, first-generation (50 nm) 80 GB X25-M; the 34 nm G2 is quoted at 6,600 (fit: seed 002's log-off bar, about 9 MB/s, needs the G1 figure)
+        write_buffer_bytes: 256 * KIB, // est.: the controller's on-chip SRAM buffers user data (the DRAM holds the map)
         write_back: false,
         flush: FlushMode::All,
         ftl: FtlKind::Page {

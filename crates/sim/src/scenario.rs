@@ -40,6 +40,8 @@ use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, SchedSpec};
 
+#[path = "scenario_host.rs"]
+mod host_vm;
 #[path = "scenario_migration.rs"]
 mod mig;
 #[path = "scenario_spc.rs"]
@@ -159,6 +161,7 @@ struct RawVm {
     surge: Option<RawSurge>,
     app: Option<RawApp>,
     spc: Option<spc_vm::RawSpc>,
+    host: Option<host_vm::RawHost>,
 }
 
 /// `[vm.surge]`: seed 003's web-server workload; the distributions are the paper's.
@@ -403,6 +406,9 @@ pub struct VmSpec {
     /// write and a FLUSH once this long has passed since the first write after the last
     /// FLUSH (`tiervisor_workload::commit`). None: no timer.
     pub guest_commit_ns: Option<u64>,
+    /// `[vm.host]`: the host path between the workload and the volume (page-cache
+    /// writeback, per-request host cost); default direct.
+    pub host: tiervisor_workload::HostProfile,
 }
 
 /// A `guest_commit_s` key: a positive number of seconds.
@@ -620,6 +626,10 @@ impl Scenario {
         let mut vms = Vec::new();
         for (i, svm) in raw.vms.iter().enumerate() {
             let vm = svm.get_ref();
+            let host = match &vm.host {
+                Some(h) => host_vm::host_profile(&cx, h)?,
+                None => Default::default(),
+            };
             let Some(volume) = volumes.iter().position(|v| v.name == *vm.volume.get_ref()) else {
                 return cx.err(
                     vm.volume.span(),
@@ -655,6 +665,7 @@ impl Scenario {
             if let Some(sp) = &vm.spc {
                 let job = spc_vm::spc_job(&cx, sp, volumes[volume].size_bytes)?;
                 vms.push(VmSpec {
+                    host: host.clone(),
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Spc(job),
@@ -665,6 +676,7 @@ impl Scenario {
             if let Some(a) = &vm.app {
                 let job = app_job(&cx, a, volumes[volume].size_bytes)?;
                 vms.push(VmSpec {
+                    host: host.clone(),
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::App(job),
@@ -674,6 +686,7 @@ impl Scenario {
             }
             if let Some(sg) = &vm.surge {
                 vms.push(VmSpec {
+                    host: host.clone(),
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Surge(surge_config(
@@ -759,6 +772,7 @@ impl Scenario {
                 None => None,
             };
             vms.push(VmSpec {
+                host: host.clone(),
                 name: vm_name(),
                 volume,
                 workload,
@@ -896,6 +910,23 @@ ios = 100
         assert_eq!(s.pools[0].queue_depth, 1);
         assert!(
             matches!(&s.vms[0].workload, WorkloadSpec::Fio(j) if j.bs == 4096 && j.size_bytes == 1 << 30)
+        );
+    }
+
+    #[test]
+    fn a_log_mode_is_gather_or_bitvisor_with_a_located_error() {
+        let s = parse(&format!("{GOOD}[log]\nmode = \"bitvisor\"\n")).unwrap();
+        assert_eq!(s.log.mode, tiervisor_engine::LogMode::Bitvisor);
+        assert_eq!(
+            parse(GOOD).unwrap().log.mode,
+            tiervisor_engine::LogMode::Gather
+        );
+        let e = parse(&format!("{GOOD}[log]\nmode = \"sync\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("s.toml:") && e.contains("unknown log mode \"sync\""),
+            "{e}"
         );
     }
 

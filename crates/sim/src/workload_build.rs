@@ -3,7 +3,8 @@
 //! can be predicted in simulation and checked for real.
 
 use tiervisor_workload::{
-    AppWorkload, FioWorkload, GuestCommit, SpcWorkload, SurgeWorkload, TraceWorkload, Workload,
+    AppWorkload, FioWorkload, GuestCommit, HostPath, SpcWorkload, SurgeWorkload, TraceWorkload,
+    Workload,
 };
 
 use crate::scenario::{VmSpec, WorkloadSpec};
@@ -22,7 +23,23 @@ impl VmSpec {
         vm_index: usize,
     ) -> Result<(Box<dyn Workload + Send>, Option<u64>), String> {
         let (w, n) = self.workload.build(vol_bytes, seed, vm_index)?;
-        Ok(match self.guest_commit_ns {
+        // The host path takes what the guest (and its commit timer) send.
+        let (w, n) = self.with_commit(w, n, vol_bytes);
+        Ok(if self.host.is_direct() {
+            (w, n)
+        } else {
+            // Writeback changes the number of requests.
+            (Box::new(HostPath::new(w, self.host.clone())), None)
+        })
+    }
+
+    fn with_commit(
+        &self,
+        w: Box<dyn Workload + Send>,
+        n: Option<u64>,
+        vol_bytes: u64,
+    ) -> (Box<dyn Workload + Send>, Option<u64>) {
+        match self.guest_commit_ns {
             Some(every) => {
                 let journal = GUEST_JOURNAL_BYTES.min(vol_bytes);
                 let w = GuestCommit::new(w, every, vol_bytes - journal, journal);
@@ -30,7 +47,7 @@ impl VmSpec {
                 (Box::new(w), None)
             }
             None => (w, n),
-        })
+        }
     }
 }
 

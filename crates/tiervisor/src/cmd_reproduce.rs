@@ -121,24 +121,42 @@ pub fn run(cmd: ReproduceCmd) -> Result<(), Failure> {
                 return print_json(&rows);
             }
             println!(
-                "{:<20} {:>12} {:>4} {:>10} {:>8} {:>6} {:>6}",
-                "device", "record_bytes", "log", "mb_per_s", "speedup", "paper", "WAF"
+                "{:<20} {:>12} {:>8} {:>10} {:>8} {:>6} {:>8} {:>8} {:>6} {:>6}",
+                "device",
+                "record_bytes",
+                "log",
+                "mb_per_s",
+                "paper",
+                "ratio",
+                "speedup",
+                "paper",
+                "ratio",
+                "WAF"
             );
             let opt = |x: Option<f64>, w: usize| {
                 x.map_or(format!("{:>w$}", "-"), |v| format!("{v:>w$.2}"))
             };
-            for r in rows {
+            for r in &rows {
+                let ratio = |m: Option<f64>, p: Option<f64>| m.zip(p).map(|(m, p)| m / p);
                 println!(
-                    "{:<20} {:>12} {:>4} {:>10.2} {} {} {}",
+                    "{:<20} {:>12} {:>8} {:>10.2} {} {} {} {} {} {}",
                     r.device,
                     r.record_bytes,
                     r.log,
                     r.mb_per_s,
+                    opt(r.paper_mb_per_s, 8),
+                    opt(ratio(Some(r.mb_per_s), r.paper_mb_per_s), 6),
                     opt(r.speedup, 8),
-                    opt(r.paper_speedup, 6),
+                    opt(r.paper_speedup, 8),
+                    opt(ratio(r.speedup, r.paper_speedup), 6),
                     opt(r.log_write_amplification, 6)
                 );
             }
+            let points = tiervisor_sim::reproduce::points::from_logwrite(&rows);
+            println!(
+                "paper's mechanism (bitvisor) against seed 002: {}; gather rows: what tiervisor adds (no paper number)",
+                tiervisor_sim::reproduce::points::summary(&points)
+            );
             Ok(())
         }
         ReproduceCmd::Tiering(a) => {

@@ -75,7 +75,7 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
                 jobs,
             )?),
             notes: note(
-                "Only the 4 KiB speed-ups carry a number in the paper's text; the converted and baseline MB/s are read off its figures and not yet judged here (issue 16 item 3).",
+                "The paper's mechanism (`bitvisor` log mode) through the paper's host profile (guest page cache, BitVisor's cost per command); the 4 KiB speed-ups are the paper's text, the MB/s are read off its Figures 5 and 6 (estimates). tiervisor's gathering log (`gather` rows of `reproduce logwrite`) has no paper number and is not judged.",
             ),
         },
         "tiering" => {
