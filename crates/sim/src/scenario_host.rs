@@ -88,3 +88,63 @@ pub(super) fn host_profile(cx: &Source, h: &RawHost) -> Result<HostProfile, Scen
         overhead_ns,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::Scenario;
+
+    const VM: &str = r#"
+[[pool]]
+name = "ssd"
+model = "intel-x25m-80g"
+capacity = "4g"
+[[volume]]
+name = "v"
+pool = "ssd"
+size = "1g"
+[[vm]]
+volume = "v"
+fio = { rw = "randwrite", bs = "4k", size = "64m" }
+"#;
+
+    fn parse(host: &str) -> Result<Scenario, String> {
+        Scenario::parse("s.toml", &format!("{VM}{host}"), Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_host_profile_parses_and_bad_values_name_their_line() {
+        let s = parse(
+            "[vm.host]\noverhead_us = 50\n[vm.host.page_cache]\ndirty = \"64m\"\nin_flight = 2\n",
+        )
+        .unwrap();
+        let h = &s.vms[0].host;
+        assert_eq!(h.overhead_ns, 50_000);
+        let pc = h.page_cache.as_ref().unwrap();
+        assert_eq!(
+            (pc.dirty_bytes, pc.in_flight, pc.max_merge_bytes),
+            (64 << 20, 2, 512 << 10)
+        );
+        assert!(parse("").unwrap().vms[0].host.is_direct());
+        for (bad, want) in [
+            (
+                "[vm.host.page_cache]\ndirty = \"64m\"\nin_flight = 0\n",
+                "in_flight = 0",
+            ),
+            (
+                "[vm.host.page_cache]\ndirty = \"1k\"\n",
+                "dirty: expected at least 4k",
+            ),
+            (
+                "[vm.host.page_cache]\ndirty = \"1m\"\nmax_merge = \"1000\"\n",
+                "max_merge",
+            ),
+            ("[vm.host]\noverhead_us = -1.0\n", "overhead_us"),
+            ("[vm.host]\nlatency = 3\n", "unknown field"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("s.toml:") && e.contains(want), "{bad}: {e}");
+        }
+    }
+}
