@@ -559,8 +559,7 @@ impl Engine {
         let dst = ChunkLoc::At(fast, pc);
         self.vols[v].activity.entry(c).or_default().state = ChunkState::Moving { dst };
         self.vols[v].promoting += 1;
-        self.moves_in_flight += 1;
-        self.tier_bucket.take(cb);
+        self.tier.started(cb, None);
         self.start_copy(
             now,
             CopyFor::CacheFill {
@@ -615,9 +614,8 @@ impl Engine {
         };
         self.vols[v].cache.evicting += evict as u32;
         self.vols[v].cache.cleaning += 1;
-        self.moves_in_flight += 1;
         let bytes: u64 = runs.iter().map(|r| r.1 - r.0).sum();
-        self.tier_bucket.take(bytes);
+        self.tier.started(bytes, None);
         self.vols[v].stats.migrated_bytes += bytes;
         for (a, b) in runs {
             self.start_copy(
@@ -679,7 +677,7 @@ impl Engine {
         let mut clean_on = false;
         match state {
             ChunkState::Moving { dst } if fill => {
-                self.moves_in_flight -= 1;
+                self.tier.ended(None);
                 self.vols[vi].promoting -= 1;
                 let vol = &mut self.vols[vi];
                 let slow = vol.map.get(c);
@@ -720,7 +718,7 @@ impl Engine {
                     }
                     return;
                 }
-                self.moves_in_flight -= 1;
+                self.tier.ended(None);
                 clean_on = !failed;
                 let vol = &mut self.vols[vi];
                 vol.cache.evicting -= evict as u32;

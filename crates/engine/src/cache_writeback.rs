@@ -145,7 +145,7 @@ impl Engine {
         let clean_slots = (self.cfg.tiering.max_moves / 2).max(1);
         let cleaning: u32 = self.vols.iter().map(|w| w.cache.cleaning).sum();
         if cleaning >= clean_slots
-            || self.moves_in_flight >= self.cfg.tiering.max_moves
+            || self.tier.in_flight() >= self.cfg.tiering.max_moves
             || !self.cache_should_clean(now, v)
         {
             return false;
@@ -177,7 +177,7 @@ impl Engine {
             return;
         }
         self.refill_tier_bucket(now);
-        if self.tier_bucket.tokens() > 0 {
+        if self.tier.has_tokens() {
             self.cache_clean_step(now, v, out);
         }
     }

@@ -106,16 +106,12 @@ pub struct Engine {
     pub(crate) startup: Option<crate::mount::Startup>,
     pub(crate) commit_timer_at: Option<u64>,
     pub(crate) last_now_ns: u64,
-    pub(crate) tier_timer_at: Option<u64>,
     /// When the log's gather timer next fires.
     pub(crate) log_gather_at: Option<u64>,
     /// Log appends waiting for space (`log/nospace.rs`).
     pub(crate) nospace: crate::log::nospace::NoSpace,
-    pub(crate) tier_bucket: crate::bucket::TokenBucket,
-    pub(crate) tier_rr: usize,
-    pub(crate) moves_in_flight: u32,
-    /// Demotions in flight out of each pool: room that is on its way.
-    pub(crate) demotions_in_flight: Vec<u32>,
+    /// The bandwidth, cap and timer tier moves share (`tier_moves.rs`).
+    pub(crate) tier: crate::tier_moves::TierMoves,
     /// Per pool: the log's segment table and the data its appends carry.
     pub(crate) logs: Vec<crate::log::PoolLog>,
     pub(crate) appends: Slab<crate::log::append::Append>,
@@ -188,13 +184,9 @@ impl Engine {
             startup: None,
             commit_timer_at: None,
             last_now_ns: 0,
-            tier_timer_at: None,
             log_gather_at: None,
             nospace: Default::default(),
-            tier_bucket: Default::default(),
-            tier_rr: 0,
-            moves_in_flight: 0,
-            demotions_in_flight: vec![0; n_pools],
+            tier: crate::tier_moves::TierMoves::new(n_pools),
             logs: (0..n_pools).map(|_| Default::default()).collect(),
             appends: Slab::new(),
             lost_at_stop: Vec::new(),
@@ -681,7 +673,7 @@ impl Engine {
         let write_backs = self.pools.iter().filter_map(|p| p.wbuf.age_timer_at);
         [
             self.commit_timer_at,
-            self.tier_timer_at,
+            self.tier.timer_at,
             self.log_gather_at,
             self.migrations.timer_at,
         ]
@@ -719,8 +711,8 @@ impl Engine {
         self.startup_space_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
-        if self.tier_timer_at.is_some_and(|t| t <= now) {
-            self.tier_timer_at = None;
+        if self.tier.timer_at.is_some_and(|t| t <= now) {
+            self.tier.timer_at = None;
             if self.state == EngineState::Ready {
                 self.tier_tick(now, out);
             }

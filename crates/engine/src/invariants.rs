@@ -247,10 +247,11 @@ impl Engine {
                 ));
             }
         }
-        if moves != self.moves_in_flight || demoting != self.demotions_in_flight {
+        if moves != self.tier.in_flight() || demoting != self.tier.demoting_by_pool() {
             return Err(format!(
                 "{moves} moves in flight ({demoting:?} demotions) but {} counted ({:?})",
-                self.moves_in_flight, self.demotions_in_flight
+                self.tier.in_flight(),
+                self.tier.demoting_by_pool()
             ));
         }
         for (_, f) in self.frees.iter() {

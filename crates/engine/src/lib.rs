@@ -40,6 +40,7 @@ pub mod stats;
 pub mod status;
 mod stopmark;
 pub mod throttle;
+mod tier_moves;
 mod tiering;
 pub mod types;
 mod voltab;

@@ -99,7 +99,7 @@ impl Engine {
 
     /// Whether a tier tick could have anything to do.
     fn tier_work(&self) -> bool {
-        self.moves_in_flight > 0
+        self.tier.in_flight() > 0
             || (0..self.vols.len()).any(|i| match self.vols[i].rec.placement {
                 Placement::Pinned => false,
                 Placement::Split { .. } => false,
@@ -109,9 +109,9 @@ impl Engine {
     }
 
     pub(crate) fn arm_tier_timer(&mut self, now: u64) {
-        if self.tier_timer_at.is_none() && self.state == EngineState::Ready && self.tier_work() {
+        if self.tier.timer_at.is_none() && self.state == EngineState::Ready && self.tier_work() {
             let t = now + self.cfg.tiering.interval_ns;
-            self.tier_timer_at = Some(t);
+            self.tier.timer_at = Some(t);
         }
     }
 
@@ -192,9 +192,7 @@ impl Engine {
 
     /// Earn the migration bandwidth (`bytes_per_s`) since the last refill.
     pub(crate) fn refill_tier_bucket(&mut self, now: u64) {
-        let t = &self.cfg.tiering;
-        let burst = (t.bytes_per_s / 4).max(self.cfg.chunk_bytes * 2);
-        self.tier_bucket.refill(now, t.bytes_per_s, burst);
+        (self.tier).refill(now, &self.cfg.tiering, self.cfg.chunk_bytes);
     }
 
     /// Reconsider placement; start moves within the rate limit.
@@ -204,12 +202,8 @@ impl Engine {
         let n = self.vols.len();
         let mut idle = 0;
         // Round-robin over volumes so none monopolises the budget.
-        while self.moves_in_flight < self.cfg.tiering.max_moves
-            && self.tier_bucket.tokens() >= self.cfg.chunk_bytes
-            && idle < n
-        {
-            let v = self.tier_rr % n.max(1);
-            self.tier_rr += 1;
+        while (self.tier).may_start(self.cfg.tiering.max_moves, self.cfg.chunk_bytes) && idle < n {
+            let v = self.tier.next_volume(n);
             let started = match self.vols[v].rec.placement {
                 Placement::Pinned => false,
                 Placement::Split { .. } => false,
@@ -259,7 +253,7 @@ impl Engine {
             return self.start_move(now, v, c, fast, out);
         }
         // Room is already being made: promote when it lands rather than demote more.
-        if self.demotions_in_flight[fast.0 as usize] > 0 {
+        if self.tier.demoting(fast) > 0 {
             return false;
         }
         // Full: find the coldest fast chunk, of this volume if over its budget, else of
@@ -366,13 +360,10 @@ impl Engine {
             }
         };
         self.vols[v].activity.entry(c).or_default().state = ChunkState::Moving { dst };
-        self.moves_in_flight += 1;
-        if is_demotion {
-            self.demotions_in_flight[src_pool.0 as usize] += 1;
-        } else {
+        self.tier.started(cb, is_demotion.then_some(src_pool));
+        if !is_demotion {
             self.vols[v].promoting += 1;
         }
-        self.tier_bucket.take(cb);
         let Some(to) = self.vols[v].resolve(dst, c) else {
             unreachable!("a move targets a concrete chunk")
         };
@@ -411,9 +402,9 @@ impl Engine {
     fn end_move(&mut self, now: u64, v: u32, c: u64, done: Option<ChunkLoc>, out: &mut Outputs) {
         let vi = v as usize;
         let cb = self.cfg.chunk_bytes;
-        self.moves_in_flight -= 1;
         let Some(ChunkState::Moving { dst, .. }) = self.vols[vi].activity.get(&c).map(|a| a.state)
         else {
+            self.tier.ended(None);
             return;
         };
         let vol = &mut self.vols[vi];
@@ -422,8 +413,10 @@ impl Engine {
             .is_some_and(|(p, _)| p == vol.rec.home_pool);
         if !is_demotion {
             vol.promoting -= 1;
-        } else if let Some((src, _)) = vol.resolve(vol.map.get(c), c) {
-            self.demotions_in_flight[src.0 as usize] -= 1;
+            self.tier.ended(None);
+        } else {
+            let src = vol.resolve(vol.map.get(c), c).map(|(p, _)| p);
+            self.tier.ended(src);
         }
         let vol = &mut self.vols[vi];
         match done {
