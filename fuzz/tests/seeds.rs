@@ -196,6 +196,14 @@ fn disk_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
                 },
             ),
         ],
+        // A loan between shards (`engine::loan`), so the corpus covers the records.
+        loans: vec![tiervisor_engine::loan::LoanRecord {
+            kind: tiervisor_engine::loan::LoanKind::Lent,
+            pool: PoolId(1),
+            peer: 1,
+            first_chunk: 40,
+            chunks: 8,
+        }],
     };
     let block = Block {
         volume_id: 2,

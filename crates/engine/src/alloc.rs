@@ -20,6 +20,31 @@ impl ChunkAllocator {
         }
     }
 
+    /// Append `n` free chunks (a run borrowed from another shard, `loan.rs`).
+    pub fn grow(&mut self, n: u64) {
+        self.chunks += n;
+        self.used.resize(self.chunks.div_ceil(64) as usize, 0);
+        self.free += n;
+    }
+
+    /// The highest run of `n` free chunks below chunk `limit` (its first chunk), without
+    /// taking it: a shard lends from the top of its slice, away from where first fit
+    /// from low hints puts its own data.
+    pub fn free_run_below(&self, n: u64, limit: u64) -> Option<u64> {
+        let limit = limit.min(self.chunks);
+        if n == 0 || n > limit {
+            return None;
+        }
+        let mut end = limit;
+        while end >= n {
+            match (end - n..end).rev().find(|&c| self.is_used(c)) {
+                None => return Some(end - n),
+                Some(busy) => end = busy,
+            }
+        }
+        None
+    }
+
     pub fn set_reserve(&mut self, chunks: u64) {
         self.reserve = chunks.min(self.chunks);
     }
@@ -188,6 +213,23 @@ mod tests {
         a.release(129);
         assert_eq!(a.allocate(129, false), Some(129));
         assert_eq!(a.free_chunks(), 127);
+    }
+
+    #[test]
+    fn grows_and_finds_the_highest_free_run_below_a_limit() {
+        let mut a = ChunkAllocator::new(10);
+        a.mark_used(8);
+        a.mark_used(4);
+        assert_eq!(a.free_run_below(3, 10), Some(5));
+        assert_eq!(a.free_run_below(4, 10), Some(0));
+        assert_eq!(a.free_run_below(5, 10), None);
+        assert_eq!(a.free_run_below(2, 5), Some(2));
+        a.grow(70);
+        assert_eq!((a.chunks(), a.free_chunks()), (80, 78));
+        // The limit keeps the search out of the grown part.
+        assert_eq!(a.free_run_below(5, 10), None);
+        assert_eq!(a.free_run_below(70, 80), Some(10));
+        assert!(a.mark_used(79));
     }
 
     #[test]

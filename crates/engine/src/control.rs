@@ -47,6 +47,26 @@ pub enum Control {
     /// `EngineEvent::VolumeDeleted` says when that is durable and its space given back.
     /// Refused while it migrates, is resized, or another volume is created or deleted.
     DeleteVolume { volume: VolumeId },
+    /// Lend shard `to` a run of up to `chunks` free chunks of `pool` (`loan.rs`): they
+    /// leave the allocator and the volume table records the loan; `EngineEvent::Lent`
+    /// says when that is durable and which run it is. Sent by drivers, not operators.
+    Lend { pool: PoolId, to: u16, chunks: u64 },
+    /// Take the run shard `from` lent: recorded in the volume table, then added to the
+    /// allocator (`EngineEvent::Borrowed`).
+    Borrow {
+        pool: PoolId,
+        from: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
+    /// Take back a run lent to shard `to` that `to` never recorded (a crash between the
+    /// two steps): the record goes, then the chunks are free (`EngineEvent::LoanReturned`).
+    ReturnLoan {
+        pool: PoolId,
+        to: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
 }
 
 /// Why a command was refused (nothing changed).
@@ -167,6 +187,19 @@ impl Engine {
                 self.try_resize_volume(now, volume, size_bytes, out)
             }
             Control::DeleteVolume { volume } => self.try_delete_volume(now, volume, out),
+            Control::Lend { pool, to, chunks } => self.try_lend(now, pool, to, chunks, out),
+            Control::Borrow {
+                pool,
+                from,
+                first_chunk,
+                chunks,
+            } => self.try_borrow(now, pool, from, first_chunk, chunks, out),
+            Control::ReturnLoan {
+                pool,
+                to,
+                first_chunk,
+                chunks,
+            } => self.try_return_loan(now, pool, to, first_chunk, chunks, out),
         }
     }
 }

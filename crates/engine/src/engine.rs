@@ -125,6 +125,8 @@ pub struct Engine {
     pub(crate) migrations: crate::jobs::migrate::Migrations,
     /// Rewrites the volume table while running (pivots, job records, created volumes).
     pub(crate) voltab_writer: crate::voltab::TableWriter,
+    /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
+    pub(crate) loans: crate::loan::Loans,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
     /// A volume being grown at run time (`resize.rs`).
@@ -194,6 +196,7 @@ impl Engine {
             copies: Slab::new(),
             migrations: Default::default(),
             voltab_writer: Default::default(),
+            loans: Default::default(),
             creations: Default::default(),
             resizes: Default::default(),
             deletes: Default::default(),

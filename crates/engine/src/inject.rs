@@ -117,6 +117,10 @@ pub enum InjectedBug {
     /// `bitvisor` log mode: a write is redirected to the location of the stream's
     /// previous write, which the overlay still maps (the older data is overwritten).
     BitvisorReusesLive,
+    /// A donor shard records a run lent (`loan.rs`) but gives it back to its own
+    /// allocator once that is durable (and does not take it out at mount), so the donor
+    /// and the borrower can both allocate its chunks.
+    LentKept,
 }
 
 impl InjectedBug {
@@ -194,6 +198,7 @@ impl InjectedBug {
             InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
+            InjectedBug::LentKept => "lent-kept",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -212,8 +217,8 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 1] {
-        [InjectedBug::ShardOverlap]
+    pub fn shard() -> [InjectedBug; 2] {
+        [InjectedBug::ShardOverlap, InjectedBug::LentKept]
     }
     /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by
     /// `crates/engine/tests/cache.rs`.

@@ -66,6 +66,9 @@ impl Engine {
             }
             Ok(())
         };
+        for (pool, c, who) in self.loan_claims() {
+            claim(pool, c, who)?;
+        }
         for (pool, first, n, who) in self.creations.reserved() {
             for c in first..first + n {
                 claim(pool, c, who.clone())?;

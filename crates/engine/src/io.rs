@@ -514,6 +514,8 @@ impl Engine {
                     .allocate(hint, false)
                     .map(|pc| (o, pc))
             });
+        // A shard running low asks the driver for space before it runs out.
+        self.loan_space_check(now, pool, out);
         let Some((pool, pc)) = pick else {
             let r = &mut self.reqs[key];
             if r.error.is_none() {

@@ -208,7 +208,14 @@ pub struct VolumeRecord {
 pub struct VolumeTable {
     pub generation: u64,
     pub volumes: Vec<VolumeRecord>,
+    /// Space this shard lent to or borrowed from other shards (`loan.rs`). Stored after
+    /// the volume entries, counted in a header field older tables hold as zero padding.
+    pub loans: Vec<crate::loan::LoanRecord>,
 }
+
+/// Where the loan count sits in the table header (zero padding before loans existed).
+const VT_LOANS_AT: usize = 24;
+const VT_LOAN_BYTES: usize = 32;
 
 fn encode_placement(e: &mut Enc, p: &Placement) {
     match *p {
@@ -278,7 +285,23 @@ impl VolumeTable {
             e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES - 1);
             e.u8(u8::from(v.deleted));
         }
+        for (i, l) in self.loans.iter().enumerate() {
+            l.encode(&mut e);
+            e.pad_to(self.loans_at() + (i + 1) * VT_LOAN_BYTES);
+        }
+        // The count goes into the header's padding, zero in tables written before.
+        let n = self.loans.len() as u32;
+        e.buf[VT_LOANS_AT..VT_LOANS_AT + 4].copy_from_slice(&n.to_le_bytes());
         e.seal(VOLTAB_SLOT_BYTES as usize)
+    }
+
+    fn loans_at(&self) -> usize {
+        VT_HEADER_BYTES + self.volumes.len() * VT_ENTRY_BYTES
+    }
+
+    /// Whether the table fits its slot (each volume entry and each loan; the checksum).
+    pub fn fits(&self) -> bool {
+        self.loans_at() + self.loans.len() * VT_LOAN_BYTES + 4 <= VOLTAB_SLOT_BYTES as usize
     }
 
     pub fn decode(buf: &[u8]) -> Option<VolumeTable> {
@@ -337,9 +360,21 @@ impl VolumeTable {
                 journal_chunks,
             });
         }
+        let loans_at = VT_HEADER_BYTES + count * VT_ENTRY_BYTES;
+        let n_loans = u32::from_le_bytes(buf.get(VT_LOANS_AT..VT_LOANS_AT + 4)?.try_into().ok()?);
+        let n_loans = n_loans as usize;
+        if loans_at + n_loans.checked_mul(VT_LOAN_BYTES)? + 4 > VOLTAB_SLOT_BYTES as usize {
+            return None;
+        }
+        let mut loans = Vec::with_capacity(n_loans);
+        for i in 0..n_loans {
+            let mut d = Dec::new(buf.get(loans_at + i * VT_LOAN_BYTES..)?);
+            loans.push(crate::loan::LoanRecord::decode(&mut d)?);
+        }
         Some(VolumeTable {
             generation,
             volumes,
+            loans,
         })
     }
 }
@@ -557,6 +592,7 @@ mod tests {
                     deleted: i == 3,
                 })
                 .collect(),
+            loans: Vec::new(),
         };
         let b = t.encode();
         assert_eq!(b.len(), VOLTAB_SLOT_BYTES as usize);
@@ -564,6 +600,37 @@ mod tests {
         let mut c = b.clone();
         c[100] ^= 0x10;
         assert!(VolumeTable::decode(&c).is_none());
+        // Loans follow the entries, counted in what was header padding: a table
+        // without any (all tables before loans) encodes exactly as before.
+        assert_eq!(&b[24..28], &[0, 0, 0, 0]);
+        let mut with = t.clone();
+        with.loans = vec![
+            crate::loan::LoanRecord {
+                kind: crate::loan::LoanKind::Lent,
+                pool: PoolId(1),
+                peer: 2,
+                first_chunk: 700,
+                chunks: 33,
+            },
+            crate::loan::LoanRecord {
+                kind: crate::loan::LoanKind::Borrowed,
+                pool: PoolId(0),
+                peer: 0,
+                first_chunk: 5,
+                chunks: 1,
+            },
+        ];
+        assert!(with.fits());
+        let wb = with.encode();
+        assert_eq!(VolumeTable::decode(&wb).unwrap(), with);
+        assert_eq!(&wb[..24], &b[..24]);
+        // A loan count that runs past the slot is refused, not read past.
+        let mut bad = wb.clone();
+        bad[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        let n = bad.len();
+        let crc = crc32c::crc32c(&bad[..n - 4]);
+        bad[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(VolumeTable::decode(&bad).is_none());
     }
 
     #[test]

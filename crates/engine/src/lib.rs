@@ -27,6 +27,8 @@ mod io;
 pub mod jobs;
 pub mod journal;
 pub mod layout;
+pub mod loan;
+pub mod loan_broker;
 mod log;
 pub mod monitor;
 mod mount;

@@ -270,6 +270,34 @@ pub enum EngineEvent {
         phase: &'static str,
         paused: bool,
     },
+    /// This shard runs low on chunks data may take in `pool` (`loan.rs`): the driver asks
+    /// the shard with the most to lend some (`Control::Lend`).
+    SpaceLow {
+        pool: PoolId,
+        available_chunks: u64,
+    },
+    /// A run of this shard's chunks is durably recorded lent to shard `to` and out of its
+    /// allocator: the driver hands it to `to` (`Control::Borrow`).
+    Lent {
+        pool: PoolId,
+        to: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
+    /// A run of shard `from`'s chunks is durably this shard's and in its allocator.
+    Borrowed {
+        pool: PoolId,
+        from: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
+    /// A run lent to shard `to`, which never recorded it, is this shard's again.
+    LoanReturned {
+        pool: PoolId,
+        to: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
 }
 
 /// Everything one engine call asks the driver to do.

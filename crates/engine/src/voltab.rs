@@ -66,12 +66,14 @@ impl Engine {
         tw.again = false;
         tw.retry = false;
         let volumes = self.table_records();
-        if volumes == self.voltab.volumes {
+        let loans = self.loan_records();
+        if volumes == self.voltab.volumes && loans == self.voltab.loans {
             return;
         }
         let table = VolumeTable {
             generation: self.voltab.generation + 1,
             volumes,
+            loans,
         };
         let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
         let img = table.encode();
@@ -111,6 +113,7 @@ impl Engine {
             // a job's first copy for its recorded region.
             self.thick_table_durable(now);
             self.cache_table_durable();
+            self.loan_table_durable(out);
             self.migration_step(now, out);
         } else {
             tw.retry = true;

@@ -536,6 +536,49 @@ impl Shard {
                     self.log_error_event(e);
                     continue;
                 }
+                // The threaded server does not carry loans between shards yet (the
+                // simulator does, `engine::loan`): a shard's slice is all it has.
+                EngineEvent::SpaceLow {
+                    pool,
+                    available_chunks,
+                } => {
+                    tracing::debug!(
+                        "shard {}: {available_chunks} chunk(s) left in pool {}",
+                        self.index,
+                        pool.0
+                    );
+                    continue;
+                }
+                EngineEvent::Lent {
+                    pool,
+                    to,
+                    first_chunk,
+                    chunks,
+                } => format!(
+                    "lent chunks {first_chunk}..{} of pool {} to shard {to}",
+                    first_chunk + chunks,
+                    pool.0
+                ),
+                EngineEvent::Borrowed {
+                    pool,
+                    from,
+                    first_chunk,
+                    chunks,
+                } => format!(
+                    "borrowed chunks {first_chunk}..{} of pool {} from shard {from}",
+                    first_chunk + chunks,
+                    pool.0
+                ),
+                EngineEvent::LoanReturned {
+                    pool,
+                    to,
+                    first_chunk,
+                    chunks,
+                } => format!(
+                    "took back chunks {first_chunk}..{} of pool {} that shard {to} never recorded",
+                    first_chunk + chunks,
+                    pool.0
+                ),
             };
             self.lines.push(line);
         }

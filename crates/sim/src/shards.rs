@@ -12,8 +12,13 @@
 //!
 //! With one shard every call goes straight to the engine, untranslated, so an unsharded
 //! run is the run it was before sharding, byte for byte.
+//!
+//! Space moves between shards (`engine::loan`): the router carries a shard's ask for
+//! space, the donor's answer and the borrower's record as the `LoanBroker` says, and
+//! sends a device operation on a borrowed chunk to the donor's slice.
 
 use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationStatus};
+use tiervisor_engine::loan_broker::{LoanBroker, PoolRoom};
 use tiervisor_engine::shard::ShardPlan;
 use tiervisor_engine::{
     Control, ControlError, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState,
@@ -45,6 +50,9 @@ pub struct Sharded {
     /// Per shard: VM requests submitted and device operations issued.
     requests: Vec<u64>,
     device_ops: Vec<u64>,
+    /// The loans under way between shards, and the commands it asked for not yet sent.
+    broker: LoanBroker,
+    loan_steps: Vec<(u16, Control)>,
 }
 
 impl Sharded {
@@ -75,6 +83,8 @@ impl Sharded {
             scratch: Outputs::default(),
             requests: vec![0; n],
             device_ops: vec![0; n],
+            broker: LoanBroker::default(),
+            loan_steps: Vec::new(),
         };
         s.reset()?;
         Ok(s)
@@ -91,6 +101,8 @@ impl Sharded {
             self.engines.push(e);
         }
         self.creating.clear();
+        self.broker.reset();
+        self.loan_steps.clear();
         self.started = 0;
         self.mounted = false;
         self.refresh_volumes();
@@ -192,7 +204,11 @@ impl Sharded {
         let ops = std::mem::take(&mut self.scratch.ops);
         self.device_ops[k as usize] += ops.len() as u64;
         for mut op in ops {
-            op.offset_bytes += self.plan.base_bytes(op.pool.0 as usize, k);
+            // A borrowed chunk lives in its donor's slice.
+            let (home, off) = self.engines[k as usize]
+                .device_home(op.pool, op.offset_bytes)
+                .unwrap_or((k, op.offset_bytes));
+            op.offset_bytes = off + self.plan.base_bytes(op.pool.0 as usize, home);
             op.id = OpId(op.id.0 * n + u64::from(k));
             op.volume = op.volume.map(|v| self.global(k, v));
             if let Tag::Volume(v) = op.tag {
@@ -201,7 +217,19 @@ impl Sharded {
             out.ops.push(op);
         }
         out.completions.append(&mut self.scratch.completions);
+        let shards = self.plan.shards();
         for e in self.scratch.events.drain(..) {
+            let engines = &self.engines;
+            let room = |j: u16, pool| {
+                let e = &engines[j as usize];
+                (e.state() == &EngineState::Ready).then(|| PoolRoom {
+                    available_chunks: e.available_chunks(pool),
+                    low_water_chunks: e.low_water_chunks(pool),
+                })
+            };
+            if let Some(step) = self.broker.on_event(k, shards, &e, room) {
+                self.loan_steps.push(step);
+            }
             out.events.push(match e {
                 EngineEvent::Failed { reason } => EngineEvent::Failed {
                     reason: format!("shard {k}: {reason}"),
@@ -224,6 +252,20 @@ impl Sharded {
             self.refresh_volumes();
         }
         self.start_next(now, out);
+        self.run_loan_steps(now, out);
+    }
+
+    /// Send the loan commands the broker asked for (each may answer with more).
+    fn run_loan_steps(&mut self, now: u64, out: &mut Outputs) {
+        while let Some((j, c)) = (!self.loan_steps.is_empty()).then(|| self.loan_steps.remove(0)) {
+            let r = self.engines[j as usize].control(now, c.clone(), &mut self.scratch);
+            if r.is_err()
+                && let Some(step) = self.broker.on_refused(j, &c)
+            {
+                self.loan_steps.push(step);
+            }
+            self.collect(j, now, out);
+        }
     }
 
     /// Start the next shard once the one before it is ready.
@@ -246,6 +288,8 @@ impl Sharded {
         {
             self.mounted = true;
             self.refresh_volumes();
+            let loans: Vec<&[_]> = self.engines.iter().map(|e| e.loans()).collect();
+            self.loan_steps.extend(LoanBroker::reconcile(&loans));
         }
     }
 
@@ -521,6 +565,16 @@ impl Sharded {
         for (k, e) in self.engines.iter().enumerate() {
             e.check_invariants()
                 .map_err(|m| if one { m } else { format!("shard {k}: {m}") })?;
+        }
+        // Across shards, once all are mounted (before, a shard's loans are unread): no
+        // chunk is owned twice, and every borrowed run was lent.
+        if !one && self.mounted {
+            let loans: Vec<&[_]> = self.engines.iter().map(|e| e.loans()).collect();
+            for p in 0..self.cfg.pools.len() {
+                let pool = tiervisor_engine::PoolId(p as u16);
+                let runs: Vec<_> = self.engines.iter().map(|e| e.owned_runs(pool)).collect();
+                LoanBroker::check(pool, &loans, &runs)?;
+            }
         }
         Ok(())
     }

@@ -663,7 +663,9 @@ impl Engine {
         self.voltab = VolumeTable {
             generation: table.generation,
             volumes: self.table_records(),
+            loans: table.loans,
         };
+        self.mount_loans()?;
         let n = self.vols.len();
         let s = self.startup.as_mut().ok_or("no startup")?;
         s.phase = Phase::Journals;
@@ -741,6 +743,7 @@ impl Engine {
         let table = VolumeTable {
             generation: self.voltab.generation + 1,
             volumes: self.table_records(),
+            loans: self.voltab.loans.clone(),
         };
         if table.volumes != self.voltab.volumes {
             let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];

@@ -30,6 +30,7 @@ impl Engine {
         self.voltab = VolumeTable {
             generation: 1,
             volumes: records,
+            loans: Vec::new(),
         };
         let meta = self.cfg.meta_pool;
         for p in 0..self.pools.len() {

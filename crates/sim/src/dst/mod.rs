@@ -81,6 +81,9 @@ pub fn run_range(
                             t.volumes_created += st.volumes_created;
                             t.sharded_seeds += st.sharded_seeds;
                             t.shards += st.shards;
+                            t.loan_seeds += st.loan_seeds;
+                            t.loans += st.loans;
+                            t.loans_returned += st.loans_returned;
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;

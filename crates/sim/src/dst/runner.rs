@@ -99,6 +99,11 @@ pub struct DstStats {
     /// Seeds run as several engines (`draw_shards`), and the engines of all seeds.
     pub sharded_seeds: u64,
     pub shards: u64,
+    /// Space moved between shards (`engine::loan`): seeds that borrowed, runs borrowed,
+    /// and runs a mount gave back to their donor (a crash between lend and borrow).
+    pub loan_seeds: u64,
+    pub loans: u64,
+    pub loans_returned: u64,
     /// Volumes grown or shrunk while running and announced (`Control::ResizeVolume`),
     /// and of them the shrinks.
     pub volumes_resized: u64,
@@ -273,6 +278,13 @@ pub fn draw_shards(seed: u64) -> u16 {
     1 + below(&mut r, 3) as u16
 }
 
+/// Whether a sharded seed without logs shares its room for thin data among its shards
+/// (half of them; `TIERVISOR_DST_NO_TIGHT=1` leaves them out to compare counters).
+fn draw_tight(seed: u64) -> bool {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7197_u64.rotate_left(20));
+    std::env::var_os("TIERVISOR_DST_NO_TIGHT").is_none() && below(&mut r, 2) == 0
+}
+
 fn forced_shards() -> Option<u16> {
     std::env::var("TIERVISOR_DST_SHARDS")
         .ok()
@@ -316,7 +328,9 @@ fn draw_throttle(hrng: &mut Xoshiro256PlusPlus) -> Option<ThrottleConfig> {
     })
 }
 
-fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
+/// The seed's configuration, and per pool the room it has beyond its volumes' metadata
+/// and thick regions (what thin data and logs share).
+fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> (EngineConfig, [u64; 2]) {
     let (write_buffers, _) = draw_host_flush(seed);
     // Tiering choices come from their own stream, so seeds without it replay exactly as
     // they did before tiering existed (the regression seeds keep their meaning).
@@ -464,7 +478,7 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
     let mut hrng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7407_u64.rotate_left(52));
     let throttles = [draw_throttle(&mut hrng), draw_throttle(&mut hrng)];
     let [ssd_throttle, hdd_throttle] = throttles;
-    EngineConfig {
+    let cfg = EngineConfig {
         system_uuid: uuid,
         chunk_bytes,
         track_data: true,
@@ -509,7 +523,8 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> EngineConfig {
         },
         log,
         ..EngineConfig::default()
-    }
+    };
+    (cfg, [slack, slack])
 }
 
 impl Sim {
@@ -522,12 +537,22 @@ impl Sim {
     fn new(cfg: DstConfig) -> Result<Sim, Fail> {
         let mut rng =
             Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xD57);
-        let mut engine_cfg = build_config(&mut rng, cfg.seed);
+        let (mut engine_cfg, slack) = build_config(&mut rng, cfg.seed);
         // Every shard gets a slice of each pool as large as the unsharded seed's pool, so
-        // no seed runs out of space for being sharded.
+        // no seed runs out of space for being sharded; except in a share of the sharded
+        // seeds without logs (`draw_tight`), where the shards share one seed's room for
+        // thin data: every slice still holds every volume's metadata and thick region,
+        // and a shard whose volumes write more than its share borrows space from
+        // another (`engine::loan`).
         let shards = draw_shards(cfg.seed);
-        for p in &mut engine_cfg.pools {
+        let logged_cfg = engine_cfg.pools.iter().any(|p| p.log)
+            || engine_cfg.volumes.iter().any(|v| v.log == Some(true));
+        let tight = shards > 1 && !logged_cfg && draw_tight(cfg.seed);
+        for (p, room) in engine_cfg.pools.iter_mut().zip(slack) {
             p.capacity_bytes *= u64::from(shards);
+            if tight {
+                p.capacity_bytes -= (u64::from(shards) - 1) * room;
+            }
         }
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
@@ -1065,6 +1090,13 @@ impl Sim {
             }
             if let EngineEvent::Recovered { .. } = e {
                 self.stats.recoveries += 1;
+            }
+            if let EngineEvent::Borrowed { .. } = e {
+                self.stats.loans += 1;
+                self.stats.loan_seeds = 1;
+            }
+            if let EngineEvent::LoanReturned { .. } = e {
+                self.stats.loans_returned += 1;
             }
             if let EngineEvent::Warning { message } = &e
                 && self.recovering
