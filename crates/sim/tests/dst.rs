@@ -132,6 +132,14 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.sharded_seeds,
         s.shards
     );
+    // Tight sharded seeds move space between shards (`engine::loan`).
+    assert!(
+        s.loan_seeds > CI_SEEDS / 16 && s.loans > s.loan_seeds,
+        "seeds that moved space: {}, runs borrowed: {}, given back at mount: {}",
+        s.loan_seeds,
+        s.loans,
+        s.loans_returned
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
