@@ -8,6 +8,7 @@ pub mod admin_volume;
 pub mod budget;
 pub mod config;
 pub mod io;
+mod loans;
 pub mod local;
 pub mod nbd;
 pub mod pools;

@@ -152,6 +152,8 @@ pub struct Shard {
     /// `None` unless configured.
     local: Option<crate::local::LocalSource>,
     vhost: Option<crate::vhost::VhostUser>,
+    /// Space borrowed from and lent to other shards (`loans.rs`); idle with one shard.
+    pub(crate) loans: crate::loans::ShardLoans,
 }
 
 impl Shard {
@@ -210,6 +212,7 @@ impl Shard {
             directory,
             local: None,
             vhost: None,
+            loans: Default::default(),
         })
     }
 
@@ -453,6 +456,7 @@ impl Shard {
         let events: Vec<EngineEvent> = self.out.events.drain(..).collect();
         let pools_lost = self.pools_lost.load(Ordering::Relaxed);
         for e in events {
+            self.loans.keep(&e);
             let line = match e {
                 EngineEvent::Formatted { pools, volumes } => {
                     format!("formatted {pools} pool(s) with {volumes} volume(s)")
@@ -536,8 +540,7 @@ impl Shard {
                     self.log_error_event(e);
                     continue;
                 }
-                // The threaded server does not carry loans between shards yet (the
-                // simulator does, `engine::loan`): a shard's slice is all it has.
+                // Carried to the front, which asks another shard for space (`loans.rs`).
                 EngineEvent::SpaceLow {
                     pool,
                     available_chunks,
@@ -640,7 +643,8 @@ impl Shard {
     pub(crate) fn drive(&mut self) {
         loop {
             let now = self.now();
-            for op in self.out.ops.drain(..) {
+            for mut op in self.out.ops.drain(..) {
+                self.loans.translate(self.index, &self.engine, &mut op);
                 self.slow.submitted(now, &op);
                 self.backend.submit(op);
             }

@@ -27,12 +27,15 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use serde_json::{Value, json};
 use slab::Slab;
+use tiervisor_engine::loan::LoanRecord;
+use tiervisor_engine::loan_broker::LoanBroker;
 use tiervisor_engine::shard::ShardPlan;
-use tiervisor_engine::{EngineConfig, StartMode};
+use tiervisor_engine::{Control, EngineConfig, EngineEvent, StartMode};
 
 use crate::admin::{self, Reply};
 use crate::config::ServerConfig;
 use crate::io::{self, PoolFds};
+use crate::loans::{RoomBoard, ShardLoans};
 use crate::nbd::conn::{Closing, Conn, Export, WireRequest};
 use crate::server::{STOPPED_DURING_START, mount};
 use crate::shard::{CLIENT_BASE, CONN_BASE, Directory, Handed, Shard, Stream};
@@ -63,6 +66,8 @@ enum ToShard {
         dir: std::path::PathBuf,
         reply: Sender<Result<String, String>>,
     },
+    /// A step of a loan of space between shards, from the front's `LoanBroker`.
+    Loan(Control),
     Stop,
 }
 
@@ -73,6 +78,14 @@ enum FromShard {
         waker: Arc<Waker>,
         thick: Vec<ThickRegion>,
         backend: &'static str,
+        /// The loans its volume table holds (the front gives back those half made).
+        loans: Vec<LoanRecord>,
+    },
+    /// Loan events the shard's engine said, and loan commands it refused.
+    Loan {
+        shard: u16,
+        events: Vec<EngineEvent>,
+        refused: Vec<Control>,
     },
     /// Mounting failed.
     Failed(String),
@@ -119,6 +132,9 @@ pub(crate) struct Threads {
     connections_total: u64,
     protocol_errors: u64,
     stopping: bool,
+    /// Loans of space between shards: the broker, and every shard's room in each pool.
+    broker: LoanBroker,
+    board: Arc<RoomBoard>,
 }
 
 /// The shard thread's body: mount, report, serve until stopped.
@@ -137,6 +153,7 @@ fn shard_main(
     rx: Receiver<ToShard>,
     tx: Sender<FromShard>,
     front: Arc<Waker>,
+    loans: ShardLoans,
 ) {
     let say = |m: FromShard| {
         let _ = tx.send(m);
@@ -148,7 +165,7 @@ fn shard_main(
         let backend = io::open(cfg.io, fds).map_err(|e| format!("cannot set up I/O: {e}"))?;
         let backend = Box::new(io::Offset::new(backend, bases.clone()));
         let registry = poll.registry().try_clone().map_err(|e| e.to_string())?;
-        let shard = Shard::new(
+        let mut shard = Shard::new(
             k,
             cfg.clone(),
             engine_cfg,
@@ -158,6 +175,8 @@ fn shard_main(
             pools_lost,
             Some(directory),
         )?;
+        // Before the mount: a journal or checkpoint may lie in a borrowed chunk.
+        shard.loans = loans;
         Ok((poll, waker, shard))
     };
     let (mut poll, waker, mut shard) = match setup() {
@@ -186,6 +205,7 @@ fn shard_main(
         waker,
         thick,
         backend: shard.backend.name(),
+        loans: shard.engine.loans().to_vec(),
     });
     let result = serve(k, &mut shard, &mut poll, &rx, &say);
     shard.stop_vhost();
@@ -244,6 +264,17 @@ fn serve(
             }
         }
         shard.pass_end();
+        if let Some(b) = &shard.loans.board {
+            b.publish(k, &shard.engine);
+        }
+        let l = &mut shard.loans;
+        if !l.events.is_empty() || !l.refused.is_empty() {
+            say(FromShard::Loan {
+                shard: k,
+                events: std::mem::take(&mut l.events),
+                refused: std::mem::take(&mut l.refused),
+            });
+        }
         if !shard.lines.is_empty() {
             let lines = shard.lines.drain(..).map(|l| format!("shard {k}: {l}"));
             say(FromShard::Lines(lines.collect()));
@@ -286,6 +317,16 @@ fn on_message(shard: &mut Shard, m: ToShard) {
         ToShard::Vhost { dir, reply } => {
             let _ = reply.send(shard.start_vhost(&dir));
         }
+        ToShard::Loan(c) => {
+            let now = shard.now();
+            if shard
+                .engine
+                .control(now, c.clone(), &mut shard.out)
+                .is_err()
+            {
+                shard.loans.refused.push(c);
+            }
+        }
         ToShard::Stop => shard.begin_shutdown(),
     }
 }
@@ -326,7 +367,13 @@ impl Threads {
             connections_total: 0,
             protocol_errors: 0,
             stopping: false,
+            broker: LoanBroker::default(),
+            board: RoomBoard::new(n as usize, engine_cfg.pools.len()),
         };
+        let all_bases: Vec<Vec<u64>> = (0..engine_cfg.pools.len())
+            .map(|p| (0..n).map(|k| plan.base_bytes(p, k)).collect())
+            .collect();
+        let mut loans = Vec::new();
         let mut thick = Vec::new();
         for k in 0..n {
             let kcfg = plan.shard_config(engine_cfg, k);
@@ -342,13 +389,18 @@ impl Threads {
                 directory.clone(),
                 ftx.clone(),
                 front.clone(),
+                ShardLoans {
+                    bases: if n > 1 { all_bases.clone() } else { Vec::new() },
+                    board: (n > 1).then(|| t.board.clone()),
+                    ..Default::default()
+                },
             );
             let thread = std::thread::Builder::new()
                 .name(format!("tv-shard-{k}"))
                 .spawn(move || {
-                    let (cfg, fds, lost, stop, dir, ftx, front) = args;
+                    let (cfg, fds, lost, stop, dir, ftx, front, loans) = args;
                     shard_main(
-                        k, cfg, kcfg, fds, bases, mode, t0, lost, stop, dir, rx, ftx, front,
+                        k, cfg, kcfg, fds, bases, mode, t0, lost, stop, dir, rx, ftx, front, loans,
                     );
                 })
                 .map_err(|e| format!("cannot start shard {k}'s thread: {e}"));
@@ -369,12 +421,16 @@ impl Threads {
                         waker,
                         thick: th,
                         backend,
+                        loans: l,
                     }) if shard == k => {
                         thick.extend(th);
                         t.backend = backend;
+                        loans.push(l);
                         break Ok(waker);
                     }
                     Ok(FromShard::Failed(e)) => break Err(e),
+                    // Nothing is served before every shard is up, so no shard is low on
+                    // space yet (and one that is asks again).
                     Ok(_) => {}
                     // Its thread ended (a panic) before it said anything more.
                     Err(RecvTimeoutError::Timeout) if finished => {
@@ -400,7 +456,34 @@ impl Threads {
                 }
             }
         }
+        // Runs a crash left lent but not borrowed go back to their donors.
+        let held: Vec<&[LoanRecord]> = loans.iter().map(|l| &l[..]).collect();
+        for (k, c) in LoanBroker::reconcile(&held) {
+            t.send_loan(k, c);
+        }
         Ok((t, thick))
+    }
+
+    fn send_loan(&mut self, k: u16, c: Control) {
+        if let Some(h) = self.shards.get(k as usize) {
+            h.send(ToShard::Loan(c));
+        }
+    }
+
+    /// A shard's loan events and refusals through the broker, and its answers out.
+    fn on_loan(&mut self, k: u16, events: Vec<EngineEvent>, refused: Vec<Control>) {
+        let n = self.shards.len() as u16;
+        let mut steps = Vec::new();
+        for e in &events {
+            let board = &self.board;
+            steps.extend(self.broker.on_event(k, n, e, |j, p| board.room(j, p)));
+        }
+        for c in &refused {
+            steps.extend(self.broker.on_refused(k, c));
+        }
+        for (j, c) in steps {
+            self.send_loan(j, c);
+        }
     }
 
     /// Every shard opens its volumes' vhost-user sockets in `dir`; the lines to log.
@@ -617,6 +700,11 @@ impl Threads {
                         h.exited = Some(result);
                     }
                 }
+                FromShard::Loan {
+                    shard,
+                    events,
+                    refused,
+                } => self.on_loan(shard, events, refused),
                 FromShard::Ready { .. } | FromShard::Failed(_) => {}
             }
         }

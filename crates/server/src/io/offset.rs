@@ -25,11 +25,15 @@ impl Backend for Offset {
         self.inner.name()
     }
     fn submit(&mut self, mut op: DeviceOp) {
-        op.offset_bytes += self
-            .base_bytes
-            .get(op.pool.0 as usize)
-            .copied()
-            .unwrap_or(0);
+        // Wrapping: an operation on a chunk borrowed from a shard whose slice starts
+        // lower comes with an offset relative to this base that is "negative"
+        // (`loans::ShardLoans::translate`); the sum is the donor's offset.
+        op.offset_bytes = op.offset_bytes.wrapping_add(
+            self.base_bytes
+                .get(op.pool.0 as usize)
+                .copied()
+                .unwrap_or(0),
+        );
         self.inner.submit(op);
     }
     fn commit(&mut self) {
