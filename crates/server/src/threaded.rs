@@ -200,6 +200,11 @@ fn shard_main(
             (v, p, off + bases.get(p).copied().unwrap_or(0), len)
         })
         .collect();
+    // Its room is known before anything is served: a shard with no volumes may not
+    // make a pass for a second, and the first ask for space must find it.
+    if let Some(b) = &shard.loans.board {
+        b.publish(k, &shard.engine);
+    }
     say(FromShard::Ready {
         shard: k,
         waker,
