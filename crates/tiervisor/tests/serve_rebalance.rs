@@ -66,7 +66,10 @@ fn one_volume_fills_more_than_its_shards_half_and_survives_kill_9() {
                     retried += 1;
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
-                e => panic!("write of MiB {mib}: error {e} after {tries} tries: {}", s.log()),
+                e => panic!(
+                    "write of MiB {mib}: error {e} after {tries} tries: {}",
+                    s.log()
+                ),
             }
         }
         assert_eq!(flush_all(&mut c), 0, "flush after MiB {mib}");
