@@ -33,6 +33,7 @@ mod log;
 pub mod monitor;
 mod mount;
 pub mod overlay;
+pub mod promo;
 mod reclaim;
 mod report;
 mod resize;

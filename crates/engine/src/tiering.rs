@@ -88,8 +88,9 @@ impl Engine {
             let on_fast = vol
                 .resolve(vol.map.get(c), c)
                 .is_some_and(|(p, _)| p == fast);
-            if !on_fast
-                && vol.hot_candidates.len() < MAX_CANDIDATES
+            if on_fast {
+                vol.promo.hit(c);
+            } else if vol.hot_candidates.len() < MAX_CANDIDATES
                 && vol.monitor.score(c, epoch) >= min
             {
                 vol.hot_candidates.insert(c);
@@ -270,13 +271,19 @@ impl Engine {
         } else {
             vec![v]
         };
+        // A volume whose promotions are re-read searches the whole volume for the
+        // coldest fast chunk; otherwise, and until its promotions have shown it, a window
+        // (`promo.rs`).
+        self.vols[v].promo.age(epoch);
+        let paying = self.vols[v].promo.pays();
         let mut coldest: Option<(u64, usize, u64, bool)> = None;
         for w in owners {
             let prio = self.priority(w) as u64;
             let vol_idle = w != v && self.volume_idle(now, w);
             let vol = &mut self.vols[w];
             let mut seen = 0;
-            for _ in 0..DEMOTE_SCAN_MAX.min(vol.chunks) {
+            let scan = if paying { vol.chunks } else { DEMOTE_SCAN_MAX };
+            for _ in 0..scan.min(vol.chunks) {
                 if seen == DEMOTE_SAMPLE {
                     break;
                 }
@@ -402,6 +409,7 @@ impl Engine {
     fn end_move(&mut self, now: u64, v: u32, c: u64, done: Option<ChunkLoc>, out: &mut Outputs) {
         let vi = v as usize;
         let cb = self.cfg.chunk_bytes;
+        let epoch = self.decay_epoch(now);
         let Some(ChunkState::Moving { dst, .. }) = self.vols[vi].activity.get(&c).map(|a| a.state)
         else {
             self.tier.ended(None);
@@ -425,8 +433,10 @@ impl Engine {
                 if let Some((p, _)) = vol.resolve(dst, c) {
                     if Some(p) == fast {
                         vol.stats.promotions += 1;
+                        vol.promo.promoted(c, epoch);
                     } else {
                         vol.stats.demotions += 1;
+                        vol.promo.demoted(c);
                     }
                 }
                 vol.stats.migrated_bytes += cb;

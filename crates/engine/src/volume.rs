@@ -180,6 +180,8 @@ pub struct Volume {
     pub promoting: u64,
     /// Chunks hot enough to promote, not yet on the fast pool (bounded).
     pub hot_candidates: std::collections::BTreeSet<u64>,
+    /// Whether its `hot` promotions pay off (`promo.rs`).
+    pub promo: crate::promo::PromoHits,
     /// Where the demotion scan resumes.
     pub scan_cursor: u64,
     pub log: crate::log::VolLog,

@@ -271,6 +271,7 @@ impl Engine {
             chunks_on: vec![0; self.pools.len()],
             promoting: 0,
             hot_candidates: Default::default(),
+            promo: Default::default(),
             scan_cursor: 0,
             log,
             cache,
