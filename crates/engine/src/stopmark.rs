@@ -22,6 +22,10 @@ use crate::types::{Outputs, VolumeId};
 pub(crate) struct CleanStop {
     /// The stop is writing the marker: checkpoints from now on carry it.
     marking: bool,
+    /// Volumes whose marker checkpoint failed. Their data was durable before it was
+    /// written (the marker waits for that), so nothing is lost; but a failed write may
+    /// still have landed (whole or torn), so the next mount may find the marker or not.
+    pub(crate) unmarked: Vec<String>,
 }
 
 impl CleanStop {
@@ -54,6 +58,12 @@ impl Engine {
     /// Whether the process that ran volume `v` before this mount stopped in order, with
     /// every write it acknowledged durable (a volume this mount or this run created
     /// counts as clean). False after a crash, a kill -9, or a failed final commit.
+    /// Volumes whose clean-stop marker could not be written at the last orderly stop
+    /// (their data is durable; the next mount may or may not see them as stopped clean).
+    pub fn unmarked_at_stop(&self) -> &[String] {
+        &self.clean_stop.unmarked
+    }
+
     pub fn stopped_clean_before_mount(&self, v: VolumeId) -> bool {
         self.vols
             .get(v.0 as usize)

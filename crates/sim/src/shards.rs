@@ -376,6 +376,13 @@ impl Sharded {
             .collect()
     }
 
+    /// Volumes whose clean-stop marker failed while stopping, over every shard.
+    pub fn unmarked_at_stop(&self) -> Vec<String> {
+        (self.engines.iter())
+            .flat_map(|e| e.unmarked_at_stop().iter().cloned())
+            .collect()
+    }
+
     /// The system's state: failed if a shard failed, ready once every shard is.
     pub fn state(&self) -> EngineState {
         if let Some(e) = self.engines.first().filter(|_| self.engines.len() == 1) {

@@ -23,8 +23,10 @@ pub(super) enum Marker {
     Unknown,
     /// A power loss: no volume stopped clean.
     Unclean,
-    /// An orderly stop: every live volume but these (their final commit failed) did.
-    CleanExcept(Vec<String>),
+    /// An orderly stop: every live volume but the first list (their final commit
+    /// failed) did; those of the second (their marker's checkpoint failed, which may
+    /// have landed anyway) may read either way.
+    CleanExcept(Vec<String>, Vec<String>),
 }
 
 impl Marker {
@@ -44,24 +46,27 @@ impl Sim {
     /// After a mount reached Ready: the engine's marker against what the last stop was.
     pub(super) fn check_marker(&mut self) -> Result<(), Fail> {
         let expect = std::mem::replace(&mut self.marker, Marker::Unknown);
-        let lost = match expect {
+        let (lost, unmarked) = match expect {
             Marker::Unknown => return Ok(()),
-            Marker::Unclean => None,
-            Marker::CleanExcept(lost) => Some(lost),
+            Marker::Unclean => (None, Vec::new()),
+            Marker::CleanExcept(lost, unmarked) => (Some(lost), unmarked),
         };
         for (name, _) in self.engine.volumes() {
             let Some(v) = self.engine.volume_id(&name) else {
                 continue;
             };
+            if unmarked.contains(&name) {
+                continue;
+            }
             let want = lost.as_ref().is_some_and(|l| !l.contains(&name));
             if self.engine.stopped_clean_before_mount(v) != want {
                 return Err(format!(
                     "volume {name}: the mount says the last stop was {}, but it was {}",
                     if want { "unclean" } else { "clean" },
-                    if lost.is_some() {
-                        "an orderly stop with its final commit done"
-                    } else {
-                        "a power loss"
+                    match (&lost, want) {
+                        (Some(_), true) => "an orderly stop with its final commit done",
+                        (Some(_), false) => "an orderly stop whose final commit failed",
+                        (None, _) => "a power loss",
                     }
                 ));
             }
@@ -111,7 +116,7 @@ impl Sim {
             }
         }
         self.stats.clean_stops += 1;
-        self.marker = Marker::CleanExcept(lost);
+        self.marker = Marker::CleanExcept(lost, self.engine.unmarked_at_stop());
         self.power_loss()?;
         self.crash()
     }
