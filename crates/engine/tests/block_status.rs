@@ -92,18 +92,6 @@ fn bad_queries_are_refused_and_the_extent_cap_is_kept() {
     assert_eq!(r.engine.block_status(v, 0, 7 * MIB, 99).unwrap().len(), 7);
 }
 
-/// A deterministic generator.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 /// Check one answer against the reference: runs tile the range, neighbours differ, a zero
 /// run reads as zeros, and a chunk no write ever touched is a hole.
 fn check(r: &Rig, vol: &str, model: &[u8], touched: &[bool], what: &str) {

@@ -14,18 +14,6 @@ fn log_report(r: &Rig, pool: usize) -> LogReport {
         .expect("pool logs")
 }
 
-/// A deterministic generator (the test must not depend on a random crate's versions).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn logged_writes_are_acknowledged_early_and_read_from_ram_until_they_land() {
     let mut r = Rig::new(log_config());
@@ -101,71 +89,9 @@ fn a_crash_before_the_append_lands_loses_only_unflushed_data() {
 #[test]
 fn random_small_writes_match_a_reference_through_cleaning_and_crashes() {
     for seed in 1..=3u64 {
-        let mut r = Rig::new(log_config());
-        let mut rng = Lcg(seed);
-        let size = 6 * MIB as usize;
-        let mut model = vec![0u8; size];
-        let mut version = 0u8;
-        let mut logged = 0;
-        for step in 0..6000 {
-            let sectors = 1 + rng.next(16) as usize;
-            let off = rng.next((size / 512 - sectors) as u64) as usize * 512;
-            let len = sectors * 512;
-            match rng.next(20) {
-                // Mostly small writes (logged); sometimes big ones that go home.
-                0..=13 => {
-                    version = version.wrapping_add(1);
-                    let d = pattern(version, len);
-                    r.write("thin", off as u64, &d);
-                    model[off..off + len].copy_from_slice(&d);
-                }
-                14 => {
-                    version = version.wrapping_add(1);
-                    let big = 256 << 10;
-                    let o = rng.next((size - big) as u64 / 4096) as usize * 4096;
-                    let d = pattern(version, big);
-                    r.write("thin", o as u64, &d);
-                    model[o..o + big].copy_from_slice(&d);
-                }
-                15 => {
-                    let c = r.req("thin", ReqKind::Trim, off as u64, len as u64, None);
-                    assert_eq!(c.result, Ok(()));
-                    model[off..off + len].fill(0);
-                }
-                16..=18 => {
-                    assert_eq!(
-                        r.read("thin", off as u64, len as u64),
-                        &model[off..off + len],
-                        "seed {seed} step {step}: read {len} at {off}"
-                    );
-                }
-                _ => {
-                    r.flush("thin");
-                    if rng.next(4) == 0 {
-                        logged += log_report(&r, 1).user_writes;
-                        r.crash_and_mount();
-                    }
-                }
-            }
-            if step % 500 == 0 {
-                r.engine
-                    .check_invariants()
-                    .unwrap_or_else(|e| panic!("{e}"));
-            }
-        }
-        assert_eq!(r.read("thin", 0, size as u64), model, "seed {seed}");
-        logged += log_report(&r, 1).user_writes;
+        let logged =
+            log_against_reference(log_config(), seed, 6000, None).unwrap_or_else(|e| panic!("{e}"));
         assert!(logged > 3000, "{logged} writes logged");
-        r.flush("thin");
-        r.crash_and_mount();
-        assert_eq!(
-            r.read("thin", 0, size as u64),
-            model,
-            "seed {seed} after mount"
-        );
-        r.engine
-            .check_invariants()
-            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -15,18 +15,6 @@ fn bitvisor_config() -> EngineConfig {
     cfg
 }
 
-/// A deterministic generator (the test must not depend on a random crate's versions).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn each_write_is_redirected_in_arrival_order_and_acknowledged_once_written() {
     let mut r = Rig::new(bitvisor_config());
@@ -111,61 +99,9 @@ fn a_write_whose_redirected_write_fails_completes_only_where_it_moved() {
     assert_eq!(r.read("thin", 40 * 4096, 4096), d);
 }
 
-/// Random small writes, trims, reads, flushes and crashes against a reference; the first
-/// mismatch as an error.
+/// `common::log_against_reference` in `bitvisor` mode.
 fn run_against_reference(seed: u64, bug: Option<InjectedBug>) -> Result<u64, String> {
-    let mut r = Rig::with_bug(bitvisor_config(), bug);
-    let mut rng = Lcg(seed);
-    let size = 6 * MIB as usize;
-    let mut model = vec![0u8; size];
-    let mut version = 0u8;
-    let mut logged = 0;
-    for step in 0..4000 {
-        let sectors = 1 + rng.next(16) as usize;
-        let off = rng.next((size / 512 - sectors) as u64) as usize * 512;
-        let len = sectors * 512;
-        match rng.next(20) {
-            0..=13 => {
-                version = version.wrapping_add(1);
-                let d = pattern(version, len);
-                r.write("thin", off as u64, &d);
-                model[off..off + len].copy_from_slice(&d);
-            }
-            14 => {
-                version = version.wrapping_add(1);
-                let big = 256 << 10;
-                let o = rng.next((size - big) as u64 / 4096) as usize * 4096;
-                let d = pattern(version, big);
-                r.write("thin", o as u64, &d);
-                model[o..o + big].copy_from_slice(&d);
-            }
-            15 => {
-                let c = r.req("thin", ReqKind::Trim, off as u64, len as u64, None);
-                assert_eq!(c.result, Ok(()));
-                model[off..off + len].fill(0);
-            }
-            16..=18 => {
-                if r.read("thin", off as u64, len as u64) != model[off..off + len] {
-                    return Err(format!("seed {seed} step {step}: read {len} at {off}"));
-                }
-            }
-            _ => {
-                r.flush("thin");
-                if rng.next(4) == 0 {
-                    logged += r.engine.report().pools[1].log.as_ref().unwrap().user_writes;
-                    r.crash_and_mount();
-                }
-            }
-        }
-    }
-    r.flush("thin");
-    logged += r.engine.report().pools[1].log.as_ref().unwrap().user_writes;
-    r.crash_and_mount();
-    if r.read("thin", 0, size as u64) != model {
-        return Err(format!("seed {seed}: volume differs after mount"));
-    }
-    r.engine.check_invariants().map_err(|e| e.to_string())?;
-    Ok(logged)
+    log_against_reference(bitvisor_config(), seed, 4000, bug)
 }
 
 #[test]
