@@ -121,6 +121,9 @@ pub enum InjectedBug {
     /// allocator once that is durable (and does not take it out at mount), so the donor
     /// and the borrower can both allocate its chunks.
     LentKept,
+    /// DST's queueing HDD (`crates/sim/src/dst/ncq.rs`) lets commands queued after a
+    /// FLUSH be served before it. Not an engine defect: the simulated drive carries it.
+    NcqJumpsFlush,
 }
 
 impl InjectedBug {
@@ -199,6 +202,7 @@ impl InjectedBug {
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
             InjectedBug::LentKept => "lent-kept",
+            InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -233,6 +237,11 @@ impl InjectedBug {
     pub fn clean_stop() -> [InjectedBug; 1] {
         [InjectedBug::CleanStopMarkerKept]
     }
+    /// Caught by DST's seeds whose HDD queues commands (`ncq.rs`; CI DST must catch it)
+    /// and by `tiervisor-model`'s `queue::tests::flush_is_a_barrier`.
+    pub fn device() -> [InjectedBug; 1] {
+        [InjectedBug::NcqJumpsFlush]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -243,6 +252,7 @@ impl InjectedBug {
             .chain(Self::shard())
             .chain(Self::cache())
             .chain(Self::clean_stop())
+            .chain(Self::device())
             .find(|b| b.name() == s)
     }
 }

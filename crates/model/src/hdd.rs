@@ -10,8 +10,10 @@
 //! - an optional volatile write cache, destaged in FIFO order when the mechanism is idle,
 //!   drained by FLUSH and bypassed by FUA writes.
 //!
-//! The model serves operations in arrival order (no on-drive reordering): tiervisor
-//! schedules requests itself, as the CATS study did with tagged queueing disabled.
+//! `submit` serves an operation as it arrives (no on-drive reordering). A drive with
+//! command queueing (`queue_depth` above 1: SATA NCQ, SCSI TCQ) is driven through
+//! [`crate::queue::CommandQueue`] instead, which holds the queued commands and asks
+//! [`Hdd::positioning_ns`] which one the head reaches first.
 
 use std::collections::VecDeque;
 
@@ -55,6 +57,12 @@ pub struct HddParams {
     /// Most separate (non-contiguous) writes the cache holds; sustained small random
     /// writes then run at the destage rate, as measured on real drives.
     pub write_cache_max_entries: u32,
+    /// Commands the drive holds and reorders (SATA NCQ: 32; SCSI TCQ); 0 or 1: none, the
+    /// drive serves commands in arrival order.
+    pub queue_depth: u32,
+    /// A queued command that has waited this long is served next, ahead of nearer ones
+    /// (the firmware's aging rule; see `crate::queue`).
+    pub queue_age_limit_ns: u64,
 }
 
 impl HddParams {
@@ -299,8 +307,10 @@ impl Hdd {
     }
 
     /// Seek, rotate and transfer `sectors` starting at `lba`, beginning at `start_ns`.
-    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool) -> u64 {
-        let loc = self.locate(lba);
+    /// Seek (with write settle) and rotational wait, in ns, for the head to reach `loc`
+    /// when it starts moving at `start_ns` from where it is now.
+    #[inline]
+    fn seek_and_rotation_ns(&self, start_ns: u64, loc: &Location, write: bool) -> (u64, u64) {
         let mut seek_ns = if loc.cyl != self.head_cyl {
             self.seek.seek_ns(loc.cyl.abs_diff(self.head_cyl))
         } else if loc.surface != self.head_surface {
@@ -312,17 +322,61 @@ impl Hdd {
             seek_ns += self.p.write_settle_ns;
         }
         let on_track_ns = start_ns + seek_ns;
-        let surfaces = self.p.surfaces as u64;
-        let mut zone = &self.zones[loc.zone];
-        let mut spt = zone.sectors_per_track;
-        let track_index = loc.cyl * surfaces + loc.surface;
+        let spt = self.zones[loc.zone].sectors_per_track;
+        let track_index = loc.cyl * self.p.surfaces as u64 + loc.surface;
         let target = (loc.sector as f64 / spt as f64 + track_index as f64 * self.skew_frac).fract();
         let angle = (on_track_ns % self.rotation_ns) as f64 / self.rotation_ns as f64;
         let mut wait = target - angle;
         if wait < 0.0 {
             wait += 1.0;
         }
-        let rot_ns = (wait * self.rotation_ns as f64) as u64;
+        (seek_ns, (wait * self.rotation_ns as f64) as u64)
+    }
+
+    /// How long after `now_ns` the drive could start transferring `req`'s data: 0 for a
+    /// command it answers from its caches (a read hit, a write into the write cache),
+    /// else the wait for the mechanism plus the seek and rotation from the head's present
+    /// position. Changes nothing: a command queue ranks its commands by it (shortest
+    /// positioning time first, as NCQ firmware does).
+    pub fn positioning_ns(&self, now_ns: u64, req: &DevRequest) -> u64 {
+        let lba = req.offset_bytes / SECTOR_BYTES;
+        let sectors = req.len_bytes.div_ceil(SECTOR_BYTES).max(1);
+        let end = lba + sectors;
+        let write = match req.kind {
+            DevOpKind::Read => {
+                let cached = self
+                    .segments
+                    .iter()
+                    .any(|s| s.start_lba <= lba && end <= s.end_lba && s.end_lba > s.start_lba)
+                    || self.dirty.iter().any(|&(d, n)| d <= lba && end <= d + n);
+                if cached {
+                    return 0;
+                }
+                false
+            }
+            DevOpKind::Write | DevOpKind::WriteZeroes => {
+                if self.p.write_cache
+                    && !req.fua
+                    && sectors <= self.p.write_cache_bytes / SECTOR_BYTES
+                {
+                    return 0;
+                }
+                true
+            }
+            DevOpKind::Flush | DevOpKind::Trim => return 0,
+        };
+        let start_ns = now_ns.max(self.free_at_ns) + self.p.command_overhead_ns;
+        let (seek_ns, rot_ns) = self.seek_and_rotation_ns(start_ns, &self.locate(lba), write);
+        start_ns - now_ns + seek_ns + rot_ns
+    }
+
+    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool) -> u64 {
+        let loc = self.locate(lba);
+        let (seek_ns, rot_ns) = self.seek_and_rotation_ns(start_ns, &loc, write);
+        let on_track_ns = start_ns + seek_ns;
+        let surfaces = self.p.surfaces as u64;
+        let mut zone = &self.zones[loc.zone];
+        let mut spt = zone.sectors_per_track;
         // Transfer track by track; skew makes each track switch cost only the switch time.
         let mut remaining = sectors.max(1);
         let mut sector = loc.sector;

@@ -10,6 +10,7 @@
 pub mod calibrate;
 pub mod hdd;
 pub mod presets;
+pub mod queue;
 pub mod raid;
 pub mod seekline;
 pub mod ssd;

@@ -57,16 +57,16 @@ fn hitachi_7k1000c() -> HddParams {
     HddParams {
         capacity_bytes: 1_000_204_886_016, // spec: 1,953,525,168 sectors
         drive_bytes: 1_000_204_886_016,
-        rpm: 7200,                            // spec
-        surfaces: 4,                          // est.: two 500 GB platters
-        zones: 24,                            // est.
-        media_outer_bytes_per_sec: 138 * MB,  // est. from reviews: ~138 MB/s outer
-        media_inner_bytes_per_sec: 70 * MB,   // est.: ~70 MB/s inner
-        seek_track_to_track_ns: NS_PER_MS,    // est.
-        seek_avg_ns: 8_200 * NS_PER_US,       // spec: 8.2 ms average (read)
-        seek_full_ns: 15 * NS_PER_MS,         // est.
-        write_settle_ns: 300 * NS_PER_US,     // est.
-        head_switch_ns: 800 * NS_PER_US,      // est.
+        rpm: 7200,                                      // spec
+        surfaces: 4,                                    // est.: two 500 GB platters
+        zones: 24,                                      // est.
+        media_outer_bytes_per_sec: 138 * MB,            // est. from reviews: ~138 MB/s outer
+        media_inner_bytes_per_sec: 70 * MB,             // est.: ~70 MB/s inner
+        seek_track_to_track_ns: NS_PER_MS,              // est.
+        seek_avg_ns: 8_200 * NS_PER_US,                 // spec: 8.2 ms average (read)
+        seek_full_ns: 15 * NS_PER_MS,                   // est.
+        write_settle_ns: 300 * NS_PER_US,               // est.
+        head_switch_ns: 800 * NS_PER_US,                // est.
         command_overhead_ns: 600 * NS_PER_US, // fit: seed 000 sequential 4 KB ratios (QD1 through Xen blktap)
         interface_bytes_per_sec: 300 * MB,    // spec: SATA 3 Gb/s
         cache_bytes: 32 * MIB,                // spec: 32 MB buffer
@@ -75,6 +75,8 @@ fn hitachi_7k1000c() -> HddParams {
         write_cache: true,                    // spec default: WCE on
         write_cache_bytes: 16 * MIB,          // est.: half the buffer
         write_cache_max_entries: 32,          // est.
+        queue_depth: 32,                      // spec: SATA NCQ, 32 commands
+        queue_age_limit_ns: crate::queue::AGE_LIMIT_NS, // est.: see crate::queue
     }
 }
 
@@ -100,6 +102,9 @@ fn cheetah_15k4() -> HddParams {
         write_cache: false,                   // est.: SCSI drives commonly ship with WCE off
         write_cache_bytes: 0,
         write_cache_max_entries: 0,
+        // spec: the drive has TCQ; paper: seed 003 disabled it for every test (section 5).
+        queue_depth: 1,
+        queue_age_limit_ns: crate::queue::AGE_LIMIT_NS,
     }
 }
 

@@ -2,7 +2,10 @@
 //!
 //! Events are ordered by (virtual time, insertion sequence), so ties break the same way
 //! every run. Devices are timeline models: when the engine submits an operation, the
-//! model says when it completes and that completion becomes an event.
+//! model says when it completes and that completion becomes an event. A disk that queues
+//! commands (NCQ) holds them in a `CommandQueue` instead: it starts one whenever it is
+//! free (on arrival at an idle drive, or at the previous command's completion event) and
+//! its completion becomes the event.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -17,6 +20,7 @@ use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
     ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
+use tiervisor_model::queue::CommandQueue;
 use tiervisor_model::raid::Raid0;
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
 use tiervisor_workload::{WlKind, Workload};
@@ -141,6 +145,8 @@ pub struct Simulation {
     /// One engine per shard (`shards.rs`); one shard is the engine itself.
     engine: Sharded,
     models: Vec<Model>,
+    /// Per pool, the drive's command queue if it reorders (NCQ; `tiervisor_model::queue`).
+    queues: Vec<Option<CommandQueue>>,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
     seq: u64,
     now: u64,
@@ -173,7 +179,7 @@ pub struct Simulation {
 
 /// Map engine device operations onto model operations.
 #[inline]
-fn dev_request(op: &tiervisor_engine::DeviceOp) -> DevRequest {
+pub(crate) fn dev_request(op: &tiervisor_engine::DeviceOp) -> DevRequest {
     let (kind, offset_bytes, len_bytes, fua) = (op.kind, op.offset_bytes, op.len_bytes, op.fua);
     let kind = match kind {
         DevKind::Read => DevOpKind::Read,
@@ -246,6 +252,7 @@ impl Simulation {
                 Ok(m)
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let queues = models.iter().map(CommandQueue::for_model).collect();
         let mut vms = Vec::new();
         let mut total = Some(0u64);
         for (i, vm) in scenario.vms.iter().enumerate() {
@@ -291,6 +298,7 @@ impl Simulation {
             seed,
             engine,
             models,
+            queues,
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
             now: 0,
@@ -321,6 +329,28 @@ impl Simulation {
         self.heap.push(Reverse((t, self.seq, kind, payload)));
     }
 
+    /// Device service time (host dispatch to completion) and sectors of reads and writes,
+    /// counted from the workloads' start (not formatting or prefill).
+    #[inline]
+    fn count_service(&mut self, p: usize, req: &DevRequest, dispatched_ns: u64, done_ns: u64) {
+        if self.t0 > 0 && matches!(req.kind, DevOpKind::Read | DevOpKind::Write) {
+            let d = &mut self.devs[p];
+            d.service.record(done_ns - dispatched_ns);
+            d.sectors += req.len_bytes.div_ceil(512);
+        }
+    }
+
+    /// If pool `p`'s drive queues commands and is idle, start the one it picks.
+    fn start_queued(&mut self, p: usize) {
+        let Some(q) = self.queues[p].as_mut() else {
+            return;
+        };
+        if let Some((c, done)) = q.start_next(self.now, &mut self.models[p]) {
+            self.count_service(p, &c.req, c.arrived_ns, done);
+            self.push(done, EV_DEV, c.id);
+        }
+    }
+
     /// Carry out everything the engine asked for, feeding completions back to VMs.
     fn pump(&mut self) {
         loop {
@@ -328,19 +358,21 @@ impl Simulation {
                 let op = &self.out.ops[i];
                 let p = op.pool.0 as usize;
                 let req = dev_request(op);
-                let done = self.models[p].submit(self.now, &req).max(self.now);
                 let payload = op.id.0 << 8 | p as u64;
                 let d = &mut self.devs[p];
-                // Counted from the workloads' start (not formatting or prefill).
-                if self.t0 > 0 && matches!(op.kind, DevKind::Read | DevKind::Write) {
-                    d.service.record(done - self.now);
-                    d.sectors += op.len_bytes.div_ceil(512);
-                }
                 if d.outstanding == 0 {
                     d.busy_since = self.now;
                 }
                 d.outstanding += 1;
                 d.ops += 1;
+                if let Some(q) = self.queues[p].as_mut() {
+                    // The drive queues it and picks what to serve when it is free.
+                    q.push(self.now, payload, req);
+                    self.start_queued(p);
+                    continue;
+                }
+                let done = self.models[p].submit(self.now, &req).max(self.now);
+                self.count_service(p, &req, self.now, done);
                 self.push(done, EV_DEV, payload);
             }
             self.out.ops.clear();
@@ -511,6 +543,10 @@ impl Simulation {
                 d.outstanding -= 1;
                 if d.outstanding == 0 {
                     d.busy_ns += t - d.busy_since;
+                }
+                if let Some(q) = self.queues[p].as_mut() {
+                    q.finished();
+                    self.start_queued(p);
                 }
                 let c = DeviceCompletion {
                     id: OpId(payload >> 8),

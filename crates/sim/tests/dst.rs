@@ -140,6 +140,15 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.loans,
         s.loans_returned
     );
+    // Half the seeds that neither migrate nor run out of space have a queueing (NCQ) HDD
+    // (`dst/ncq.rs`), which serves a share of its commands ahead of older ones.
+    assert!(
+        s.ncq_seeds > CI_SEEDS / 16 && s.ncq_reordered > s.ncq_served / 100,
+        "seeds with NCQ: {}, commands served {}, ahead of an older one {}",
+        s.ncq_seeds,
+        s.ncq_served,
+        s.ncq_reordered
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
@@ -185,7 +194,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
         .chain(InjectedBug::create())
         .chain(InjectedBug::shard())
         .chain(InjectedBug::cache())
-        .chain(InjectedBug::clean_stop());
+        .chain(InjectedBug::clean_stop())
+        .chain(InjectedBug::device());
     for bug in bugs {
         assert_caught(bug, 0, CI_SEEDS);
     }

@@ -6,6 +6,7 @@ mod create;
 mod delete;
 mod device;
 mod idle;
+mod ncq;
 mod pattern;
 mod probe;
 mod reference;
@@ -90,6 +91,9 @@ pub fn run_range(
                             t.volumes_moved_down += st.volumes_moved_down;
                             t.probe_seeds += st.probe_seeds;
                             t.probe_crashes += st.probe_crashes;
+                            t.ncq_seeds += st.ncq_seeds;
+                            t.ncq_served += st.ncq_served;
+                            t.ncq_reordered += st.ncq_reordered;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -23,6 +23,7 @@ use tiervisor_engine::{
 };
 
 use super::device::{DataDevice, Faults, below};
+use super::ncq::{HDD_POOL, NcqDrive};
 use super::pattern::{SECTOR, Seen, decode, sector_data};
 use super::probe::{Follow, Probe};
 use super::reference::RefDisk;
@@ -116,6 +117,11 @@ pub struct DstStats {
     /// made right after a FLUSH completed or a pivot became durable.
     pub probe_seeds: u64,
     pub probe_crashes: u64,
+    /// Seeds whose HDD drive queued and reordered commands (`ncq.rs`), the commands it
+    /// served and how many of them overtook an older one.
+    pub ncq_seeds: u64,
+    pub ncq_served: u64,
+    pub ncq_reordered: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -206,6 +212,8 @@ struct Sim {
     idles: Option<super::idle::IdleDraws>,
     /// The migration-heavy profile, in a share of the migrating seeds (`probe.rs`).
     probe: Option<Probe>,
+    /// The HDD pool's queueing drive, in the NCQ seeds (`ncq.rs`).
+    ncq: Option<NcqDrive>,
     /// Tiered volumes may migrate: half the migrating seeds, drawn on a stream of its
     /// own. In the others a start of a tiered volume is not asked, as when the engine
     /// refused every one, so those seeds replay as before tiered volumes could move.
@@ -597,6 +605,16 @@ impl Sim {
         if probe.is_some() && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("the migration-heavy profile is on (probe.rs)");
         }
+        // A share of the seeds run out of space (their own stream, so the others replay as
+        // before); TIERVISOR_DST_NO_SPACE=1 leaves them out to compare counters.
+        let space_on = std::env::var_os("TIERVISOR_DST_NO_SPACE").is_none();
+        let space = (space_on && cfg.faults >= Faults::Crash)
+            .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
+            .flatten();
+        let ncq_depth = NcqDrive::draw(cfg.seed, mrng.is_some() || space.is_some());
+        if let Some(depth) = ncq_depth {
+            engine_cfg.pools[HDD_POOL].queue_depth = depth;
+        }
         let engine =
             Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
         let mut devs: Vec<DataDevice> = engine_cfg
@@ -605,6 +623,13 @@ impl Sim {
             .enumerate()
             .map(|(i, p)| DataDevice::new(i as u16, p.capacity_bytes))
             .collect();
+        let ncq = match ncq_depth {
+            Some(_) => Some(NcqDrive::new(
+                engine_cfg.pools[HDD_POOL].capacity_bytes,
+                cfg.bug == Some(InjectedBug::NcqJumpsFlush),
+            )?),
+            None => None,
+        };
         let tagged = draw_host_flush(cfg.seed).1;
         for d in &mut devs {
             d.tagged = tagged;
@@ -638,12 +663,6 @@ impl Sim {
             })
             .collect();
         let max_in_flight = 1 + below(&mut rng, 24) as usize;
-        // A share of the seeds run out of space (their own stream, so the others replay as
-        // before); TIERVISOR_DST_NO_SPACE=1 leaves them out to compare counters.
-        let space_on = std::env::var_os("TIERVISOR_DST_NO_SPACE").is_none();
-        let space = (space_on && cfg.faults >= Faults::Crash)
-            .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
-            .flatten();
         let creates = super::create::CreateDraws::draw(cfg.seed, logged, mrng.is_some());
         let resizes = super::resize::ResizeDraws::draw(cfg.seed, creates.is_some());
         let deletes =
@@ -687,6 +706,7 @@ impl Sim {
             deletes,
             idles,
             probe,
+            ncq,
             tiered_migrations,
             thick_migrations,
             cache_migrations,
@@ -1055,7 +1075,6 @@ impl Sim {
     /// Carry out the engine's outputs and check its completions.
     fn pump(&mut self, out: &mut Outputs) -> Result<(), Fail> {
         for op in out.ops.drain(..) {
-            let t = self.now_ns + self.latency_ns();
             if self.trace {
                 eprintln!(
                     "[{}] op {} {:?} pool {} off {} len {} fua {} vol {:?} class {:?}",
@@ -1071,6 +1090,16 @@ impl Sim {
                 );
             }
             let id = op.id.0;
+            if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL) {
+                // The drive queues it and serves one command at a time.
+                let started = q.issue(self.now_ns, &op);
+                self.in_flight_ops.insert(id, op);
+                if let Some((first, done)) = started {
+                    self.push(done, EV_DEV, first);
+                }
+                continue;
+            }
+            let t = self.now_ns + self.latency_ns();
             self.in_flight_ops.insert(id, op);
             self.push(t, EV_DEV, id);
         }
@@ -1392,6 +1421,11 @@ impl Sim {
             let Some(op) = self.in_flight_ops.remove(&payload) else {
                 return Ok(true);
             };
+            if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL)
+                && let Some((next, done)) = q.complete(self.now_ns, payload)?
+            {
+                self.push(done, EV_DEV, next);
+            }
             let meta = op.pool.0 == self.engine_cfg.meta_pool.0;
             let fail = self.errors_allowed()
                 && !(self.recovering && meta)
@@ -1485,6 +1519,9 @@ impl Sim {
         self.heap.clear();
         self.wakeups.clear();
         self.in_flight_ops.clear();
+        if let Some(q) = self.ncq.as_mut() {
+            q.power_loss()?;
+        }
         self.reqs.clear();
         self.engine.reset()?;
         self.recover()
@@ -1898,6 +1935,12 @@ impl Sim {
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         self.stats.volumes_shrunk = self.resizes.as_ref().map_or(0, |r| r.shrunk);
         self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
+        if let Some(q) = &self.ncq {
+            let st = q.stats();
+            self.stats.ncq_seeds = 1;
+            self.stats.ncq_served = st.served;
+            self.stats.ncq_reordered = st.reordered;
+        }
         if let Some(p) = &self.probe {
             self.stats.probe_seeds = 1;
             self.stats.probe_crashes = p.crashes;
