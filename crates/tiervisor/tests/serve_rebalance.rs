@@ -31,7 +31,11 @@ const FILL_MIB: u64 = 80;
 
 fn pattern(mib: u64) -> Vec<u8> {
     (0..MIB as usize)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(mib as u8 * 7))
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add((mib as u8).wrapping_mul(7))
+        })
         .collect()
 }
 
