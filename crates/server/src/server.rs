@@ -185,6 +185,18 @@ fn formatted_shards(cfg: &ServerConfig) -> Option<u16> {
     crate::config::check_threads(u64::from(sb.shard.count)).ok()
 }
 
+/// The signal handlers of a start, taken back if it fails (a failed start leaves the
+/// process's signals as they were).
+struct SignalGuard(Vec<signal_hook::SigId>);
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
 /// The signal pipes: SIGINT and SIGTERM on the first, SIGHUP on the second; and a flag
 /// SIGINT and SIGTERM set, which a start waiting for space checks (a shard thread mounting
 /// has no pipe of its own to poll).
@@ -291,6 +303,12 @@ impl Server {
         opts: StartOptions,
         mut log: Box<dyn FnMut(&str)>,
     ) -> Result<Server, String> {
+        // Signals are caught before any pool file is created: a SIGTERM from then on stops
+        // the start cleanly (serve_failsafe's SIGTERM during the format, sent once "created
+        // pool" is printed, killed the process under load when the handlers came later).
+        let mut poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
+        let (signal_rx, hup_rx, ids, stop) = signal_pipes(&poll)?;
+        let mut handlers = SignalGuard(ids);
         // Certificates are read before anything is bound or created.
         cfg.tls.load()?;
         let (bound, mode, pools) = open_checked(&cfg, opts)?;
@@ -334,8 +352,6 @@ impl Server {
         for s in crate::space::survey(&pools).iter().filter(|s| s.low) {
             log(&format!("warning: {}", crate::space::warning(s)));
         }
-        let mut poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
-        let (signal_rx, hup_rx, ids, stop) = signal_pipes(&poll)?;
         let t0 = Instant::now();
         let pools_lost = Arc::new(AtomicBool::new(false));
         let shared_cfg = Arc::new(cfg.clone());
@@ -394,7 +410,7 @@ impl Server {
             t0,
             signal_rx,
             hup_rx,
-            _signal_ids: ids,
+            _signal_ids: std::mem::take(&mut handlers.0),
             signals: 0,
             stopping: false,
             log,
