@@ -99,6 +99,43 @@ fn a_write_whose_redirected_write_fails_completes_only_where_it_moved() {
     assert_eq!(r.read("thin", 40 * 4096, 4096), d);
 }
 
+#[test]
+fn a_write_whose_redirected_write_finds_no_space_fails_with_enospc_at_once() {
+    let mut r = Rig::new(bitvisor_config());
+    let old = pattern(4, 4096);
+    r.write("thin", 40 * 4096, &old);
+    r.flush("thin");
+    r.fail_writes = Some(Errno::NoSpc);
+    let new = pattern(5, 4096);
+    // Write-through: the device write failed for space, so the request fails as a home
+    // write does, rather than wait for space that may never return (DST seed 1070: one
+    // request waited through a lasting spell, retried for hours of virtual time).
+    let w = r.req(
+        "thin",
+        ReqKind::Write,
+        40 * 4096,
+        4096,
+        Some(bytes::Bytes::copy_from_slice(&new)),
+    );
+    assert_eq!(w.result, Err(Errno::NoSpc));
+    // Still no space: the commit that would make it durable fails too, and keeps failing.
+    for _ in 0..3 {
+        r.tick(1_000_000_000);
+        assert_eq!(
+            r.req("thin", ReqKind::Flush, 0, 0, None).result,
+            Err(Errno::NoSpc)
+        );
+    }
+    // A failed write's range reads either way; here its data is still parked in RAM.
+    let got = r.read("thin", 40 * 4096, 4096);
+    assert!(got == old || got == new, "neither the old nor the new data");
+    // Space returns: the parked write lands with the next commit, and survives a crash.
+    r.fail_writes = None;
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 40 * 4096, 4096), got);
+}
+
 /// `common::log_against_reference` in `bitvisor` mode.
 fn run_against_reference(seed: u64, bug: Option<InjectedBug>) -> Result<u64, String> {
     log_against_reference(bitvisor_config(), seed, 4000, bug)

@@ -1,6 +1,8 @@
 //! Logged writes: buffering, appends, their completion and failure, and what commits
 //! wait for.
 
+use std::mem;
+
 use bytes::{Bytes, BytesMut};
 
 use super::{BufPiece, COLD, HOT, RamPiece, Segment};
@@ -376,11 +378,18 @@ impl Engine {
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
-        let Some(a) = self.appends.try_remove(slot) else {
+        let Some(mut a) = self.appends.try_remove(slot) else {
             return;
         };
         let (v, pool, si) = (a.vol, a.pool as usize, a.stream);
         if result == Err(Errno::NoSpc) {
+            // `bitvisor` mode: the write-through requests fail with ENOSPC now, as a home
+            // write does, rather than wait for space that may never return (seed 1070:
+            // one request waited for ever through a lasting spell). Their data stays
+            // parked and readable, as a failed write's may.
+            for key in mem::take(&mut a.acks) {
+                self.req_end(now, key, Err(Errno::NoSpc), out);
+            }
             // Wait for space where it is (log/nospace.rs); fail the commit waiting for it.
             if let Some(c) = self.vols[v as usize].commit.as_mut()
                 && c.phase == CommitPhase::LogWait

@@ -42,14 +42,14 @@ pub struct NcqDrive {
 }
 
 impl NcqDrive {
-    /// Whether seed `seed` queues at the HDD pool (half the seeds that neither migrate nor
-    /// run out of space; none with `TIERVISOR_DST_NO_NCQ=1`), and the engine's queue depth
-    /// for it there. Not in migrating seeds: the injected migration defects are caught
-    /// only in narrow windows of particular seeds' timing, which a queueing drive moves
-    /// (with NCQ in a third of all seeds, `tier-moves-while-migrating` was no longer caught
-    /// where it had been, seed 44). Not in out-of-space seeds: with NCQ, seed 1259 (a
-    /// lasting ENOSPC spell on the HDD pool at the end of the run) never settled and grew
-    /// without bound until its memory ran out; not yet diagnosed.
+    /// Whether seed `seed` queues at the HDD pool (half the seeds that do not migrate;
+    /// none with `TIERVISOR_DST_NO_NCQ=1`), and the engine's queue depth for it there.
+    /// Not in migrating seeds: the injected migration defects are caught only in narrow
+    /// windows of particular seeds' timing, which a queueing drive moves (with NCQ in a
+    /// third of all seeds, `tier-moves-while-migrating` was no longer caught where it had
+    /// been, seed 44). Out-of-space seeds queue too since the run stopped waiting for
+    /// appends that retry for space while a pool is full at the end (seed 1259 never
+    /// settled before: runner.rs `settle`).
     pub fn draw(seed: u64, excluded: bool) -> Option<u32> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x9c0_u64.rotate_left(28));
         let on = !excluded

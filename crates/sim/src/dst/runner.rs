@@ -611,7 +611,7 @@ impl Sim {
         let space = (space_on && cfg.faults >= Faults::Crash)
             .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
             .flatten();
-        let ncq_depth = NcqDrive::draw(cfg.seed, mrng.is_some() || space.is_some());
+        let ncq_depth = NcqDrive::draw(cfg.seed, mrng.is_some());
         if let Some(depth) = ncq_depth {
             engine_cfg.pools[HDD_POOL].queue_depth = depth;
         }
@@ -1781,18 +1781,22 @@ impl Sim {
         Ok(())
     }
 
-    /// Wait for every request, and for every device operation except where a write
-    /// buffer may be retrying write-backs on a full pool: acknowledged data stays
-    /// buffered and is retried until space returns, so such an engine is not idle before
-    /// then (seed 53 with `--bug wbuf-replace-forgets` retried for minutes of virtual
-    /// time and grew past 6 GB). Seeds without buffers settle fully, as before.
+    /// Wait for every request, and for every device operation except where the engine
+    /// may be retrying writes on a full pool: a write buffer's write-backs, or log
+    /// appends parked for space (log/nospace.rs), are tried again until space returns,
+    /// so such an engine is not idle before then. Seed 53 with `--bug
+    /// wbuf-replace-forgets` retried for minutes of virtual time and grew past 6 GB;
+    /// seed 1259 with a queueing HDD always had a retried append in flight during the
+    /// spell at the end, and the device model's volatile cache, which keeps every failed
+    /// write's landed prefix until a FLUSH, grew until memory ran out.
     fn settle(&mut self) -> Result<(), Fail> {
         let buffered = self
             .engine_cfg
             .pools
             .iter()
             .any(|p| p.write_buffer.is_some());
-        self.run_until_idle(!buffered || self.space.is_none())
+        let full = self.space.as_ref().is_some_and(|s| s.in_spell());
+        self.run_until_idle(!(buffered || full) || self.space.is_none())
     }
 
     /// Wait for every request and every device operation.

@@ -98,6 +98,11 @@ impl SpaceFaults {
         fails
     }
 
+    /// Whether a pool is full now (a lasting spell is under way).
+    pub fn in_spell(&self) -> bool {
+        self.spell.is_some()
+    }
+
     /// Space returns for good (the run settles and checks that FLUSH succeeds again).
     pub fn end(&mut self) {
         self.ended = true;
