@@ -59,6 +59,10 @@ pub enum Control {
         first_chunk: u64,
         chunks: u64,
     },
+    /// The answer to this shard's `EngineEvent::SpaceLow` when no loan comes: no shard
+    /// has room to spare in `pool` (or the loan failed). Writes waiting for the answer
+    /// run again and fail with ENOSPC if they still find no room (`loan_wait.rs`).
+    LoanDenied { pool: PoolId },
     /// Take back a run lent to shard `to` that `to` never recorded (a crash between the
     /// two steps): the record goes, then the chunks are free (`EngineEvent::LoanReturned`).
     ReturnLoan {
@@ -200,6 +204,7 @@ impl Engine {
                 first_chunk,
                 chunks,
             } => self.try_return_loan(now, pool, to, first_chunk, chunks, out),
+            Control::LoanDenied { pool } => self.loan_denied(now, pool, out),
         }
     }
 }

@@ -127,6 +127,8 @@ pub struct Engine {
     pub(crate) voltab_writer: crate::voltab::TableWriter,
     /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
     pub(crate) loans: crate::loan::Loans,
+    /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
+    pub(crate) loan_waits: crate::loan_wait::LoanWaits,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
     /// A volume being grown at run time (`resize.rs`).
@@ -197,6 +199,7 @@ impl Engine {
             migrations: Default::default(),
             voltab_writer: Default::default(),
             loans: Default::default(),
+            loan_waits: Default::default(),
             creations: Default::default(),
             resizes: Default::default(),
             deletes: Default::default(),
@@ -684,6 +687,7 @@ impl Engine {
         .flatten()
         .chain(self.nospace.retry_at())
         .chain(self.startup_retry_at())
+        .chain(self.loan_waits.deadline())
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
@@ -712,6 +716,7 @@ impl Engine {
         }
         self.append_nospace_tick(now, out);
         self.startup_space_tick(now, out);
+        self.loan_wait_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
         if self.tier.timer_at.is_some_and(|t| t <= now) {
@@ -964,6 +969,7 @@ impl Engine {
             }
         }
         self.state = EngineState::Stopping;
+        self.loan_wait_stop(now, out);
         for v in 0..self.vols.len() {
             self.vols[v].checkpoint_wanted = true;
             self.kick_commit(now, v as u32, out);

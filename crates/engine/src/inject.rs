@@ -121,6 +121,9 @@ pub enum InjectedBug {
     /// allocator once that is durable (and does not take it out at mount), so the donor
     /// and the borrower can both allocate its chunks.
     LentKept,
+    /// A write that waited for a loan of space between shards (`loan_wait.rs`) is
+    /// forgotten when the loan lands: its request completes as if it were written.
+    LoanWaitDrops,
     /// DST's queueing HDD (`crates/sim/src/dst/ncq.rs`) lets commands queued after a
     /// FLUSH be served before it. Not an engine defect: the simulated drive carries it.
     NcqJumpsFlush,
@@ -202,6 +205,7 @@ impl InjectedBug {
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
             InjectedBug::LentKept => "lent-kept",
+            InjectedBug::LoanWaitDrops => "loan-wait-drops",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
         }
     }
@@ -221,8 +225,12 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 2] {
-        [InjectedBug::ShardOverlap, InjectedBug::LentKept]
+    pub fn shard() -> [InjectedBug; 3] {
+        [
+            InjectedBug::ShardOverlap,
+            InjectedBug::LentKept,
+            InjectedBug::LoanWaitDrops,
+        ]
     }
     /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by
     /// `crates/engine/tests/cache.rs`.

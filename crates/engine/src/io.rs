@@ -514,9 +514,13 @@ impl Engine {
                     .allocate(hint, false)
                     .map(|pc| (o, pc))
             });
-        // A shard running low asks the driver for space before it runs out.
+        // A shard running low asks the driver for space before it runs out; one out of
+        // space waits for the answer (`loan_wait.rs`).
         self.loan_space_check(now, pool, out);
         let Some((pool, pc)) = pick else {
+            if self.loan_wait_park(key, v, pool, s, e) {
+                return;
+            }
             let r = &mut self.reqs[key];
             if r.error.is_none() {
                 r.error = Some(Errno::NoSpc);

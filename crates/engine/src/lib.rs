@@ -29,6 +29,7 @@ pub mod journal;
 pub mod layout;
 pub mod loan;
 pub mod loan_broker;
+pub mod loan_wait;
 mod log;
 pub mod monitor;
 mod mount;

@@ -13,6 +13,7 @@
 //! driver, once every shard is mounted, gives it back (`Control::ReturnLoan`, the record
 //! removed, then the chunks freed). Nobody wrote to it: the borrower never owned it.
 //! After 2 the chunks are the borrower's for good (space is not given back yet).
+//! Writes that find no room while the loan is on its way wait for it (`loan_wait.rs`).
 //!
 //! A borrowed run gets addresses past the end of the borrower's own slice: one guard
 //! chunk (always in use, never mapped to a device) then the run, in the order the
@@ -95,16 +96,11 @@ enum Change {
     Remove(LoanRecord),
 }
 
-/// The loan records being made durable, and when this shard last asked for space.
+/// The loan records being made durable.
 #[derive(Default)]
 pub(crate) struct Loans {
     pending: Vec<Change>,
-    asked_at_ns: Vec<Option<u64>>,
 }
-
-/// How long a shard waits before asking for space again after an unanswered ask (a
-/// donor may have had none to give).
-const ASK_AGAIN_NS: u64 = 50_000_000;
 
 impl Engine {
     /// The loans in the durable volume table.
@@ -286,31 +282,6 @@ impl Engine {
         out
     }
 
-    /// After a data allocation on `pool`: ask the driver for space when this shard runs
-    /// low (`EngineEvent::SpaceLow`), at most once per `ASK_AGAIN_NS` until it gets some.
-    pub(crate) fn loan_space_check(&mut self, now: u64, pool: PoolId, out: &mut Outputs) {
-        if self.cfg.shard.count < 2 {
-            return;
-        }
-        let p = pool.0 as usize;
-        let available = self.available_chunks(pool);
-        if available >= self.low_water_chunks(pool) {
-            return;
-        }
-        let asked = &mut self.loans.asked_at_ns;
-        if asked.len() < self.pools.len() {
-            asked.resize(self.pools.len(), None);
-        }
-        if asked[p].is_some_and(|t| now < t + ASK_AGAIN_NS) {
-            return;
-        }
-        asked[p] = Some(now);
-        out.events.push(EngineEvent::SpaceLow {
-            pool,
-            available_chunks: available,
-        });
-    }
-
     fn loan_ready(&self, pool: PoolId, peer: u16) -> Result<(), ControlError> {
         if self.state != EngineState::Ready {
             return Err(ControlError::NotReady);
@@ -460,7 +431,9 @@ impl Engine {
     }
 
     /// The volume table was written: every pending change it holds takes effect.
-    pub(crate) fn loan_table_durable(&mut self, out: &mut Outputs) {
+    /// Returns the pools this shard borrowed in (their waiting writes run again).
+    pub(crate) fn loan_table_durable(&mut self, out: &mut Outputs) -> Vec<PoolId> {
+        let mut borrowed = Vec::new();
         let pending = std::mem::take(&mut self.loans.pending);
         for c in pending {
             match c {
@@ -482,9 +455,7 @@ impl Engine {
                         }
                         LoanKind::Borrowed => {
                             self.grow_by(p, l.chunks);
-                            if let Some(a) = self.loans.asked_at_ns.get_mut(p) {
-                                *a = None;
-                            }
+                            borrowed.push(l.pool);
                             out.events.push(EngineEvent::Borrowed {
                                 pool: l.pool,
                                 from: l.peer,
@@ -511,6 +482,7 @@ impl Engine {
                 c => self.loans.pending.push(c),
             }
         }
+        borrowed
     }
 }
 

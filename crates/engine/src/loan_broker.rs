@@ -6,7 +6,10 @@
 //! One loan per pool is under way at a time: a shard low on space (`SpaceLow`) gets a
 //! run from the shard with the most chunks available in that pool; the donor's `Lent`
 //! becomes the borrower's `Borrow`; a borrow refused (the borrower stopping) is given
-//! back to the donor. No shard waits for another: each step is a command that returns
+//! back to the donor. Every ask gets one answer, because writes may wait for it
+//! (`loan_wait.rs`): the loan, or `Control::LoanDenied` when no shard has room to spare
+//! or the loan failed; an ask while another shard's loan of the pool is under way waits
+//! here for its turn. No shard waits for another: each step is a command that returns
 //! at once, and its answer is an event the driver carries on.
 
 use crate::control::Control;
@@ -25,66 +28,119 @@ pub struct PoolRoom {
 pub struct LoanBroker {
     /// Per pool: the loan under way (donor, borrower).
     in_flight: Vec<Option<(u16, u16)>>,
+    /// Per pool: shards that asked while another's loan was under way, in order; each
+    /// gets its turn when that loan ends.
+    waiting: Vec<Vec<u16>>,
 }
+
+/// What the driver sends: `(shard, command)`, in order.
+pub type Steps = Vec<(u16, Control)>;
 
 impl LoanBroker {
     /// Forget loans under way (every engine was thrown away: a power loss).
     pub fn reset(&mut self) {
         self.in_flight.clear();
+        self.waiting.clear();
+    }
+
+    /// The loan of `pool` under way: (donor, borrower).
+    fn current(&self, pool: PoolId) -> Option<(u16, u16)> {
+        self.in_flight.get(pool.0 as usize).copied().flatten()
     }
 
     fn slot(&mut self, pool: PoolId) -> &mut Option<(u16, u16)> {
         let p = pool.0 as usize;
         if self.in_flight.len() <= p {
             self.in_flight.resize(p + 1, None);
+            self.waiting.resize(p + 1, Vec::new());
         }
         &mut self.in_flight[p]
     }
 
+    /// Shard `k` asks for space in `pool` and no loan of it is under way: a loan from
+    /// the shard with the most to spare, or a denial when none has any.
+    fn start(
+        &mut self,
+        k: u16,
+        shards: u16,
+        pool: PoolId,
+        room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
+    ) -> (u16, Control) {
+        // The shard with the most to spare lends half of what it can spare, and not
+        // less than a low-water mark's worth (each loan costs a table record and a
+        // guard chunk).
+        let best = (0..shards)
+            .filter(|&j| j != k)
+            .filter_map(|j| {
+                let r = room(j, pool)?;
+                let spare = r.available_chunks.saturating_sub(2 * r.low_water_chunks);
+                Some((j, spare, r.low_water_chunks))
+            })
+            .max_by_key(|&(j, spare, _)| (spare, std::cmp::Reverse(j)));
+        match best {
+            Some((donor, spare, low)) if spare > 0 => {
+                *self.slot(pool) = Some((donor, k));
+                let chunks = spare.div_ceil(2).max(spare.min(low));
+                (
+                    donor,
+                    Control::Lend {
+                        pool,
+                        to: k,
+                        chunks,
+                    },
+                )
+            }
+            _ => (k, Control::LoanDenied { pool }),
+        }
+    }
+
+    /// The loan of `pool` ended: the next shard waiting gets its turn (those a denial
+    /// answers at once are passed over until one gets a loan under way).
+    fn next(
+        &mut self,
+        shards: u16,
+        pool: PoolId,
+        room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
+        steps: &mut Steps,
+    ) {
+        *self.slot(pool) = None;
+        let p = pool.0 as usize;
+        while self.in_flight[p].is_none() && !self.waiting[p].is_empty() {
+            let k = self.waiting[p].remove(0);
+            steps.push(self.start(k, shards, pool, room));
+        }
+    }
+
     /// Shard `k` said `e`; `room(j, pool)` is shard j's room in the pool (`None` if it
-    /// cannot take commands now). Returns the command to send, and to which shard.
+    /// cannot take commands now). Returns the commands to send, and to which shards.
+    /// Every `SpaceLow` gets one answer: a loan (`Borrowed` at the asker) or a
+    /// `Control::LoanDenied`.
     pub fn on_event(
         &mut self,
         k: u16,
         shards: u16,
         e: &EngineEvent,
         room: impl Fn(u16, PoolId) -> Option<PoolRoom>,
-    ) -> Option<(u16, Control)> {
+    ) -> Steps {
+        let mut steps = Vec::new();
         match *e {
-            EngineEvent::SpaceLow { pool, .. } => {
-                if self.slot(pool).is_some() {
-                    return None;
+            EngineEvent::SpaceLow { pool, .. } => match *self.slot(pool) {
+                // This shard's loan is on its way: its answer answers this ask too.
+                Some((_, b)) if b == k => {}
+                Some(_) => {
+                    let w = &mut self.waiting[pool.0 as usize];
+                    if !w.contains(&k) {
+                        w.push(k);
+                    }
                 }
-                // The shard with the most to spare lends half of what it can spare, and
-                // not less than a low-water mark's worth (each loan costs a table
-                // record and a guard chunk).
-                let (donor, spare, low) = (0..shards)
-                    .filter(|&j| j != k)
-                    .filter_map(|j| {
-                        let r = room(j, pool)?;
-                        let spare = r.available_chunks.saturating_sub(2 * r.low_water_chunks);
-                        Some((j, spare, r.low_water_chunks))
-                    })
-                    .max_by_key(|&(j, spare, _)| (spare, std::cmp::Reverse(j)))?;
-                if spare == 0 {
-                    return None;
-                }
-                *self.slot(pool) = Some((donor, k));
-                Some((
-                    donor,
-                    Control::Lend {
-                        pool,
-                        to: k,
-                        chunks: spare.div_ceil(2).max(spare.min(low)),
-                    },
-                ))
-            }
+                None => steps.push(self.start(k, shards, pool, &room)),
+            },
             EngineEvent::Lent {
                 pool,
                 to,
                 first_chunk,
                 chunks,
-            } => Some((
+            } => steps.push((
                 to,
                 Control::Borrow {
                     pool,
@@ -93,43 +149,57 @@ impl LoanBroker {
                     chunks,
                 },
             )),
-            EngineEvent::Borrowed { pool, .. } | EngineEvent::LoanReturned { pool, .. } => {
-                *self.slot(pool) = None;
-                None
+            EngineEvent::Borrowed { pool, from, .. } if self.current(pool) == Some((from, k)) => {
+                self.next(shards, pool, &room, &mut steps)
             }
-            _ => None,
+            EngineEvent::LoanReturned { pool, to, .. } if self.current(pool) == Some((k, to)) => {
+                self.next(shards, pool, &room, &mut steps)
+            }
+            _ => {}
         }
+        steps
     }
 
     /// Shard `k` refused `c`, which this broker asked for: what to do instead. A refused
-    /// lend ends the loan (the borrower asks again later); a refused borrow gives the
-    /// run back to its donor; a refused return is left for the next mount.
-    pub fn on_refused(&mut self, k: u16, c: &Control) -> Option<(u16, Control)> {
+    /// lend ends the loan and denies the borrower; a refused borrow gives the run back
+    /// to its donor (and denies the borrower); a refused return is left for the next
+    /// mount.
+    pub fn on_refused(
+        &mut self,
+        k: u16,
+        shards: u16,
+        c: &Control,
+        room: impl Fn(u16, PoolId) -> Option<PoolRoom>,
+    ) -> Steps {
+        let mut steps = Vec::new();
         match *c {
-            Control::Lend { pool, .. } => {
-                *self.slot(pool) = None;
-                None
+            Control::Lend { pool, to, .. } if self.current(pool) == Some((k, to)) => {
+                steps.push((to, Control::LoanDenied { pool }));
+                self.next(shards, pool, &room, &mut steps);
             }
             Control::Borrow {
                 pool,
                 from,
                 first_chunk,
                 chunks,
-            } => Some((
-                from,
-                Control::ReturnLoan {
-                    pool,
-                    to: k,
-                    first_chunk,
-                    chunks,
-                },
-            )),
-            Control::ReturnLoan { pool, .. } => {
-                *self.slot(pool) = None;
-                None
+            } => {
+                steps.push((
+                    from,
+                    Control::ReturnLoan {
+                        pool,
+                        to: k,
+                        first_chunk,
+                        chunks,
+                    },
+                ));
+                steps.push((k, Control::LoanDenied { pool }));
             }
-            _ => None,
+            Control::ReturnLoan { pool, to, .. } if self.current(pool) == Some((k, to)) => {
+                self.next(shards, pool, &room, &mut steps)
+            }
+            _ => {}
         }
+        steps
     }
 
     /// Once every shard is mounted: each run a shard recorded lent whose borrower has no
@@ -218,6 +288,13 @@ mod tests {
         }
     }
 
+    fn low() -> EngineEvent {
+        EngineEvent::SpaceLow {
+            pool: PoolId(0),
+            available_chunks: 3,
+        }
+    }
+
     #[test]
     fn a_low_shard_borrows_from_the_roomiest_and_one_loan_runs_at_a_time() {
         let mut b = LoanBroker::default();
@@ -227,54 +304,80 @@ mod tests {
                 low_water_chunks: 8,
             })
         };
-        let low = EngineEvent::SpaceLow {
-            pool: PoolId(0),
-            available_chunks: 3,
-        };
-        let (donor, c) = b.on_event(0, 3, &low, room).unwrap();
-        assert_eq!(donor, 2);
+        let steps = b.on_event(0, 3, &low(), room);
         assert_eq!(
-            c,
-            Control::Lend {
-                pool: PoolId(0),
-                to: 0,
-                chunks: 142
-            }
+            steps,
+            vec![(
+                2,
+                Control::Lend {
+                    pool: PoolId(0),
+                    to: 0,
+                    chunks: 142
+                }
+            )]
         );
-        // A second ask while one is under way waits.
-        assert_eq!(b.on_event(1, 3, &low, room), None);
+        // A second ask while one is under way waits for its turn; the asker's own ask
+        // again is answered by its loan.
+        assert_eq!(b.on_event(1, 3, &low(), room), vec![]);
+        assert_eq!(b.on_event(0, 3, &low(), room), vec![]);
         let lent_ev = EngineEvent::Lent {
             pool: PoolId(0),
             to: 0,
             first_chunk: 150,
             chunks: 142,
         };
-        let (to, borrow) = b.on_event(2, 3, &lent_ev, room).unwrap();
+        let steps = b.on_event(2, 3, &lent_ev, room);
+        assert_eq!(steps.len(), 1);
+        let (to, borrow) = steps[0].clone();
         assert_eq!(to, 0);
-        // The borrower refused (stopping): the run goes back to the donor.
-        let (back, ret) = b.on_refused(0, &borrow).unwrap();
-        assert_eq!(back, 2);
+        // The borrower refused (stopping, or no room for the record): the run goes back
+        // to the donor, and the borrower's ask is answered.
+        let steps = b.on_refused(0, 3, &borrow, room);
+        assert_eq!(steps.len(), 2);
         assert!(matches!(
-            ret,
-            Control::ReturnLoan {
-                to: 0,
-                first_chunk: 150,
-                chunks: 142,
-                ..
-            }
+            steps[0],
+            (
+                2,
+                Control::ReturnLoan {
+                    to: 0,
+                    first_chunk: 150,
+                    chunks: 142,
+                    ..
+                }
+            )
         ));
+        assert_eq!(steps[1], (0, Control::LoanDenied { pool: PoolId(0) }));
         let done = EngineEvent::LoanReturned {
             pool: PoolId(0),
             to: 0,
             first_chunk: 150,
             chunks: 142,
         };
-        assert_eq!(b.on_event(2, 3, &done, room), None);
-        assert!(b.on_event(1, 3, &low, room).is_some());
+        // The loan is over: shard 1, which waited, gets its turn.
+        let steps = b.on_event(2, 3, &done, room);
+        assert!(
+            matches!(steps[..], [(2, Control::Lend { to: 1, .. })]),
+            "{steps:?}"
+        );
+        let got = EngineEvent::Borrowed {
+            pool: PoolId(0),
+            from: 2,
+            first_chunk: 10,
+            chunks: 142,
+        };
+        // A Borrowed that is not the loan under way changes nothing.
+        assert_eq!(b.on_event(0, 3, &got, room), vec![]);
+        assert_eq!(b.on_event(0, 3, &low(), room), vec![]);
+        // Shard 1's loan lands; shard 0, waiting, gets the next.
+        let steps = b.on_event(1, 3, &got, room);
+        assert!(
+            matches!(steps[..], [(2, Control::Lend { to: 0, .. })]),
+            "{steps:?}"
+        );
     }
 
     #[test]
-    fn no_donor_with_room_means_no_loan() {
+    fn no_donor_with_room_means_a_denial() {
         let mut b = LoanBroker::default();
         let room = |_, _| {
             Some(PoolRoom {
@@ -282,11 +385,31 @@ mod tests {
                 low_water_chunks: 8,
             })
         };
-        let low = EngineEvent::SpaceLow {
-            pool: PoolId(0),
-            available_chunks: 3,
+        assert_eq!(
+            b.on_event(0, 2, &low(), room),
+            vec![(0, Control::LoanDenied { pool: PoolId(0) })]
+        );
+        // Nothing is under way after a denial: the next ask is answered too.
+        assert_eq!(b.on_event(1, 2, &low(), room).len(), 1);
+    }
+
+    #[test]
+    fn a_refused_lend_denies_the_borrower_and_serves_the_next() {
+        let mut b = LoanBroker::default();
+        let room = |j: u16, _| {
+            Some(PoolRoom {
+                available_chunks: [0, 0, 300][j as usize],
+                low_water_chunks: 8,
+            })
         };
-        assert_eq!(b.on_event(0, 2, &low, room), None);
+        let steps = b.on_event(0, 3, &low(), room);
+        assert_eq!(b.on_event(1, 3, &low(), room), vec![]);
+        let steps = b.on_refused(2, 3, &steps[0].1, room);
+        assert_eq!(steps[0], (0, Control::LoanDenied { pool: PoolId(0) }));
+        assert!(
+            matches!(steps[1..], [(2, Control::Lend { to: 1, .. })]),
+            "{steps:?}"
+        );
     }
 
     #[test]

@@ -113,15 +113,18 @@ impl Engine {
             // a job's first copy for its recorded region.
             self.thick_table_durable(now);
             self.cache_table_durable();
-            self.loan_table_durable(out);
+            let borrowed = self.loan_table_durable(out);
             self.migration_step(now, out);
+            if self.voltab_writer.again {
+                self.write_volume_table(now, out);
+            }
+            // Last: the writes that waited for a loan run on the grown allocator.
+            for pool in borrowed {
+                self.loan_answered(now, pool, true, out);
+            }
         } else {
             tw.retry = true;
             self.arm_commit_timer(now);
-            return;
-        }
-        if self.voltab_writer.again {
-            self.write_volume_table(now, out);
         }
     }
 }

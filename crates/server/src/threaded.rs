@@ -484,7 +484,8 @@ impl Threads {
             steps.extend(self.broker.on_event(k, n, e, |j, p| board.room(j, p)));
         }
         for c in &refused {
-            steps.extend(self.broker.on_refused(k, c));
+            let board = &self.board;
+            steps.extend(self.broker.on_refused(k, n, c, |j, p| board.room(j, p)));
         }
         for (j, c) in steps {
             self.send_loan(j, c);

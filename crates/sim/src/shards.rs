@@ -50,9 +50,13 @@ pub struct Sharded {
     /// Per shard: VM requests submitted and device operations issued.
     requests: Vec<u64>,
     device_ops: Vec<u64>,
-    /// The loans under way between shards, and the commands it asked for not yet sent.
+    /// The loans under way between shards, and the commands it asked for not yet sent
+    /// (with the time each is due: `loan_delay_ns` after it was asked for).
     broker: LoanBroker,
-    loan_steps: Vec<(u16, Control)>,
+    loan_steps: Vec<(u64, u16, Control)>,
+    loan_delay_ns: u64,
+    /// Writes that waited for a loan in engines thrown away by a reset.
+    loan_waits_before: u64,
 }
 
 impl Sharded {
@@ -85,6 +89,8 @@ impl Sharded {
             device_ops: vec![0; n],
             broker: LoanBroker::default(),
             loan_steps: Vec::new(),
+            loan_delay_ns: 0,
+            loan_waits_before: 0,
         };
         s.reset()?;
         Ok(s)
@@ -93,6 +99,7 @@ impl Sharded {
     /// Throw the engines away and build new ones (a power loss: the next `start`
     /// mounts). Volumes created so far stay known, on the shard that announced them.
     pub fn reset(&mut self) -> Result<(), String> {
+        self.loan_waits_before = self.loan_waits();
         self.engines.clear();
         for k in 0..self.plan.shards() {
             let mut e = Engine::new(self.plan.shard_config(&self.cfg, k))
@@ -107,6 +114,19 @@ impl Sharded {
         self.mounted = false;
         self.refresh_volumes();
         Ok(())
+    }
+
+    /// Carry each loan step (a shard's ask, the donor's answer, the borrower's record)
+    /// `ns` after it was said, as a threaded server's hops between shards take time (0,
+    /// the default: at once).
+    pub fn set_loan_delay_ns(&mut self, ns: u64) {
+        self.loan_delay_ns = ns;
+    }
+
+    /// Write pieces that waited for a loan's answer since the start, over every shard
+    /// (`Engine::loan_waits`).
+    pub fn loan_waits(&self) -> u64 {
+        self.loan_waits_before + self.engines.iter().map(|e| e.loan_waits().0).sum::<u64>()
     }
 
     pub fn shards(&self) -> u16 {
@@ -227,8 +247,9 @@ impl Sharded {
                     low_water_chunks: e.low_water_chunks(pool),
                 })
             };
-            if let Some(step) = self.broker.on_event(k, shards, &e, room) {
-                self.loan_steps.push(step);
+            let due = now + self.loan_delay_ns;
+            for (j, c) in self.broker.on_event(k, shards, &e, room) {
+                self.loan_steps.push((due, j, c));
             }
             out.events.push(match e {
                 EngineEvent::Failed { reason } => EngineEvent::Failed {
@@ -255,14 +276,26 @@ impl Sharded {
         self.run_loan_steps(now, out);
     }
 
-    /// Send the loan commands the broker asked for (each may answer with more).
+    /// Send the loan commands the broker asked for that are due (each may answer with
+    /// more), in the order they were asked for.
     fn run_loan_steps(&mut self, now: u64, out: &mut Outputs) {
-        while let Some((j, c)) = (!self.loan_steps.is_empty()).then(|| self.loan_steps.remove(0)) {
+        while let Some(i) = self.loan_steps.iter().position(|s| s.0 <= now) {
+            let (_, j, c) = self.loan_steps.remove(i);
             let r = self.engines[j as usize].control(now, c.clone(), &mut self.scratch);
-            if r.is_err()
-                && let Some(step) = self.broker.on_refused(j, &c)
-            {
-                self.loan_steps.push(step);
+            if r.is_err() {
+                let engines = &self.engines;
+                let room = |j: u16, pool| {
+                    let e = &engines[j as usize];
+                    (e.state() == &EngineState::Ready).then(|| PoolRoom {
+                        available_chunks: e.available_chunks(pool),
+                        low_water_chunks: e.low_water_chunks(pool),
+                    })
+                };
+                let due = now + self.loan_delay_ns;
+                let shards = self.plan.shards();
+                for (j, c) in self.broker.on_refused(j, shards, &c, room) {
+                    self.loan_steps.push((due, j, c));
+                }
             }
             self.collect(j, now, out);
         }
@@ -289,7 +322,10 @@ impl Sharded {
             self.mounted = true;
             self.refresh_volumes();
             let loans: Vec<&[_]> = self.engines.iter().map(|e| e.loans()).collect();
-            self.loan_steps.extend(LoanBroker::reconcile(&loans));
+            let due = now + self.loan_delay_ns;
+            let back = LoanBroker::reconcile(&loans);
+            self.loan_steps
+                .extend(back.into_iter().map(|(j, c)| (due, j, c)));
         }
     }
 
@@ -330,9 +366,12 @@ impl Sharded {
         self.collect(k, now, out);
     }
 
-    /// The earliest of the shards' deadlines.
+    /// The earliest of the shards' deadlines and the loan steps'.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.engines.iter().filter_map(|e| e.next_deadline()).min()
+        let steps = self.loan_steps.iter().map(|s| s.0);
+        (self.engines.iter().filter_map(|e| e.next_deadline()))
+            .chain(steps)
+            .min()
     }
 
     /// Tick every shard whose deadline has come.
@@ -349,6 +388,7 @@ impl Sharded {
                 self.collect(k, now, out);
             }
         }
+        self.run_loan_steps(now, out);
     }
 
     /// An orderly stop of every shard (`Engine::begin_shutdown`).

@@ -85,6 +85,7 @@ pub fn run_range(
                             t.loan_seeds += st.loan_seeds;
                             t.loans += st.loans;
                             t.loans_returned += st.loans_returned;
+                            t.loan_waits += st.loan_waits;
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;

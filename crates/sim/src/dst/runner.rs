@@ -105,6 +105,9 @@ pub struct DstStats {
     pub loan_seeds: u64,
     pub loans: u64,
     pub loans_returned: u64,
+    /// Write pieces that waited for a loan's answer instead of failing with ENOSPC
+    /// (`engine::loan_wait`), in the tight seeds whose loan steps are delayed.
+    pub loan_waits: u64,
     /// Volumes grown or shrunk while running and announced (`Control::ResizeVolume`),
     /// and of them the shrinks.
     pub volumes_resized: u64,
@@ -284,6 +287,15 @@ pub fn draw_shards(seed: u64) -> u16 {
     }
     let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x54a2d_u64.rotate_left(28));
     1 + below(&mut r, 3) as u16
+}
+
+/// How long the tight seeds carry each loan step (`Sharded::set_loan_delay_ns`), on a
+/// stream of its own: at once in a third, else up to 50 ms (several requests' worth of
+/// DST's device latencies), so a shard fills while its loan is on its way and its writes
+/// wait for it.
+fn draw_loan_delay_ns(seed: u64) -> u64 {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x10a4_u64.rotate_left(16));
+    [0, 0, 0, 100_000, 2_000_000, 50_000_000][below(&mut r, 6) as usize]
 }
 
 /// Whether a sharded seed without logs shares its room for thin data among its shards
@@ -615,8 +627,11 @@ impl Sim {
         if let Some(depth) = ncq_depth {
             engine_cfg.pools[HDD_POOL].queue_depth = depth;
         }
-        let engine =
+        let mut engine =
             Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
+        if tight {
+            engine.set_loan_delay_ns(draw_loan_delay_ns(cfg.seed));
+        }
         let mut devs: Vec<DataDevice> = engine_cfg
             .pools
             .iter()
@@ -1936,6 +1951,7 @@ impl Sim {
         self.stats.volumes_created = self.creates.as_ref().map_or(0, |c| c.created);
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
+        self.stats.loan_waits = self.engine.loan_waits();
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         self.stats.volumes_shrunk = self.resizes.as_ref().map_or(0, |r| r.shrunk);
         self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
