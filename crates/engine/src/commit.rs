@@ -418,8 +418,8 @@ impl Engine {
             // exactly as if the host had crashed.
             vol.checkpoint_wanted = false;
             vol.journal.pending.clear();
-            if !self.lost_at_stop.contains(&vol.rec.name) {
-                self.lost_at_stop.push(vol.rec.name.clone());
+            if !self.clean_stop.lost.contains(&vol.rec.name) {
+                self.clean_stop.lost.push(vol.rec.name.clone());
             }
             out.events.push(EngineEvent::Warning {
                 message: format!("volume {}: final commit failed", vol.rec.name),

@@ -115,10 +115,8 @@ pub struct Engine {
     /// Per pool: the log's segment table and the data its appends carry.
     pub(crate) logs: Vec<crate::log::PoolLog>,
     pub(crate) appends: Slab<crate::log::append::Append>,
-    /// Volumes whose final commit failed during shutdown: their uncommitted writes are
-    /// lost, so the stop is not clean.
-    pub(crate) lost_at_stop: Vec<String>,
-    /// The clean-stop marker an orderly stop writes last (`stopmark.rs`).
+    /// The clean-stop marker an orderly stop writes last, and the volumes a stop lost
+    /// writes of (`stopmark.rs`).
     pub(crate) clean_stop: crate::stopmark::CleanStop,
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
@@ -193,7 +191,6 @@ impl Engine {
             tier: crate::tier_moves::TierMoves::new(n_pools),
             logs: (0..n_pools).map(|_| Default::default()).collect(),
             appends: Slab::new(),
-            lost_at_stop: Vec::new(),
             clean_stop: Default::default(),
             copies: Slab::new(),
             migrations: Default::default(),
@@ -214,7 +211,7 @@ impl Engine {
 
     /// Volumes whose final commit failed while stopping (empty after a clean stop).
     pub fn lost_at_stop(&self) -> &[String] {
-        &self.lost_at_stop
+        &self.clean_stop.lost
     }
 
     pub fn config(&self) -> &EngineConfig {

@@ -26,6 +26,9 @@ pub(crate) struct CleanStop {
     /// written (the marker waits for that), so nothing is lost; but a failed write may
     /// still have landed (whole or torn), so the next mount may find the marker or not.
     pub(crate) unmarked: Vec<String>,
+    /// Volumes whose final commit failed at the stop: writes they acknowledged are lost,
+    /// as after a crash, and they stay unclean.
+    pub(crate) lost: Vec<String>,
 }
 
 impl CleanStop {
@@ -46,7 +49,7 @@ impl Engine {
         for v in 0..self.vols.len() {
             let vol = &mut self.vols[v];
             // A volume whose final commit failed lost writes: it stays unclean.
-            if vol.rec.deleted || self.lost_at_stop.contains(&vol.rec.name) {
+            if vol.rec.deleted || self.clean_stop.lost.contains(&vol.rec.name) {
                 continue;
             }
             vol.checkpoint_wanted = true;
