@@ -11,7 +11,7 @@ use crate::config::{ConfigError, EngineConfig, PoolConfig};
 pub(crate) use crate::devop::{Op, OpSpec, Owner, SINGLE};
 use crate::inject::InjectedBug;
 use crate::layout::{Superblock, VolumeTable};
-use crate::reclaim::{Epochs, Freed, PendingFree};
+use crate::reclaim::{Freed, Reclaim};
 use crate::sched::{BACKGROUND_MAX_WAIT_NS, Classes, Dispatch, Lane};
 use crate::stats::PoolStats;
 use crate::types::{
@@ -97,10 +97,9 @@ pub struct Engine {
     pub(crate) vols: Vec<Volume>,
     pub(crate) reqs: Slab<Req>,
     pub(crate) ops: Slab<Op>,
-    pub(crate) epochs: Epochs,
-    pub(crate) frees: Slab<PendingFree>,
-    /// Frees whose discard is in flight (not in `frees` checks any more).
-    pub(crate) discarding: usize,
+    /// Freed space waiting until reuse is safe, and the epochs of I/O in flight
+    /// (`reclaim.rs`).
+    pub(crate) reclaim: Reclaim,
     pub(crate) voltab: VolumeTable,
     pub(crate) superblocks: Vec<Superblock>,
     pub(crate) startup: Option<crate::mount::Startup>,
@@ -178,9 +177,7 @@ impl Engine {
             vols: Vec::new(),
             reqs: Slab::with_capacity(1024),
             ops: Slab::with_capacity(1024),
-            epochs: Epochs::new(),
-            frees: Slab::new(),
-            discarding: 0,
+            reclaim: Reclaim::new(),
             voltab: VolumeTable::default(),
             superblocks: Vec::new(),
             startup: None,
@@ -357,7 +354,7 @@ impl Engine {
         // The epoch is taken when the operation is created, not when the scheduler lets
         // it reach the device: an operation waiting in the queue already targets its
         // location, and that location must not be reused before it is done.
-        self.ops[key].epoch = self.epochs.enter();
+        self.ops[key].epoch = self.reclaim.enter();
         if self.wbuf_queue(now, key, out) {
             return key;
         }
@@ -532,7 +529,7 @@ impl Engine {
             });
             return;
         };
-        self.epochs.leave(op.epoch);
+        self.reclaim.leave(op.epoch);
         let pool = op.pool as usize;
         self.pools[pool].in_flight -= 1;
         if op.kind == DevKind::Flush {
@@ -630,7 +627,7 @@ impl Engine {
             Owner::WriteBack { .. } => {}
         }
         self.pump(now, pool, out);
-        if !self.frees.is_empty() {
+        if !self.reclaim.is_empty() {
             self.release_frees(now, out);
         }
         self.log_resume_all(now, out);
@@ -736,7 +733,7 @@ impl Engine {
                     }
                 }
             }
-            if !self.frees.is_empty() {
+            if !self.reclaim.is_empty() {
                 self.release_frees(now, out);
             }
             if self.voltab_writer.retry_due() {
@@ -757,7 +754,7 @@ impl Engine {
         }
         let work = self.vols.iter().any(|v| {
             !v.journal.pending.is_empty() || !v.flush_waiters.is_empty() || v.checkpoint_wanted
-        }) || !self.frees.is_empty()
+        }) || !self.reclaim.is_empty()
             || self.voltab_writer.retry_due();
         if work {
             let t = now + self.cfg.commit_interval_ns;
@@ -766,7 +763,7 @@ impl Engine {
     }
 
     pub(crate) fn frees_wait_on(&self, v: u32) -> bool {
-        self.frees.iter().any(|(_, f)| {
+        self.reclaim.pending().any(|f| {
             f.needs
                 .iter()
                 .any(|&(vol, seq)| vol == v && self.vols[v as usize].journal.durable_seq < seq)
@@ -778,13 +775,7 @@ impl Engine {
         if self.bug_is(InjectedBug::ReuseFreedImmediately) {
             return self.release_chunks(what);
         }
-        let epoch = self.epochs.close();
-        self.frees.insert(PendingFree {
-            what,
-            needs,
-            epoch,
-            discarded_early: false,
-        });
+        self.reclaim.defer(what, needs);
     }
 
     /// Return to the allocators every pending free whose conditions hold. With
@@ -796,33 +787,22 @@ impl Engine {
         if self.bug_is(InjectedBug::PunchBeforeFreeDurable) && self.cfg.discard_freed {
             self.discard_early(now, out);
         }
-        let ready: Vec<usize> = self
-            .frees
-            .iter()
-            .filter(|(_, f)| {
-                f.epoch != u64::MAX
-                    && self.epochs.drained(f.epoch)
-                    && f.needs.iter().all(|&(v, s)| {
-                        self.vols
-                            .get(v as usize)
-                            .is_none_or(|vol| vol.journal.durable_seq >= s)
-                    })
-            })
-            .map(|(k, _)| k)
-            .collect();
+        let vols = &self.vols;
+        let ready = self.reclaim.ready(|v, s| {
+            vols.get(v as usize)
+                .is_none_or(|vol| vol.journal.durable_seq >= s)
+        });
         for k in ready {
-            let Freed::Chunks { pool, first, n } = self.frees[k].what;
             if self.cfg.discard_freed {
-                self.frees[k].epoch = u64::MAX; // discard in flight
-                self.discarding += 1;
+                let Freed::Chunks { pool, first, n } = self.reclaim.start_discard(k);
                 let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
                 let len = n * self.cfg.chunk_bytes;
                 let owner = Owner::Discard { free: k };
                 let spec = OpSpec::new(owner, pool, DevKind::Discard, IoClass::Metadata);
                 self.queue_op(now, spec.at(off, len), out);
             } else {
-                let f = self.frees.remove(k);
-                self.release_chunks(f.what);
+                let what = self.reclaim.take(k);
+                self.release_chunks(what);
             }
         }
     }
@@ -831,18 +811,8 @@ impl Engine {
     /// in-flight I/O has drained, before the records that free them are durable (the
     /// chunks still go back to the allocator only once they are).
     fn discard_early(&mut self, now: u64, out: &mut Outputs) {
-        let early: Vec<usize> = self
-            .frees
-            .iter()
-            .filter(|(_, f)| {
-                !f.discarded_early && f.epoch != u64::MAX && self.epochs.drained(f.epoch)
-            })
-            .map(|(k, _)| k)
-            .collect();
-        for k in early {
-            self.frees[k].discarded_early = true;
-            let Freed::Chunks { pool, first, n } = self.frees[k].what;
-            self.discarding += 1;
+        for k in self.reclaim.drained_not_discarded() {
+            let Freed::Chunks { pool, first, n } = self.reclaim.start_early_discard(k);
             let off = crate::layout::chunk_offset(first, self.cfg.chunk_bytes);
             let owner = Owner::Discard { free: usize::MAX };
             let spec = OpSpec::new(owner, pool, DevKind::Discard, IoClass::Metadata);
@@ -858,10 +828,9 @@ impl Engine {
     }
 
     fn discard_done(&mut self, free: usize) {
-        self.discarding -= 1;
         // Even if the discard failed, the space is free: discard is advisory.
-        if let Some(f) = self.frees.try_remove(free) {
-            self.release_chunks(f.what);
+        if let Some(what) = self.reclaim.discard_done(free) {
+            self.release_chunks(what);
         }
     }
 
@@ -944,7 +913,7 @@ impl Engine {
     }
 
     pub(crate) fn maybe_stopped(&mut self, out: &mut Outputs) {
-        if self.state == EngineState::Stopping && self.is_idle() && self.discarding == 0 {
+        if self.state == EngineState::Stopping && self.is_idle() && !self.reclaim.discarding() {
             let now = self.last_now_ns;
             if self.wbuf_flush_at_stop(now, out) || self.mark_clean_stop(now, out) {
                 return;

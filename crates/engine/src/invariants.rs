@@ -42,7 +42,7 @@ impl Engine {
                 add(p.0 as usize, "slow slot of a cached chunk", 1);
             }
         }
-        for (_, f) in self.frees.iter() {
+        for f in self.reclaim.pending() {
             let Freed::Chunks { pool, n, .. } = f.what;
             add(pool.0 as usize, "pending free", n);
         }
@@ -257,7 +257,7 @@ impl Engine {
                 self.tier.demoting_by_pool()
             ));
         }
-        for (_, f) in self.frees.iter() {
+        for f in self.reclaim.pending() {
             let Freed::Chunks { pool, first, n } = f.what;
             for c in first..first + n {
                 claim(pool.0 as usize, c, "a pending free".to_string())?;

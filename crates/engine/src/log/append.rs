@@ -508,7 +508,7 @@ impl Engine {
         }
         let mut waiting: Vec<u32> = Vec::new();
         let mut any = false;
-        for (_, f) in self.frees.iter() {
+        for f in self.reclaim.pending() {
             let crate::reclaim::Freed::Chunks { pool: p, .. } = f.what;
             if p.0 as usize != pool {
                 continue;
@@ -534,7 +534,7 @@ impl Engine {
                 self.start_commit(now, v, out);
             }
         }
-        any || self.discarding > 0
+        any || self.reclaim.discarding()
     }
 
     /// Resume parked log writes of every volume (space or buffer room appeared).

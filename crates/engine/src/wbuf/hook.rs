@@ -137,7 +137,7 @@ impl Engine {
 
     fn leave_epochs(&mut self, released: &[u64]) {
         for &e in released {
-            self.epochs.leave(e);
+            self.reclaim.leave(e);
         }
     }
 
