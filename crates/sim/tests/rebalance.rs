@@ -318,6 +318,77 @@ fn a_denied_loan_fails_the_waiting_write_with_enospc() {
     check_data(&mut r, 0, 0..mib);
 }
 
+/// A loan step carried 10 s late (a driver that lost the answer, as far as the engine can
+/// tell): a waiting write fails with ENOSPC once `ANSWER_WAIT_NS` has passed, not before
+/// and not never; the loan still lands later and the filling goes on.
+#[test]
+fn an_unanswered_ask_fails_the_waiting_write_after_its_bound() {
+    use tiervisor_engine::loan_wait::ANSWER_WAIT_NS;
+    let mut r = Rig::with_loan_delay(10_000_000_000, None);
+    let mut id = 0;
+    let mut mib = 0;
+    let (err, waited_ns) = loop {
+        let t0 = r.now;
+        match write_flushed(&mut r, &mut id, 0, mib) {
+            Ok(()) => mib += 1,
+            Err(e) => break (e, r.now - t0),
+        }
+        assert!(mib < FILL_MIB, "no write waited");
+    };
+    assert_eq!(err, Errno::NoSpc);
+    // The bound runs from the ask, made at the low-water mark a few writes (well under
+    // a millisecond) before this one.
+    assert!(
+        (ANSWER_WAIT_NS - 1_000_000..=ANSWER_WAIT_NS).contains(&waited_ns),
+        "the write failed after {waited_ns} ns"
+    );
+    assert_eq!(loans_made(&r.events), 0);
+    // Time passes (a VM pauses on ENOSPC); the late loan lands and the write goes in
+    // (each next loan is as late, so the filling would stall again at the next one).
+    while loans_made(&r.events) == 0 {
+        assert!(r.step(), "the loan never lands");
+    }
+    write_flushed(&mut r, &mut id, 0, mib).unwrap();
+    check_data(&mut r, 0, 0..mib + 1);
+}
+
+/// An orderly stop while a write waits for a loan answers it (ENOSPC) and stops; the
+/// loan steps still under way are refused or denied, nothing hangs.
+#[test]
+fn a_stop_answers_the_writes_waiting_for_a_loan() {
+    let mut r = Rig::with_loan_delay(10_000_000_000, None);
+    let mut id = 0;
+    let mut mib = 0;
+    while r.s.engines()[0].loan_waits().1 == 0 {
+        id += 1;
+        let mut w = VmRequest::new(id, VolumeId(0), ReqKind::Write, mib * MIB, MIB);
+        w.payload = Some(pattern(0, mib));
+        r.s.submit(r.now, w, &mut r.out);
+        while !r.out.ops.is_empty() {
+            r.step();
+        }
+        mib += 1;
+        assert!(mib < FILL_MIB, "no write waited");
+    }
+    let t0 = r.now;
+    r.s.begin_shutdown(r.now, &mut r.out);
+    // At once, not after the answer's 5 s bound.
+    while r.out.completions.len() < mib as usize {
+        assert!(r.step(), "a write was never answered");
+    }
+    assert!(
+        r.now - t0 < 1_000_000_000,
+        "answered after {} ns",
+        r.now - t0
+    );
+    r.settle();
+    assert_eq!(r.s.state(), EngineState::Stopped, "{:?}", r.events);
+    let done: Vec<_> = r.out.completions.drain(..).collect();
+    assert_eq!(done.len() as u64, mib, "every write was answered");
+    assert_eq!(done.last().map(|c| c.result), Some(Err(Errno::NoSpc)));
+    assert!(done[..done.len() - 1].iter().all(|c| c.result.is_ok()));
+}
+
 /// The injected `loan-wait-drops` (a waiting write forgotten when the loan lands, its
 /// request completed as written) loses that write's data.
 #[test]
