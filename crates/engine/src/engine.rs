@@ -362,7 +362,10 @@ impl Engine {
             // A flush covers writes already completed; it need not wait its turn.
             self.emit(now, key, out);
         } else {
-            let background = class == IoClass::Migration
+            let background = (class == IoClass::Migration
+                && self
+                    .migrations
+                    .copy_in_background(self.ops[key].queued.volume))
                 || (class == IoClass::Cleaner && !self.cleaner_urgent(pool.0 as usize))
                 || matches!(self.ops[key].owner, Owner::WriteBack { background: true });
             let lane = if background {

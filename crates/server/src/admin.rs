@@ -1070,6 +1070,10 @@ mod tests {
                 "granularity 3000 bytes",
             ),
             (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "copy_priority": "first"}"#,
+                "unknown copy priority \"first\"; expected background or equal",
+            ),
+            (
                 r#"{"cmd": "migrate", "action": "cancel", "volume": "thin"}"#,
                 "volume thin is not migrating",
             ),
@@ -1090,7 +1094,7 @@ mod tests {
 
         let v = ask(
             &mut engine,
-            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5}"#,
+            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5, "copy_priority": "equal"}"#,
         );
         assert_eq!(v["migration"]["scheme"], "lr", "{v}");
         assert_eq!(v["migration"]["phase"], "copying", "{v}");

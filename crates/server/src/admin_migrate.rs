@@ -5,7 +5,9 @@
 //! `Engine::control`; a refusal comes back as `{"error": ...}` with the engine's reason.
 
 use serde_json::{Value, json};
-use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationStatus, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{
+    CopyPriority, MigrationParams, MigrationStatus, SchemeChoice,
+};
 use tiervisor_engine::{Control, Engine, Outputs, PoolId, VolumeId};
 
 /// Answer one `migrate` request.
@@ -87,6 +89,9 @@ fn start_params(req: &Value, engine: &Engine) -> Result<MigrationParams, String>
     }
     if let Some(r) = rate(req)? {
         p.rate_bytes_per_s = r;
+    }
+    if let Some(c) = req["copy_priority"].as_str() {
+        p.copy_priority = CopyPriority::parse(c).map_err(|e| format!("migrate start: {e}"))?;
     }
     let whole = |k: &str| -> Result<Option<u64>, String> {
         match &req[k] {

@@ -13,6 +13,7 @@
 //! aio_threshold = 100
 //! aio_delay_us = 1000
 //! gamma = 0.5           # wear against I/O performance, for `auto` and the cost
+//! copy_priority = "background"  # or "equal": the copy queues with the VM's I/O (seed 004's)
 //! ```
 //! The engine checks the rest (thin, pinned volumes; granularity a divisor of the chunk)
 //! when the migration starts; a refusal fails the run with its reason.
@@ -20,7 +21,7 @@
 use serde::Deserialize;
 use tiervisor_conf::{SizeVal, Source, Spanned};
 use tiervisor_engine::PoolId;
-use tiervisor_engine::jobs::migrate::{MigrationParams, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{CopyPriority, MigrationParams, SchemeChoice};
 
 use super::{PoolSpec, ScenarioError, VolumeSpec};
 
@@ -38,6 +39,7 @@ pub(super) struct RawMigration {
     aio_threshold: Option<u32>,
     aio_delay_us: Option<u64>,
     gamma: Option<Spanned<f64>>,
+    copy_priority: Option<Spanned<String>>,
 }
 
 /// A migration the run starts.
@@ -117,6 +119,9 @@ pub(super) fn migration(
             x if (0.0..=1.0).contains(&x) => params.gamma = x,
             _ => return cx.err(g.span(), "gamma: expected 0 to 1"),
         }
+    }
+    if let Some(c) = &m.copy_priority {
+        params.copy_priority = CopyPriority::parse(c.get_ref()).or_else(|e| cx.err(c.span(), e))?;
     }
     let at_ns = match &m.at_s {
         Some(a) if !(a.get_ref().is_finite() && *a.get_ref() >= 0.0) => {

@@ -27,7 +27,7 @@ pub enum MigrateCmd {
         /// Weight of SSD wear against I/O performance (0 to 1), for `auto`.
         #[arg(long)]
         gamma: Option<f64>,
-        /// DBT's dirty-tracking unit (a divisor of the chunk size, e.g. 64k).
+        /// DBT's dirty-tracking unit (a power of two from 512 to the chunk size, e.g. 4k).
         #[arg(long)]
         granularity: Option<String>,
         /// Largest single copy operation (e.g. 1m).
@@ -36,6 +36,10 @@ pub enum MigrateCmd {
         /// DBT pauses the volume after this many passes even if the dirty set shrinks.
         #[arg(long)]
         max_passes: Option<u32>,
+        /// The copy's share of a disk the VM keeps busy: background (the VM's I/O first)
+        /// or equal (the copy queues with it, as seed 004's copy process did).
+        #[arg(long)]
+        copy_priority: Option<String>,
         /// Show progress until the job is over, then its report (non-zero exit unless done).
         #[arg(long)]
         wait: bool,
@@ -97,6 +101,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             granularity,
             buffer,
             max_passes,
+            copy_priority,
             wait,
             target,
         } => {
@@ -111,6 +116,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
                 "granularity_bytes": size(&granularity, "granularity")?,
                 "buffer_bytes": size(&buffer, "buffer")?,
                 "dbt_max_passes": max_passes,
+                "copy_priority": copy_priority,
             });
             let v = ask(&target, req)?;
             let m = &v["migration"];

@@ -231,6 +231,7 @@ mod tests {
         MigrationResult {
             image_mib: 8,
             rate_mb_s: 64,
+            copy_priority: "equal",
             table3_image_mib: 8,
             table3_load: "t3",
             table3: vec![],

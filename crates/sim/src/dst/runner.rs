@@ -11,7 +11,9 @@ use bytes::{Bytes, BytesMut};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::host::Wakeups;
-use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationPhase, Scheme, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{
+    CopyPriority, MigrationParams, MigrationPhase, Scheme, SchemeChoice,
+};
 
 use crate::shards::Sharded;
 use tiervisor_engine::wbuf::WriteBufferConfig;
@@ -1653,13 +1655,21 @@ impl Sim {
                 p.rate_bytes_per_s = p.rate_bytes_per_s.max(1 << 20);
             }
             let cb = self.engine_cfg.chunk_bytes;
-            p.granularity_bytes = cb >> below(m, 5).min((cb / 512).ilog2() as u64);
-            p.granularity_bytes = p.granularity_bytes.max(cb / 64);
+            // One draw in five tracks the paper's sectors (512 bytes: several bitmap
+            // words a chunk), the others a chunk down to a sixteenth.
+            let shift = below(m, 5);
+            p.granularity_bytes = if shift == 4 { 512 } else { cb >> shift };
             p.buffer_bytes = [4096u64, 64 << 10, cb][below(m, 3) as usize];
             p.dbt_max_passes = 1 + below(m, 6) as u32;
             p.aio_threshold = below(m, 8) as u32;
             p.aio_delay_ns = below(m, 3_000_000);
             p.gamma = below(m, 11) as f64 / 10.0;
+            // A third of the jobs copy as equals of the VM's I/O; taken from a value
+            // already drawn, so that every later draw (and every seed without a job) is
+            // as before.
+            if p.aio_delay_ns % 3 == 0 {
+                p.copy_priority = CopyPriority::Equal;
+            }
             // A `cache` volume's start is asked in every migrating seed (`cache_migrations`),
             // another tiered volume's only where tiered volumes migrate.
             let res = if cache && !self.cache_migrations {

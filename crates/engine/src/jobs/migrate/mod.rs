@@ -20,6 +20,7 @@
 
 mod cache_drain;
 mod cost;
+mod dirty;
 mod log_drain;
 mod pass;
 mod presync;
@@ -76,6 +77,38 @@ impl Scheme {
     }
 }
 
+/// How the copy shares a disk the VM keeps busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CopyPriority {
+    /// The VM's I/O first: the copy's operations wait in the pool's background queue
+    /// until the device idles or they have waited 100 ms, then take turns with the VM's
+    /// (`sched/classes.rs`). Least I/O penalty, longest copy under load.
+    #[default]
+    Background,
+    /// The copy's operations queue with the VM's in the pool's scheduler and compete as
+    /// equals, as seed 004's copy process did (section 3.1: the two "compete for IO
+    /// bandwidth"; its lambda_migration_time of 1-3 is that share).
+    Equal,
+}
+
+impl CopyPriority {
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyPriority::Background => "background",
+            CopyPriority::Equal => "equal",
+        }
+    }
+    pub fn parse(s: &str) -> Result<CopyPriority, String> {
+        match s {
+            "background" => Ok(CopyPriority::Background),
+            "equal" => Ok(CopyPriority::Equal),
+            _ => Err(format!(
+                "unknown copy priority {s:?}; expected background or equal"
+            )),
+        }
+    }
+}
+
 /// A scheme or `auto` (pick by predicted migration cost).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchemeChoice {
@@ -101,7 +134,8 @@ pub struct MigrationParams {
     pub scheme: SchemeChoice,
     /// Copy bandwidth cap (bytes read plus written counts once per byte copied).
     pub rate_bytes_per_s: u64,
-    /// DBT's dirty-tracking unit; a divisor of the chunk size, at most 64 per chunk.
+    /// DBT's dirty-tracking unit: a power of two from 512 bytes (the paper's sector
+    /// bitmap) to the chunk size.
     pub granularity_bytes: u64,
     /// Largest single copy operation.
     pub buffer_bytes: u64,
@@ -113,6 +147,8 @@ pub struct MigrationParams {
     pub aio_delay_ns: u64,
     /// Weight of SSD wear against I/O performance in the migration cost (for `auto`).
     pub gamma: f64,
+    /// The copy's share of a disk the VM keeps busy.
+    pub copy_priority: CopyPriority,
 }
 
 impl MigrationParams {
@@ -127,6 +163,7 @@ impl MigrationParams {
             aio_threshold: 100,
             aio_delay_ns: 1_000_000,
             gamma: 0.5,
+            copy_priority: CopyPriority::Background,
         }
     }
 }
@@ -321,7 +358,7 @@ pub(crate) struct Job {
     /// until the pivot (freed) or a cancel (copied back into it).
     pub kept_src: Vec<Option<crate::chunkmap::ChunkLoc>>,
     /// DBT: dirty blocks per chunk (bit per `granularity_bytes`).
-    pub dirty: Vec<u64>,
+    pub dirty: dirty::DirtyMap,
     pub cursor: u64,
     /// Chunks to (re)visit after the cursor passed them (busy then, or newly allocated).
     pub late: BTreeSet<u64>,
@@ -418,6 +455,15 @@ pub(crate) fn moved_chunks(vol: &crate::volume::Volume, cb: u64) -> BTreeSet<(Po
 }
 
 impl Migrations {
+    /// Whether volume `v`'s migration-class operations wait in the background queue
+    /// (`CopyPriority::Background`, and any without a running job) or queue with the
+    /// VM's (`Equal`).
+    pub fn copy_in_background(&self, v: u32) -> bool {
+        self.jobs
+            .get(&v)
+            .is_none_or(|j| j.params.copy_priority == CopyPriority::Background)
+    }
+
     pub fn is_paused(&self, v: u32) -> bool {
         self.jobs
             .get(&v)
@@ -596,7 +642,7 @@ impl Engine {
             thick_base: None,
             may_write_dst: false,
             kept_src: vec![None; chunks as usize],
-            dirty: vec![0; chunks as usize],
+            dirty: dirty::DirtyMap::new(chunks, self.cfg.chunk_bytes, params.granularity_bytes),
             cursor: 0,
             late: BTreeSet::new(),
             copying: None,
@@ -693,9 +739,9 @@ impl Engine {
             )));
         }
         let g = p.granularity_bytes;
-        if g < 512 || !cb.is_multiple_of(g) || cb / g > 64 {
+        if g < 512 || !g.is_power_of_two() || g > cb {
             return Err(ControlError::Invalid(format!(
-                "granularity {g} bytes: must divide the chunk size ({cb}) into at most 64 blocks of at least 512 bytes"
+                "granularity {g} bytes: must be a power of two from 512 bytes to the chunk size ({cb})"
             )));
         }
         if p.buffer_bytes < 512 || !p.buffer_bytes.is_multiple_of(512) {
@@ -931,8 +977,7 @@ impl Engine {
             error: j.error.clone(),
             rate_bytes_per_s: j.params.rate_bytes_per_s,
             stats: MigrationStats {
-                dirty_bytes: j.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
-                    * j.params.granularity_bytes,
+                dirty_bytes: j.dirty.bytes(),
                 vm_requests_during: self.vols[j.vol as usize]
                     .stats
                     .requests()

@@ -16,8 +16,7 @@ use crate::reclaim::Freed;
 use crate::types::{Errno, Outputs, PoolId};
 use crate::volume::ChunkState;
 
-/// A run of bytes inside one chunk: (offset in chunk, length).
-type Ranges = smallvec::SmallVec<[(u64, u64); 4]>;
+use super::dirty::Ranges;
 
 impl Engine {
     /// Move every job on as far as it can go now.
@@ -85,7 +84,7 @@ impl Engine {
                 // in the region already copied (`migration_chunk_allocated`): it is copied
                 // now, or the pivot would switch to a destination chunk never filled.
                 let left = job.progress.iter().any(|&p| p != Progress::Copied);
-                if left || (job.scheme == Scheme::Dbt && job.dirty.iter().any(|&d| d != 0)) {
+                if left || (job.scheme == Scheme::Dbt && job.dirty.any()) {
                     job.phase = MigrationPhase::FinalCopy;
                 } else {
                     self.start_pivot(now, v, out);
@@ -182,8 +181,7 @@ impl Engine {
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.stats.image_copied_ns.get_or_insert(now);
         if job.scheme == Scheme::Dbt {
-            let dirty: u64 = job.dirty.iter().map(|d| d.count_ones() as u64).sum::<u64>()
-                * job.params.granularity_bytes;
+            let dirty = job.dirty.bytes();
             if dirty > 0 && dirty < job.last_dirty_bytes && pass < job.params.dbt_max_passes {
                 job.last_dirty_bytes = dirty;
                 job.phase = MigrationPhase::Copying { pass: pass + 1 };
@@ -284,7 +282,7 @@ impl Engine {
             if !self.chunk_busy(v, c) {
                 let job = self.migrations.jobs.get_mut(&v).expect("exists");
                 job.late.remove(&c);
-                if job.dirty[c as usize] != 0 {
+                if job.dirty.is_dirty(c) {
                     return Some(Ok(c));
                 }
             }
@@ -292,7 +290,7 @@ impl Engine {
         loop {
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
             let c = job.cursor;
-            if c >= job.dirty.len() as u64 {
+            if c >= job.dirty.chunks() {
                 return if job.late.is_empty() {
                     None
                 } else {
@@ -300,7 +298,7 @@ impl Engine {
                 };
             }
             job.cursor += 1;
-            if job.dirty[c as usize] == 0 {
+            if !job.dirty.is_dirty(c) {
                 continue;
             }
             if self.chunk_busy(v, c) {
@@ -329,21 +327,11 @@ impl Engine {
     fn ranges_to_copy(&mut self, v: u32, c: u64) -> Ranges {
         let cb = self.cfg.chunk_bytes;
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        let mut want = Ranges::new();
-        if job.progress[c as usize] == Progress::Copied {
-            let g = job.params.granularity_bytes;
-            let bits = std::mem::take(&mut job.dirty[c as usize]);
-            for b in 0..cb / g {
-                if bits & (1 << b) != 0 {
-                    match want.last_mut() {
-                        Some(last) if last.0 + last.1 == b * g => last.1 += g,
-                        _ => want.push((b * g, g)),
-                    }
-                }
-            }
+        let want = if job.progress[c as usize] == Progress::Copied {
+            job.dirty.take(c)
         } else {
-            want.push((0, cb));
-        }
+            smallvec![(0, cb)]
+        };
         let base = c * cb;
         let vol = &self.vols[v as usize];
         let moved: Vec<(u64, u64)> = vol
@@ -378,12 +366,9 @@ impl Engine {
         if limited && let Err(at) = job.take_rate(now, cb, bytes) {
             // Not now: put the chunk back in line.
             if job.progress[c as usize] == Progress::Copied {
-                for (off, len) in &ranges {
-                    let g = job.params.granularity_bytes;
+                for &(off, len) in &ranges {
                     // Ranges may stop short of a block edge (a `Moved` range).
-                    for b in off / g..(off + len).div_ceil(g) {
-                        job.dirty[c as usize] |= 1 << b;
-                    }
+                    job.dirty.mark(c, off, len);
                 }
             }
             job.cursor = job.cursor.min(c);

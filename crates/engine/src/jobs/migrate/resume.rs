@@ -9,14 +9,16 @@
 //! cannot start again is dropped (a thin volume's) or, for a thick volume, which holds a
 //! reserved region, ended at mount (`end_unresumable_thick_job`).
 
-use super::{MigrationParams, Scheme, SchemeChoice};
+use super::{CopyPriority, MigrationParams, Scheme, SchemeChoice};
 use crate::codec::{Dec, Enc};
 use crate::engine::Engine;
 use crate::types::{EngineEvent, Outputs, PoolId, VolumeId};
 
 /// Encode a volume's recorded job: a tag byte (0: none; 1: a job; 2: a thick volume's
 /// job, followed after the parameters by the first chunk of the new home region it
-/// reserved). Tags 0 and 1 are what tables written before thick migration hold.
+/// reserved), then the copy priority (0 background, 1 equal). Tags 0 and 1 are what
+/// tables written before thick migration hold; the priority byte is the entry's zero
+/// padding in tables written before it, and so reads as background.
 pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk: Option<u64>) {
     let Some(p) = job else {
         e.u8(0);
@@ -39,6 +41,10 @@ pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk:
     if let Some(b) = base_chunk {
         e.u64(b);
     }
+    e.u8(match p.copy_priority {
+        CopyPriority::Background => 0,
+        CopyPriority::Equal => 1,
+    });
 }
 
 /// A decoded job record: the job's parameters, and a thick volume's new region.
@@ -57,7 +63,7 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
         u8::MAX => SchemeChoice::Auto,
         i => SchemeChoice::Fixed(*Scheme::ALL.get(i as usize)?),
     };
-    let params = MigrationParams {
+    let mut params = MigrationParams {
         to,
         scheme,
         rate_bytes_per_s: d.u64()?,
@@ -67,8 +73,14 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
         aio_threshold: d.u32()?,
         aio_delay_ns: d.u64()?,
         gamma: f64::from_bits(d.u64()?),
+        copy_priority: CopyPriority::Background,
     };
     let base = if thick { Some(d.u64()?) } else { None };
+    params.copy_priority = match d.u8()? {
+        0 => CopyPriority::Background,
+        1 => CopyPriority::Equal,
+        _ => return None,
+    };
     Some((Some(params), base))
 }
 
@@ -219,5 +231,31 @@ mod tests {
         let mut bad = b.clone();
         bad[0] = 3;
         assert!(decode_job(&mut Dec::new(&bad)).is_none());
+    }
+
+    /// The copy priority rides in the byte after the job (zero padding in older tables,
+    /// so they read as background), for thin and thick jobs alike.
+    #[test]
+    fn the_copy_priority_is_recorded_after_the_job() {
+        for base in [None, Some(77)] {
+            let p = MigrationParams {
+                scheme: SchemeChoice::Fixed(Scheme::Dbt),
+                copy_priority: CopyPriority::Equal,
+                ..MigrationParams::new(PoolId(1))
+            };
+            let mut e = Enc::with_capacity(64);
+            encode_job(&mut e, Some(&p), base);
+            e.pad_to(80);
+            let b = e.seal(84);
+            assert_eq!(
+                decode_job(&mut Dec::new(&b)).unwrap(),
+                (Some(p.clone()), base)
+            );
+            // An unknown priority is not a job record.
+            let at = if base.is_some() { 60 } else { 52 };
+            let mut bad = b.clone();
+            bad[at] = 2;
+            assert!(decode_job(&mut Dec::new(&bad)).is_none(), "{base:?}");
+        }
     }
 }

@@ -67,11 +67,7 @@ impl Engine {
             Scheme::Dbt => {
                 // A chunk already on the destination is not copied, so not dirtied.
                 if prog != Progress::Uncopied && pool != dst && !dbt_bug {
-                    let g = job.params.granularity_bytes;
-                    let (first, last) = ((s - c * cb) / g, (e - 1 - c * cb) / g);
-                    for b in first..=last {
-                        job.dirty[c as usize] |= 1 << b;
-                    }
+                    job.dirty.mark(c, s - c * cb, e - s);
                 }
                 false
             }
