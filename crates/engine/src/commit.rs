@@ -35,6 +35,18 @@ impl Engine {
         let cb = self.cfg.chunk_bytes;
         let meta = self.cfg.meta_pool;
         let vi = v as usize;
+        if self.vols[vi].journal.abandoned() {
+            // A commit failed while stopping (`Journal::abandon`): nothing more of this
+            // volume becomes durable in this run, so FLUSHes and FUA writes that wait
+            // for a commit fail, and records made since are lost as in a crash.
+            let vol = &mut self.vols[vi];
+            vol.journal.pending.clear();
+            vol.checkpoint_wanted = false;
+            for w in mem::take(&mut vol.flush_waiters) {
+                self.finish_req(now, w, Err(Errno::Io), out);
+            }
+            return;
+        }
         // Logged data the records point at goes to the device first.
         self.log_seal_volume(now, v, out);
         let vol = &mut self.vols[vi];
@@ -402,7 +414,7 @@ impl Engine {
             // be on the device (a failed write can land): not a loss, and not a promise
             // (DST seed 650 with tight shards saw such a write land).
             vol.checkpoint_wanted = false;
-            vol.journal.pending.clear();
+            vol.journal.abandon();
             if !self.clean_stop.unmarked.contains(&vol.rec.name) {
                 self.clean_stop.unmarked.push(vol.rec.name.clone());
             }
@@ -417,7 +429,7 @@ impl Engine {
             // Shutting down on a failing device: what could not be committed is lost,
             // exactly as if the host had crashed.
             vol.checkpoint_wanted = false;
-            vol.journal.pending.clear();
+            vol.journal.abandon();
             if !self.clean_stop.lost.contains(&vol.rec.name) {
                 self.clean_stop.lost.push(vol.rec.name.clone());
             }

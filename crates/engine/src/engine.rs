@@ -727,7 +727,7 @@ impl Engine {
             if self.state == EngineState::Ready || self.state == EngineState::Stopping {
                 for v in 0..self.vols.len() {
                     let vol = &self.vols[v];
-                    let needed = !vol.journal.pending.is_empty()
+                    let needed = vol.journal.has_pending()
                         || !vol.flush_waiters.is_empty()
                         || vol.checkpoint_wanted
                         || self.frees_wait_on(v as u32);
@@ -755,10 +755,11 @@ impl Engine {
         if self.commit_timer_at.is_some() {
             return;
         }
-        let work = self.vols.iter().any(|v| {
-            !v.journal.pending.is_empty() || !v.flush_waiters.is_empty() || v.checkpoint_wanted
-        }) || !self.reclaim.is_empty()
-            || self.voltab_writer.retry_due();
+        let work =
+            self.vols.iter().any(|v| {
+                v.journal.has_pending() || !v.flush_waiters.is_empty() || v.checkpoint_wanted
+            }) || !self.reclaim.is_empty()
+                || self.voltab_writer.retry_due();
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);

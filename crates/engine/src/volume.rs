@@ -252,6 +252,6 @@ impl Volume {
     }
 
     pub fn has_commit_work(&self) -> bool {
-        !self.journal.pending.is_empty() || !self.flush_waiters.is_empty() || self.checkpoint_wanted
+        self.journal.has_pending() || !self.flush_waiters.is_empty() || self.checkpoint_wanted
     }
 }

@@ -140,7 +140,7 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.loans,
         s.loans_returned
     );
-    // Half the seeds that neither migrate nor run out of space have a queueing (NCQ) HDD
+    // Half of all seeds have a queueing (NCQ) HDD
     // (`dst/ncq.rs`), which serves a share of its commands ahead of older ones.
     assert!(
         s.ncq_seeds > CI_SEEDS / 16 && s.ncq_reordered > s.ncq_served / 100,

@@ -41,6 +41,8 @@ pub struct Journal {
     pub orphan_chunks: Vec<(PoolId, u64)>,
     /// Records replayed at mount (for reports).
     pub replayed: u64,
+    /// Nothing more is written in this run (`abandon`).
+    abandoned: bool,
 }
 
 impl Journal {
@@ -66,7 +68,31 @@ impl Journal {
             checkpoint_chunks: Vec::new(),
             orphan_chunks: Vec::new(),
             replayed: 0,
+            abandoned: false,
         }
+    }
+
+    /// Drop the records not yet being written and write nothing more in this run (a
+    /// commit failed while the engine stops: what it could not make durable is lost, as
+    /// in a crash). Their sequence numbers are spent, so a later block would start after
+    /// a gap, where the mount's replay stops (`mount/recover.rs`), while this run would
+    /// count its records durable and release the frees waiting on them. DST seed 100,
+    /// once NCQ seeds migrated: a tier move that finished after the failed final commit
+    /// was committed that way; the free of the chunk's old copy discarded it, and the
+    /// mount's map still named it (flushed data read back as zeros).
+    pub fn abandon(&mut self) {
+        self.pending.clear();
+        self.abandoned = true;
+    }
+
+    /// Whether `abandon` was called: records appended since are never written.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned
+    }
+
+    /// Whether records wait to be written.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty() && !self.abandoned
     }
 
     /// Append a record; returns its sequence number.

@@ -528,7 +528,7 @@ impl Engine {
         for v in waiting {
             let vol = &self.vols[v as usize];
             if vol.commit.is_none()
-                && !vol.journal.pending.is_empty()
+                && vol.journal.has_pending()
                 && !self.nospace.commit_backs_off(v)
             {
                 self.start_commit(now, v, out);

@@ -1,8 +1,7 @@
-//! NCQ seeds: in half the seeds that neither migrate nor run out of space (drawn on a
-//! stream of their own, so the others replay as before) the HDD pool's drive queues
-//! commands. Its operations are then not
-//! finished after a random latency: a `CommandQueue` in front of the hitachi-7k1000c
-//! timing model (the pool's capacity, short-stroked) serves them one at a time in the
+//! NCQ seeds: in half of all seeds (drawn on a stream of their own, so the others replay
+//! as before) the HDD pool's drive queues commands. Its operations are then not finished
+//! after a random latency: a `CommandQueue` in front of the hitachi-7k1000c timing model
+//! (the pool's capacity, short-stroked) serves them one at a time in the
 //! order its firmware rule picks (shortest positioning time first, aging, FLUSH as a
 //! barrier), and the engine gets more of them in flight (a deeper pool queue) so the
 //! drive has something to reorder. The data device behind it is unchanged: completed
@@ -42,19 +41,17 @@ pub struct NcqDrive {
 }
 
 impl NcqDrive {
-    /// Whether seed `seed` queues at the HDD pool (half the seeds that do not migrate;
-    /// none with `TIERVISOR_DST_NO_NCQ=1`), and the engine's queue depth for it there.
-    /// Not in migrating seeds: the injected migration defects are caught only in narrow
-    /// windows of particular seeds' timing, which a queueing drive moves (with NCQ in a
-    /// third of all seeds, `tier-moves-while-migrating` was no longer caught where it had
-    /// been, seed 44). Out-of-space seeds queue too since the run stopped waiting for
+    /// Whether seed `seed` queues at the HDD pool (half of all seeds; none with
+    /// `TIERVISOR_DST_NO_NCQ=1`), and the engine's queue depth for it there. Migrating
+    /// seeds queue too since the engine fixes they found (seed 95: a pivoted job indexed
+    /// the copies it had handed over, under `tier-moves-while-migrating`, now the invariant
+    /// `check_pivoted`; seed 100: a tier move committed after a failed final commit,
+    /// `Journal::abandon`). Out-of-space seeds queue too since the run stopped waiting for
     /// appends that retry for space while a pool is full at the end (seed 1259 never
     /// settled before: runner.rs `settle`).
-    pub fn draw(seed: u64, excluded: bool) -> Option<u32> {
+    pub fn draw(seed: u64) -> Option<u32> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x9c0_u64.rotate_left(28));
-        let on = !excluded
-            && std::env::var_os("TIERVISOR_DST_NO_NCQ").is_none()
-            && below(&mut rng, 2) == 0;
+        let on = std::env::var_os("TIERVISOR_DST_NO_NCQ").is_none() && below(&mut rng, 2) == 0;
         on.then(|| 4 + below(&mut rng, 29) as u32)
     }
 

@@ -625,7 +625,7 @@ impl Sim {
         let space = (space_on && cfg.faults >= Faults::Crash)
             .then(|| SpaceFaults::draw(cfg.seed, engine_cfg.pools.len()))
             .flatten();
-        let ncq_depth = NcqDrive::draw(cfg.seed, mrng.is_some());
+        let ncq_depth = NcqDrive::draw(cfg.seed);
         if let Some(depth) = ncq_depth {
             engine_cfg.pools[HDD_POOL].queue_depth = depth;
         }

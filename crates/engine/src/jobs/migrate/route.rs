@@ -63,6 +63,14 @@ impl Engine {
         let prog = job.progress[c as usize];
         let cancelling = job.phase == MigrationPhase::Cancelling || job.cancel_wanted;
         job.stats.vm_write_bytes += e - s;
+        if matches!(job.phase, MigrationPhase::Committing { .. }) {
+            // Pivoted: `start_pivot` took the destination copies (`dst`) and switched
+            // every chunk to them, so the map sends the piece where it belongs. Nothing
+            // here may index `dst` any more (a chunk found off the destination is an
+            // invariant violation, `check_pivoted`, not a panic).
+            self.count_ssd_write(v, pool, e - s);
+            return false;
+        }
         let to_dst = match job.scheme {
             Scheme::Dbt => {
                 // A chunk already on the destination is not copied, so not dirtied.
