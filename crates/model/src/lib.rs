@@ -7,6 +7,7 @@
 //! lazily, so they need no events of their own. They never read a clock and hold
 //! no randomness, so the same sequence of submissions gives the same times.
 
+pub mod array_queue;
 pub mod calibrate;
 pub mod hdd;
 pub mod presets;

@@ -63,26 +63,43 @@ impl Raid0 {
     }
 }
 
-impl DeviceModel for Raid0 {
-    fn submit(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+impl Raid0 {
+    /// The request each member gets for `req`: a FLUSH goes to every member, anything
+    /// else to the members its range touches (at least one).
+    pub fn parts(&self, req: &DevRequest) -> Vec<(usize, DevRequest)> {
         if req.kind == DevOpKind::Flush {
-            return self
-                .members
-                .iter_mut()
-                .map(|m| m.submit(now_ns, req))
-                .fold(now_ns, u64::max);
+            return (0..self.members.len()).map(|m| (m, *req)).collect();
         }
-        let parts = self.split(req.offset_bytes, req.len_bytes);
-        let mut done = now_ns;
-        for (m, part) in self.members.iter_mut().zip(parts) {
-            if let Some((from, to)) = part {
+        self.split(req.offset_bytes, req.len_bytes)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(m, part)| {
+                let (from, to) = part?;
                 let sub = DevRequest {
                     offset_bytes: from,
                     len_bytes: if req.len_bytes == 0 { 0 } else { to - from },
                     ..*req
                 };
-                done = done.max(m.submit(now_ns, &sub));
-            }
+                Some((m, sub))
+            })
+            .collect()
+    }
+
+    pub fn members(&self) -> &[Model] {
+        &self.members
+    }
+
+    /// Member `m`'s model (for a queue that starts commands on it: `queue::ArrayQueue`).
+    pub fn member_mut(&mut self, m: usize) -> &mut Model {
+        &mut self.members[m]
+    }
+}
+
+impl DeviceModel for Raid0 {
+    fn submit(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
+        let mut done = now_ns;
+        for (m, sub) in self.parts(req) {
+            done = done.max(self.members[m].submit(now_ns, &sub));
         }
         done
     }

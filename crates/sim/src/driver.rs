@@ -5,7 +5,9 @@
 //! model says when it completes and that completion becomes an event. A disk that queues
 //! commands (NCQ) holds them in a `CommandQueue` instead: it starts one whenever it is
 //! free (on arrival at an idle drive, or at the previous command's completion event) and
-//! its completion becomes the event.
+//! its completion becomes the event. An array of such disks has one queue per member
+//! (`ArrayQueue`): each part's completion is an event, and the command completes with
+//! its last part.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -20,6 +22,7 @@ use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
     ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
+use tiervisor_model::array_queue::ArrayQueue;
 use tiervisor_model::queue::CommandQueue;
 use tiervisor_model::raid::Raid0;
 use tiervisor_model::{DevOpKind, DevRequest, DeviceModel, Model};
@@ -93,6 +96,9 @@ const EV_HELD: u8 = 3;
 const EV_REFILL: u8 = 4;
 /// A scenario's `[[migration]]` starts (payload: its index).
 const EV_MIGRATE: u8 = 5;
+/// A member drive of an array that queues commands finished its part of a command
+/// (payload: the command's `EV_DEV` payload << 6 | the member; arrays have at most 64).
+const EV_PART: u8 = 6;
 
 /// What a request answered without device I/O (a read of unwritten space, an error, a
 /// flush with nothing to commit) costs its VM before the next one: without it such
@@ -147,6 +153,9 @@ pub struct Simulation {
     models: Vec<Model>,
     /// Per pool, the drive's command queue if it reorders (NCQ; `tiervisor_model::queue`).
     queues: Vec<Option<CommandQueue>>,
+    /// Per pool, the member drives' command queues if it is an array of drives that
+    /// reorder (`tiervisor_model::array_queue`).
+    arrays: Vec<Option<ArrayQueue>>,
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
     seq: u64,
     now: u64,
@@ -253,6 +262,7 @@ impl Simulation {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let queues = models.iter().map(CommandQueue::for_model).collect();
+        let arrays = models.iter().map(ArrayQueue::for_model).collect();
         let mut vms = Vec::new();
         let mut total = Some(0u64);
         for (i, vm) in scenario.vms.iter().enumerate() {
@@ -299,6 +309,7 @@ impl Simulation {
             engine,
             models,
             queues,
+            arrays,
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
             now: 0,
@@ -351,6 +362,28 @@ impl Simulation {
         }
     }
 
+    /// A command for pool `p`, an array whose drives queue: its parts join their
+    /// members' queues, and each idle member starts the part it picks.
+    fn push_to_array(&mut self, p: usize, payload: u64, req: DevRequest) {
+        let (Some(q), Model::Raid0(a)) = (self.arrays[p].as_mut(), &mut self.models[p]) else {
+            return;
+        };
+        q.push(self.now, payload, req, a);
+        for m in 0..q.members() {
+            self.start_member(p, m);
+        }
+    }
+
+    /// If member `m` of pool `p`'s array is idle, start the part it picks.
+    fn start_member(&mut self, p: usize, m: usize) {
+        let (Some(q), Model::Raid0(a)) = (self.arrays[p].as_mut(), &mut self.models[p]) else {
+            return;
+        };
+        if let Some((payload, done)) = q.start_next(self.now, m, a) {
+            self.push(done, EV_PART, payload << 6 | m as u64);
+        }
+    }
+
     /// Carry out everything the engine asked for, feeding completions back to VMs.
     fn pump(&mut self) {
         loop {
@@ -365,6 +398,11 @@ impl Simulation {
                 }
                 d.outstanding += 1;
                 d.ops += 1;
+                if self.arrays[p].is_some() {
+                    // Each member drive queues its part (counted when the last is done).
+                    self.push_to_array(p, payload, req);
+                    continue;
+                }
                 if let Some(q) = self.queues[p].as_mut() {
                     // The drive queues it and picks what to serve when it is free.
                     q.push(self.now, payload, req);
@@ -533,27 +571,43 @@ impl Simulation {
         }
     }
 
+    /// Device operation `payload` (op id << 8 | pool) has completed at `t`.
+    fn device_done(&mut self, t: u64, payload: u64) {
+        let p = (payload & 0xFF) as usize;
+        let d = &mut self.devs[p];
+        d.outstanding -= 1;
+        if d.outstanding == 0 {
+            d.busy_ns += t - d.busy_since;
+        }
+        let c = DeviceCompletion {
+            id: OpId(payload >> 8),
+            result: Ok(()),
+            data: None,
+        };
+        self.engine.device_done(t, c, &mut self.out);
+    }
+
     fn step(&mut self, t: u64, kind: u8, payload: u64) {
         self.sample_until(t);
         self.now = t;
         match kind {
             EV_DEV => {
                 let p = (payload & 0xFF) as usize;
-                let d = &mut self.devs[p];
-                d.outstanding -= 1;
-                if d.outstanding == 0 {
-                    d.busy_ns += t - d.busy_since;
-                }
                 if let Some(q) = self.queues[p].as_mut() {
                     q.finished();
                     self.start_queued(p);
                 }
-                let c = DeviceCompletion {
-                    id: OpId(payload >> 8),
-                    result: Ok(()),
-                    data: None,
-                };
-                self.engine.device_done(t, c, &mut self.out);
+                self.device_done(t, payload);
+            }
+            EV_PART => {
+                let (m, op) = ((payload & 63) as usize, payload >> 6);
+                let p = (op & 0xFF) as usize;
+                let whole = self.arrays[p].as_mut().and_then(|q| q.finished(m, op));
+                self.start_member(p, m);
+                if let Some((arrived_ns, req)) = whole {
+                    self.count_service(p, &req, arrived_ns, t);
+                    self.device_done(t, op);
+                }
             }
             EV_ARRIVAL => {
                 let vm = payload as usize;
