@@ -47,9 +47,10 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.log_appends
     );
     // (377 before logged volumes could migrate, 278 since: a migrating volume does not
-    // log, and its job writes the log back home instead of the cleaner moving it.)
+    // log, and its job writes the log back home instead of the cleaner moving it; 192
+    // since NCQ seeds migrate and run out of space too.)
     assert!(
-        s.segments_cleaned > CI_SEEDS * 3 / 4,
+        s.segments_cleaned > CI_SEEDS * 2 / 3,
         "segments cleaned: {}",
         s.segments_cleaned
     );

@@ -44,8 +44,8 @@ impl NcqDrive {
     /// Whether seed `seed` queues at the HDD pool (half of all seeds; none with
     /// `TIERVISOR_DST_NO_NCQ=1`), and the engine's queue depth for it there. Migrating
     /// seeds queue too since the engine fixes they found (seed 95: a pivoted job indexed
-    /// the copies it had handed over, under `tier-moves-while-migrating`, now the invariant
-    /// `check_pivoted`; seed 100: a tier move committed after a failed final commit,
+    /// the copies it had handed over, under `tier-moves-while-migrating`, a panic; seed
+    /// 100: a tier move committed after a failed final commit,
     /// `Journal::abandon`). Out-of-space seeds queue too since the run stopped waiting for
     /// appends that retry for space while a pool is full at the end (seed 1259 never
     /// settled before: runner.rs `settle`).

@@ -1057,37 +1057,6 @@ impl Engine {
 }
 
 impl Engine {
-    /// Once a job has pivoted (its switch records are made, `Committing`), every mapped
-    /// chunk of its volume is on the destination: `start_pivot` switched them all, tier
-    /// moves stay frozen while the job exists (`tiers_frozen`) and new chunks of a thin
-    /// volume go to its new home. Write routing relies on it (a pivoted job routes
-    /// nothing: `migration_write_piece`). The injected `tier-moves-while-migrating`
-    /// breaks it (DST seed 95 with NCQ: a promotion finished after the pivot and took a
-    /// switched chunk back to the fast pool).
-    pub(crate) fn check_pivoted(&self, v: u32) -> Result<(), String> {
-        let Some(job) = self.migrations.jobs.get(&v) else {
-            return Ok(());
-        };
-        if !matches!(job.phase, MigrationPhase::Committing { .. }) {
-            return Ok(());
-        }
-        let vol = &self.vols[v as usize];
-        let to = job.params.to;
-        for c in 0..vol.chunks {
-            if let Some((p, pc)) = vol.resolve(vol.map.get(c), c)
-                && p != to
-            {
-                return Err(format!(
-                    "volume {}: its migration has pivoted to pool {} but chunk {c} is mapped at pool {} chunk {pc}",
-                    vol.rec.name, to.0, p.0
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Engine {
     /// `Moved` entries were removed by newer data (record `seq`): a destination chunk no
     /// job holds and no entry points into any more is freed once that is durable.
     pub(crate) fn migration_unref_moved(

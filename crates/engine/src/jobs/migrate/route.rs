@@ -65,9 +65,9 @@ impl Engine {
         job.stats.vm_write_bytes += e - s;
         if matches!(job.phase, MigrationPhase::Committing { .. }) {
             // Pivoted: `start_pivot` took the destination copies (`dst`) and switched
-            // every chunk to them, so the map sends the piece where it belongs. Nothing
-            // here may index `dst` any more (a chunk found off the destination is an
-            // invariant violation, `check_pivoted`, not a panic).
+            // every chunk it had copied to them, so the map sends the piece where it
+            // belongs. Nothing here may index `dst` any more: a chunk off the destination
+            // (under `tier-moves-while-migrating`, DST seed 95 with NCQ) panicked here.
             self.count_ssd_write(v, pool, e - s);
             return false;
         }
