@@ -316,7 +316,12 @@ fn regression_seeds_pass() {
     // ever while the device model's volatile cache grew (out of memory); 1259 (a queueing
     // HDD): appends parked for space were always in flight during that spell, and the
     // run waited for the device to go idle (out of memory).
+    // 4480 (stop 33's 10,000-seed soak): a volume's final commit failed at an orderly
+    // stop, then its LR job switched a chunk and pivoted; those records followed a gap in
+    // the journal, which the mount's replay stops at, and the chunk read as zeros (fixed
+    // by abandoning the journal after a failed final commit, 5253be6, as for seed 100).
     for (seed, steps) in [
+        (4480, CI_STEPS),
         (1070, CI_STEPS),
         (1259, CI_STEPS),
         (650, 3000),
