@@ -239,14 +239,7 @@ impl Sharded {
         out.completions.append(&mut self.scratch.completions);
         let shards = self.plan.shards();
         for e in self.scratch.events.drain(..) {
-            let engines = &self.engines;
-            let room = |j: u16, pool| {
-                let e = &engines[j as usize];
-                (e.state() == &EngineState::Ready).then(|| PoolRoom {
-                    available_chunks: e.available_chunks(pool),
-                    low_water_chunks: e.low_water_chunks(pool),
-                })
-            };
+            let room = room_of(&self.engines);
             let due = now + self.loan_delay_ns;
             for (j, c) in self.broker.on_event(k, shards, &e, room) {
                 self.loan_steps.push((due, j, c));
@@ -283,14 +276,7 @@ impl Sharded {
             let (_, j, c) = self.loan_steps.remove(i);
             let r = self.engines[j as usize].control(now, c.clone(), &mut self.scratch);
             if r.is_err() {
-                let engines = &self.engines;
-                let room = |j: u16, pool| {
-                    let e = &engines[j as usize];
-                    (e.state() == &EngineState::Ready).then(|| PoolRoom {
-                        available_chunks: e.available_chunks(pool),
-                        low_water_chunks: e.low_water_chunks(pool),
-                    })
-                };
+                let room = room_of(&self.engines);
                 let due = now + self.loan_delay_ns;
                 let shards = self.plan.shards();
                 for (j, c) in self.broker.on_refused(j, shards, &c, room) {
@@ -632,6 +618,18 @@ impl Sharded {
             .map(|e| e.sched_wait_max_ns())
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// What each shard has to spare in a pool, for the loan broker (a shard not ready yet has
+/// nothing to say).
+fn room_of(engines: &[Engine]) -> impl Fn(u16, tiervisor_engine::PoolId) -> Option<PoolRoom> + '_ {
+    move |j, pool| {
+        let e = &engines[j as usize];
+        (e.state() == &EngineState::Ready).then(|| PoolRoom {
+            available_chunks: e.available_chunks(pool),
+            low_water_chunks: e.low_water_chunks(pool),
+        })
     }
 }
 
