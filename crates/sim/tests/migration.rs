@@ -236,6 +236,16 @@ fn reproduce_migration_runs_every_table_and_lr_spares_the_ssd() {
     assert_eq!(lr.ours, 0.0);
 }
 
+/// Run scenario `text` until its migrations have ended.
+fn run_to_migrated(text: &str) -> SimReport {
+    let sc = Scenario::parse("m.toml", text, Path::new(".")).unwrap();
+    let opts = RunOptions {
+        stop_after_migrations: true,
+        ..RunOptions::default()
+    };
+    Simulation::new(sc, &opts).unwrap().run().unwrap()
+}
+
 #[test]
 fn aio_out_of_an_ssd_keeps_its_duplicate_backlog_and_so_its_pause_bounded() {
     // An Iometer-like load on the SSD writes faster than the HDD destination takes the
@@ -245,13 +255,7 @@ fn aio_out_of_an_ssd_keeps_its_duplicate_backlog_and_so_its_pause_bounded() {
         "rw = \"randrw\"",
         "rw = \"randrw\"\nrwmixread = 75\nruntime_s = 600",
     );
-    let sc = Scenario::parse("m.toml", &text, Path::new(".")).unwrap();
-    let opts = RunOptions {
-        stop_after_migrations: true,
-        ..RunOptions::default()
-    };
-    let r = Simulation::new(sc, &opts).unwrap().run().unwrap();
-    let m = &r.migrations[0];
+    let m = &run_to_migrated(&text).migrations[0];
     assert_eq!(m.phase, "done", "{m:?}");
     assert!(m.aio_delays > 0, "the load never outran the HDD: {m:?}");
     assert!(
@@ -277,13 +281,7 @@ fn a_copy_as_the_vms_equal_is_not_starved_by_a_busy_hdd() {
                 "rate_mb_s = 32\n",
                 &format!("rate_mb_s = 32\ncopy_priority = \"{prio}\"\n"),
             );
-        let sc = Scenario::parse("m.toml", &text, Path::new(".")).unwrap();
-        let opts = RunOptions {
-            stop_after_migrations: true,
-            ..RunOptions::default()
-        };
-        let r = Simulation::new(sc, &opts).unwrap().run().unwrap();
-        let m = &r.migrations[0];
+        let m = &run_to_migrated(&text).migrations[0];
         assert_eq!(m.phase, "done", "{prio}: {m:?}");
         m.migration_time_s.unwrap()
     };
