@@ -19,7 +19,7 @@ mod units;
 
 pub use hdd::{Hdd, HddParams};
 pub use presets::{Preset, preset, preset_names, presets};
-pub use ssd::{FlushMode, FlushStats, FtlKind, Precondition, Ssd, SsdParams};
+pub use ssd::{FlushMode, FlushStats, FlushTime, FtlKind, Precondition, Ssd, SsdParams};
 pub use units::{GIB, KIB, MIB, NS_PER_MS, NS_PER_S, NS_PER_US, SECTOR_BYTES, transfer_ns};
 
 use serde::Serialize;

@@ -92,6 +92,35 @@ fn tables(r: &FlushResult) -> String {
             x(t.map_kib_per_flush, b.map_kib_per_flush),
         );
     }
+    let _ = writeln!(
+        s,
+        "\nWhere a FLUSH's time goes, us per FLUSH, Baseline / tagged: waiting for an earlier FLUSH, the command, its data programs and log-area fill and mapping pages on idle dies, and waiting for dies busy with earlier work"
+    );
+    let _ = writeln!(
+        s,
+        "{:>4} {:>13} {:>11} {:>13} {:>13} {:>11} {:>15}",
+        "N", "barrier", "command", "data", "log fill", "map", "queued"
+    );
+    for m in r.micro.iter().filter(|m| m.fsync_every > 0) {
+        let (b, t) = (&m.baseline.time_us_per_flush, &m.tagged.time_us_per_flush);
+        let _ = writeln!(
+            s,
+            "{:>4} {:>6.0}/{:<6.0} {:>5.0}/{:<5.0} {:>6.0}/{:<6.0} {:>6.0}/{:<6.0} {:>5.0}/{:<5.0} {:>7.0}/{:<7.0}",
+            m.fsync_every,
+            b.barrier_wait,
+            t.barrier_wait,
+            b.command,
+            t.command,
+            b.data,
+            t.data,
+            b.log_fill,
+            t.log_fill,
+            b.map,
+            t.map,
+            b.queued,
+            t.queued,
+        );
+    }
     let _ = writeln!(s, "\nFigure 7: mean write-buffer utilisation");
     let _ = writeln!(s, "{:>4} {:>9} {:>9}", "N", "Baseline", "tagged");
     for m in &r.micro {

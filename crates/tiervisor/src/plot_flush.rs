@@ -131,6 +131,7 @@ mod tests {
             buffer_utilisation: (1..=20)
                 .map(|i| (0.05 * i as f64, 0.04 * i as f64))
                 .collect(),
+            time_us_per_flush: Default::default(),
         }
     }
 

@@ -18,7 +18,7 @@ use nand::Nand;
 use page_ftl::PageFtl;
 use wbuf::WriteBuffer;
 
-pub use writeback::{FlushMode, FlushStats};
+pub use writeback::{FlushMode, FlushStats, FlushTime};
 
 use crate::units::transfer_ns;
 use crate::{DevOpKind, DevRequest, DeviceCounters, DeviceKind, DeviceModel};
@@ -389,6 +389,7 @@ impl DeviceModel for Ssd {
                 self.write_zeroes(now_ns, req)
             }
             DevOpKind::Flush => {
+                self.flush_stats.time.barrier_wait_ns += now_ns - arrived_ns;
                 let done = if write_back {
                     self.wb_flush(now_ns, req.tag)
                 } else {

@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 
 use serde::Serialize;
 
+use super::nand::Work;
 use super::wbuf::Victim;
 use super::{Ftl, Ssd};
 use crate::{DevRequest, HOST_TAG};
@@ -57,6 +58,51 @@ pub struct FlushStats {
     pub evicted_bytes: u64,
     /// Page writes absorbed by a page already in the buffer.
     pub absorbed_bytes: u64,
+    /// Where FLUSH latency goes (sums over FLUSHes; they add up to `latency_ns_total`).
+    pub time: FlushTime,
+}
+
+/// A FLUSH's latency split by cause, summed over FLUSHes. Each FLUSH's operations are
+/// timed twice: on the drive as it is, and on dies and channels that were idle when it
+/// started. The idle-drive span is split in the order the work must end (data, then the
+/// map write-back of a log area that filled, then the FLUSH's own mapping pages), each
+/// part being how much later that work ends than the parts before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FlushTime {
+    /// Waiting for an earlier FLUSH to complete (the barrier).
+    pub barrier_wait_ns: u64,
+    /// The command's own cost (`command_overhead_ns`).
+    pub command_ns: u64,
+    /// Programming the buffered pages it covers (with the read of a partial page's rest).
+    pub data_ns: u64,
+    /// Writing every dirty translation page because a log area filled during the FLUSH.
+    pub log_fill_ns: u64,
+    /// Its own mapping pages: dirty translation pages (`all`) or log pages (`tagged`).
+    pub map_ns: u64,
+    /// The rest: dies and channels busy with work started before the FLUSH (evictions,
+    /// earlier map write-backs, GC) and programs of its pages already under way.
+    pub queued_ns: u64,
+}
+
+impl FlushTime {
+    pub fn total_ns(&self) -> u64 {
+        self.barrier_wait_ns
+            + self.command_ns
+            + self.data_ns
+            + self.log_fill_ns
+            + self.map_ns
+            + self.queued_ns
+    }
+
+    /// Split a FLUSH served from `t0` (after its command cost) to `done`, whose work ended
+    /// on idle dies at `idle` (data, log fill, map; 0: none of that work).
+    fn add_span(&mut self, t0: u64, done: u64, idle: [u64; 3]) {
+        let [data, fill, map] = idle.map(|x| x.max(t0));
+        self.data_ns += data - t0;
+        self.log_fill_ns += fill.saturating_sub(data);
+        self.map_ns += map.saturating_sub(data.max(fill));
+        self.queued_ns += done.saturating_sub(data.max(fill).max(map));
+    }
 }
 
 impl FlushStats {
@@ -119,7 +165,9 @@ impl Ssd {
         {
             // A log area is full: the map table takes over what the logs said.
             let before = self.map_pages_written;
+            let work = self.nand.shadow_work(Work::LogFill);
             done = done.max(self.write_map_pages(done));
+            self.nand.shadow_work(work);
             self.flush_stats.map_bytes_outside_flush +=
                 (self.map_pages_written - before) * self.p.page_bytes;
         }
@@ -143,6 +191,8 @@ impl Ssd {
     /// A FLUSH on a drive whose buffer only holds pages already being programmed.
     pub(super) fn drain_flush(&mut self, now_ns: u64) -> u64 {
         let t0 = now_ns + self.p.command_overhead_ns;
+        self.nand.shadow_begin(t0);
+        self.nand.shadow_work(Work::Map);
         let map_done = match &mut self.ftl {
             Ftl::Page(f) => f.flush(&mut self.nand, t0),
             Ftl::Bast(_) => t0,
@@ -150,7 +200,12 @@ impl Ssd {
         let before = self.map_pages_written;
         let maps = self.write_map_pages(t0);
         self.flush_stats.map_bytes += (self.map_pages_written - before) * self.p.page_bytes;
-        t0.max(self.last_program_ns).max(map_done).max(maps)
+        let done = t0.max(self.last_program_ns).max(map_done).max(maps);
+        let idle = self.nand.shadow_end();
+        let time = &mut self.flush_stats.time;
+        time.command_ns += self.p.command_overhead_ns;
+        time.add_span(t0, done, idle);
+        done
     }
 
     pub(super) fn wb_read(&mut self, now_ns: u64, req: &DevRequest) -> u64 {
@@ -256,6 +311,7 @@ impl Ssd {
         let Some(wb) = self.wb.as_mut() else {
             return t0;
         };
+        self.nand.shadow_begin(t0);
         let victims: Vec<Victim> = if everything {
             wb.drain_all()
         } else {
@@ -284,20 +340,32 @@ impl Ssd {
                 _ => s.other_data_bytes += pb,
             }
         }
+        // The mapping pages go to flash only once the data they point at is there: a map
+        // or log page naming a page not yet programmed would, after a power loss during
+        // the FLUSH, map it to neither its old nor its new contents (docs/MODELS.md,
+        // recovery). So they start when its data programs, and any of its tags' programs
+        // already under way, have finished.
+        let data_done = done;
+        self.nand.shadow_map_after(data_done);
         if everything {
-            done = done.max(self.write_map_pages(t0));
+            done = done.max(self.write_map_pages(data_done));
         } else {
             let dies = self.nand.dies as u64;
             for t in [tag, HOST_TAG] {
                 if self.map.as_mut().is_some_and(|m| m.take_log(t)) {
                     self.map_pages_written += 1;
-                    done = done.max(self.nand.program_page(t0, (t as u64 % dies) as usize));
+                    let die = (t as u64 % dies) as usize;
+                    done = done.max(self.nand.program_page(data_done, die));
                 }
             }
         }
         // Map pages written because a log filled during this FLUSH count as the FLUSH's.
         self.flush_stats.map_bytes_outside_flush = outside_before;
         self.flush_stats.map_bytes += (self.map_pages_written - maps_before) * pb;
+        let idle = self.nand.shadow_end();
+        let time = &mut self.flush_stats.time;
+        time.command_ns += self.p.command_overhead_ns;
+        time.add_span(t0, done, idle);
         done
     }
 }
@@ -451,6 +519,62 @@ mod tests {
         // The host tag's flush still writes everything.
         tagged.submit(tt + ft, &DevRequest::flush().tagged(HOST_TAG));
         assert_eq!(tagged.buffered_pages_of(1), 0);
+    }
+
+    #[test]
+    fn a_flush_latency_splits_into_its_causes() {
+        for mode in [FlushMode::All, FlushMode::Tagged] {
+            let mut s = Ssd::new(params(mode, true));
+            let t = two_vms(&mut s, 8);
+            // A second FLUSH arrives while the first runs: it waits at the barrier.
+            let f1 = s.submit(t, &DevRequest::flush().tagged(2));
+            let f2 = s.submit(t, &DevRequest::flush().tagged(1));
+            let st = s.flush_stats();
+            let time = st.time;
+            assert_eq!(time.total_ns(), st.latency_ns_total, "{mode:?}: {time:?}");
+            assert_eq!(time.barrier_wait_ns, f1 - t, "{mode:?}");
+            assert_eq!(time.command_ns, 2 * 20 * NS_PER_US);
+            assert!(time.data_ns >= 2 * 1_000 * NS_PER_US, "{mode:?}: {time:?}");
+            assert!(f2 >= f1);
+        }
+    }
+
+    #[test]
+    fn a_tagged_flush_behind_busy_dies_counts_the_wait_as_queued() {
+        let mut s = Ssd::new(params(FlushMode::Tagged, true));
+        // VM1 fills the buffer past the destage mark: its pages program on every die.
+        let mut t = 0;
+        for i in 0..300u64 {
+            t = s.submit(t, &DevRequest::write(i * 8 * KIB, 8 * KIB).tagged(1));
+        }
+        let w = s.submit(t, &DevRequest::write(200 * MIB, 8 * KIB).tagged(2));
+        let f = s.submit(w, &DevRequest::flush().tagged(2));
+        let time = s.flush_stats().time;
+        assert_eq!(time.total_ns(), f - w);
+        assert!(
+            time.queued_ns > 0,
+            "VM1's evictions hold the die VM2's page goes to: {time:?}"
+        );
+        assert_eq!(time.log_fill_ns, 0);
+    }
+
+    #[test]
+    fn a_flushes_mapping_pages_are_programmed_after_its_data() {
+        for mode in [FlushMode::All, FlushMode::Tagged] {
+            let mut s = Ssd::new(params(mode, true));
+            let w = s.submit(0, &DevRequest::write(0, 8 * KIB).tagged(2));
+            let f = s.submit(w, &DevRequest::flush().tagged(2));
+            // One whole page, then its translation page (all) or its tag's log page
+            // (tagged): two programs one after the other, not side by side on two dies.
+            assert!(
+                f - w >= 2 * 1_000 * NS_PER_US,
+                "{mode:?}: FLUSH took {} ns",
+                f - w
+            );
+            let time = s.flush_stats().time;
+            assert!(time.map_ns >= 1_000 * NS_PER_US, "{mode:?}: {time:?}");
+            assert_eq!(time.queued_ns, 0, "{mode:?}: idle dies, nothing queued");
+        }
     }
 
     #[test]

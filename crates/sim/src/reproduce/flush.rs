@@ -136,6 +136,46 @@ pub struct MicroSide {
     pub host_kib_per_flush: f64,
     pub mean_buffer_utilisation: f64,
     pub buffer_utilisation: Vec<(f64, f64)>,
+    /// Where a FLUSH's latency goes, us per FLUSH (see `tiervisor_model::FlushTime`).
+    pub time_us_per_flush: FlushTimeUs,
+}
+
+/// A mean FLUSH's latency split by cause, in microseconds; the parts add up to the mean.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Default)]
+pub struct FlushTimeUs {
+    /// Waiting for an earlier FLUSH (the barrier).
+    pub barrier_wait: f64,
+    /// The command's own cost.
+    pub command: f64,
+    /// Programming its data pages on idle dies.
+    pub data: f64,
+    /// A log area's fill forcing every dirty translation page out during the FLUSH.
+    pub log_fill: f64,
+    /// Its own mapping pages (translation pages or its tag's log page).
+    pub map: f64,
+    /// Dies and channels busy with work from before the FLUSH, or its pages' programs
+    /// already under way.
+    pub queued: f64,
+}
+
+impl FlushTimeUs {
+    fn of(t: &tiervisor_model::FlushTime, flushes: u64) -> FlushTimeUs {
+        let us = |ns: u64| {
+            if flushes == 0 {
+                0.0
+            } else {
+                ns as f64 / flushes as f64 / 1e3
+            }
+        };
+        FlushTimeUs {
+            barrier_wait: us(t.barrier_wait_ns),
+            command: us(t.command_ns),
+            data: us(t.data_ns),
+            log_fill: us(t.log_fill_ns),
+            map: us(t.map_ns),
+            queued: us(t.queued_ns),
+        }
+    }
 }
 
 /// Figures 1/8, 2/6 and 7 at one fsync frequency.
@@ -210,6 +250,7 @@ fn side(r: &SimReport) -> Result<MicroSide, String> {
             u.iter().map(|p| p.1).sum::<f64>() / u.len() as f64
         },
         buffer_utilisation: u.clone(),
+        time_us_per_flush: FlushTimeUs::of(&st.time, st.flushes),
     })
 }
 
