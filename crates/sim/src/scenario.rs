@@ -51,6 +51,7 @@ mod mig;
 mod spc_vm;
 #[path = "scenario_trace.rs"]
 mod trace_vm;
+pub use host_vm::HostJournalJob;
 pub use mig::MigrationSpec;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
@@ -167,6 +168,7 @@ struct RawVm {
     app: Option<RawApp>,
     spc: Option<spc_vm::RawSpc>,
     host: Option<host_vm::RawHost>,
+    host_journal: Option<host_vm::RawHostJournal>,
 }
 
 /// `[vm.surge]`: seed 003's web-server workload; the distributions are the paper's.
@@ -423,6 +425,8 @@ pub enum WorkloadSpec {
     App(AppJob),
     /// An imitation of one of seed 000's SPC traces.
     Spc(SpcJob),
+    /// The host file system's periodic journal commits (seed 001's hTag FLUSHes).
+    HostJournal(host_vm::HostJournalJob),
 }
 
 #[derive(Clone, Debug)]
@@ -513,6 +517,8 @@ impl Scenario {
                         j.offset_bytes / cb..(j.offset_bytes + j.footprint_bytes).div_ceil(cb),
                     );
                 }
+                // The journal wraps around its whole volume.
+                WorkloadSpec::HostJournal(_) => touched.extend(0..size_bytes.div_ceil(cb)),
             }
         }
         touched
@@ -686,12 +692,23 @@ impl Scenario {
                 + vm.surge.is_some() as u8
                 + vm.app.is_some() as u8
                 + vm.spc.is_some() as u8
+                + vm.host_journal.is_some() as u8
                 != 1
             {
                 return cx.err(
                     svm.span(),
-                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge], a [vm.app] or a [vm.spc] table",
+                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge], a [vm.app], a [vm.spc] or a [vm.host_journal] table",
                 );
+            }
+            if let Some(h) = &vm.host_journal {
+                vms.push(VmSpec {
+                    host: host.clone(),
+                    name: vm_name(),
+                    volume,
+                    workload: WorkloadSpec::HostJournal(host_vm::host_journal(&cx, h)?),
+                    guest_commit_ns: None,
+                });
+                continue;
             }
             if let Some(sp) = &vm.spc {
                 let job = spc_vm::spc_job(&cx, sp, volumes[volume].size_bytes)?;
@@ -959,6 +976,25 @@ ios = 100
             e.contains("s.toml:") && e.contains("unknown log mode \"sync\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_host_journal_vm_commits_every_5_s_by_default_and_needs_a_positive_runtime() {
+        let host = |body: &str| {
+            GOOD.replace(
+                "[vm.fio]\nrw = \"randread\"\nbs = \"4k\"\nios = 100\n",
+                &format!("[vm.host_journal]\n{body}"),
+            )
+        };
+        let s = parse(&host("runtime_s = 20\n")).unwrap();
+        assert!(matches!(
+            s.vms[0].workload,
+            WorkloadSpec::HostJournal(j) if j.commit_ns == 5_000_000_000 && j.runtime_ns == 20_000_000_000
+        ));
+        let e = parse(&host("commit_s = 0\nruntime_s = 20\n")).unwrap_err();
+        assert!(e.message.contains("commit_s"), "{e}");
+        let e = parse(&host("commit_s = 5\n")).unwrap_err();
+        assert!(e.message.contains("runtime_s"), "{e}");
     }
 
     #[test]

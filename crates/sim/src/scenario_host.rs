@@ -9,6 +9,16 @@
 //! in_flight = 4              # writeback requests outstanding
 //! max_merge = "512k"         # largest merged writeback request
 //! ```
+//!
+//! And a `[vm.host_journal]` table: the VM stands for the host's own file system, whose
+//! journal commits every `commit_s` (seed 001's hTag requests; its volume is the host file
+//! system's journal, and its FLUSHes carry that volume's tag):
+//!
+//! ```toml
+//! [vm.host_journal]
+//! commit_s = 5               # jbd2's default commit interval
+//! runtime_s = 20
+//! ```
 
 use serde::Deserialize;
 use tiervisor_conf::{SizeVal, Source, Spanned};
@@ -29,6 +39,44 @@ struct RawPageCache {
     dirty: Spanned<SizeVal>,
     in_flight: Option<Spanned<u32>>,
     max_merge: Option<Spanned<SizeVal>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHostJournal {
+    commit_s: Option<Spanned<f64>>,
+    runtime_s: Spanned<f64>,
+}
+
+/// A validated `[vm.host_journal]` table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostJournalJob {
+    pub commit_ns: u64,
+    pub runtime_ns: u64,
+}
+
+/// Validate a `[vm.host_journal]` table.
+pub(super) fn host_journal(
+    cx: &Source,
+    h: &RawHostJournal,
+) -> Result<HostJournalJob, ScenarioError> {
+    let secs = |v: &Spanned<f64>, what: &str| -> Result<u64, ScenarioError> {
+        let x = *v.get_ref();
+        if !(x.is_finite() && x > 0.0) {
+            return cx.err(
+                v.span(),
+                format!("[vm.host_journal] {what}: expected a positive number of seconds"),
+            );
+        }
+        Ok((x * 1e9) as u64)
+    };
+    Ok(HostJournalJob {
+        commit_ns: match &h.commit_s {
+            Some(c) => secs(c, "commit_s")?,
+            None => 5_000_000_000,
+        },
+        runtime_ns: secs(&h.runtime_s, "runtime_s")?,
+    })
 }
 
 /// Validate a `[vm.host]` table.

@@ -3,8 +3,8 @@
 //! can be predicted in simulation and checked for real.
 
 use tiervisor_workload::{
-    AppWorkload, FioWorkload, GuestCommit, HostPath, SpcWorkload, SurgeWorkload, TraceWorkload,
-    Workload,
+    AppWorkload, FioWorkload, GuestCommit, HostJournal, HostPath, SpcWorkload, SurgeWorkload,
+    TraceWorkload, Workload,
 };
 
 use crate::scenario::{VmSpec, WorkloadSpec};
@@ -92,6 +92,10 @@ impl WorkloadSpec {
                 let w = SpcWorkload::new(job);
                 let n = w.requests();
                 (Box::new(w), n)
+            }
+            WorkloadSpec::HostJournal(job) => {
+                let w = HostJournal::new(job.commit_ns, job.runtime_ns, vol_bytes);
+                (Box::new(w), None)
             }
             WorkloadSpec::Fio(job) => {
                 let mut job = job.clone();

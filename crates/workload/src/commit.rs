@@ -150,10 +150,101 @@ impl<W: Workload> Workload for GuestCommit<W> {
     }
 }
 
+/// The host file system's own periodic journal commit (seed 001's hTag requests).
+///
+/// The paper's VM images are files on the host's ext4: every guest write through QEMU
+/// updates an image file's modification time, so the host's jbd2 has a running
+/// transaction at all times and commits it every `interval` (its `commit=5` default),
+/// writing journal blocks (the images' inode-table block, descriptor, commit block: 8 KiB)
+/// and then a FLUSH, both as host requests (section III-A: "*hTag* is used for host I/O
+/// requests such as journaling I/O requests"; section V-A averages the FLUSHes "triggered
+/// by VM1, VM2, and the host"). A paced closed loop of depth 1: at `interval`,
+/// `2 * interval`, ... until `runtime`, a journal write, then its FLUSH once it completed.
+pub struct HostJournal {
+    interval_ns: u64,
+    runtime_ns: u64,
+    journal_bytes: u64,
+    cursor: u64,
+    /// The next commit (1-based); its FLUSH follows its write.
+    next_commit: u64,
+    flush_due: bool,
+}
+
+impl HostJournal {
+    /// Commit every `interval_ns` for `runtime_ns`, into `[0, journal_bytes)`.
+    pub fn new(interval_ns: u64, runtime_ns: u64, journal_bytes: u64) -> HostJournal {
+        HostJournal {
+            interval_ns: interval_ns.max(1),
+            runtime_ns,
+            journal_bytes: journal_bytes.max(COMMIT_JOURNAL_BYTES),
+            cursor: 0,
+            next_commit: 1,
+            flush_due: false,
+        }
+    }
+}
+
+impl Workload for HostJournal {
+    fn next(&mut self, _now_ns: u64) -> Option<WlRequest> {
+        if std::mem::take(&mut self.flush_due) {
+            return Some(WlRequest {
+                kind: WlKind::Flush,
+                offset_bytes: 0,
+                len_bytes: 0,
+                at_ns: None,
+            });
+        }
+        let at = self.next_commit.checked_mul(self.interval_ns)?;
+        if at > self.runtime_ns {
+            return None;
+        }
+        self.next_commit += 1;
+        if self.cursor + COMMIT_JOURNAL_BYTES > self.journal_bytes {
+            self.cursor = 0;
+        }
+        let offset_bytes = self.cursor;
+        self.cursor += COMMIT_JOURNAL_BYTES;
+        self.flush_due = true;
+        Some(WlRequest {
+            kind: WlKind::Write,
+            offset_bytes,
+            len_bytes: COMMIT_JOURNAL_BYTES,
+            at_ns: Some(at),
+        })
+    }
+
+    fn depth(&self) -> u32 {
+        1
+    }
+
+    fn paced(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{FioJob, FioRw, FioWorkload};
+
+    #[test]
+    fn the_host_commits_its_journal_every_interval_until_the_run_ends() {
+        let mut w = HostJournal::new(5_000_000_000, 20_000_000_000, 16 << 10);
+        let mut reqs = Vec::new();
+        while let Some(r) = w.next(0) {
+            reqs.push(r);
+        }
+        // Commits at 5, 10, 15 and 20 s: a journal write (not before its time), then a
+        // FLUSH as soon as it completed; the journal wraps after two commits.
+        assert_eq!(reqs.len(), 8, "{reqs:?}");
+        for (k, pair) in reqs.chunks(2).enumerate() {
+            assert_eq!(pair[0].kind, WlKind::Write);
+            assert_eq!(pair[0].at_ns, Some((k as u64 + 1) * 5_000_000_000));
+            assert_eq!(pair[0].offset_bytes, (k as u64 % 2) * COMMIT_JOURNAL_BYTES);
+            assert_eq!((pair[1].kind, pair[1].at_ns), (WlKind::Flush, None));
+        }
+        assert!(w.paced() && w.depth() == 1);
+    }
 
     fn fio(fsync_every: u32) -> FioWorkload {
         FioWorkload::new(FioJob {

@@ -15,7 +15,7 @@ pub mod surge;
 pub mod trace;
 
 pub use apps::{AppJob, AppKind, AppWorkload};
-pub use commit::GuestCommit;
+pub use commit::{GuestCommit, HostJournal};
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
 pub use host::{HostPath, HostProfile, PageCache};

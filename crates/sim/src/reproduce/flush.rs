@@ -14,6 +14,10 @@ pub const FSYNC_EVERY: [u32; 7] = [0, 1, 2, 4, 8, 16, 32];
 /// The guests' ext4 journal commit interval (jbd2's default `commit=5`), in both arms:
 /// the paper's Figure 7 shows its buffer emptying every 5 s for that reason.
 pub const GUEST_COMMIT_S: f64 = 5.0;
+/// The VM and volume standing for the host's file system (its jbd2 commits; seed 001's
+/// hTag requests), and its commit interval (ext4's default, as the guests').
+pub const HOST_FS: &str = "hostfs";
+pub const HOST_COMMIT_S: f64 = 5.0;
 /// The paper's band for a claimed point.
 pub const BAND: (f64, f64) = (0.67, 1.5);
 
@@ -79,6 +83,11 @@ pub fn scenario_text(run: &Run, mode: &str, runtime_s: f64) -> String {
             "\n[[volume]]\nname = \"vm{n}\"\npool = \"ssd\"\nsize = \"8g\"\nprefill = true\n\n[[vm]]\nname = \"vm{n}\"\nvolume = \"vm{n}\"\n{body}"
         );
     }
+    // The host's own ext4 journal, in both arms: its FLUSHes are among those Figure 6b
+    // averages (`HostJournal`). Its volume is the host file system's journal area.
+    s += &format!(
+        "\n[[volume]]\nname = \"{HOST_FS}\"\npool = \"ssd\"\nsize = \"128m\"\nprefill = true\n\n[[vm]]\nname = \"{HOST_FS}\"\nvolume = \"{HOST_FS}\"\n[vm.host_journal]\ncommit_s = {HOST_COMMIT_S}\nruntime_s = {runtime_s}\n"
+    );
     s
 }
 
@@ -481,8 +490,9 @@ mod tests {
         for mode in ["all", "tagged"] {
             let r = run_one(&Run::Micro { fsync_every: 0 }, mode, 5.5).unwrap();
             let st = side(&r).unwrap();
-            // The engine's own FLUSH at start (nothing to write), then one commit per VM.
-            assert_eq!(st.flushes, 1 + 2, "{mode}");
+            // The engine's own FLUSH at start (nothing to write), then one commit per VM
+            // and the host's.
+            assert_eq!(st.flushes, 1 + 2 + 1, "{mode}");
             assert!(st.own_data_kib_per_flush > 0.0, "{mode}: {st:?}");
         }
     }
@@ -499,15 +509,21 @@ mod tests {
             let text = scenario_text(&run, "tagged", 1.0);
             let sc = Scenario::parse("x.toml", &text, Path::new(".")).unwrap();
             // Every guest commits its journal every 5 s, in both arms.
+            let (host, guests): (Vec<_>, Vec<_>) = sc.vms.iter().partition(|v| v.name == HOST_FS);
             assert!(
-                sc.vms
+                guests
                     .iter()
                     .all(|v| v.guest_commit_ns == Some(5_000_000_000))
             );
             assert_eq!(
-                sc.vms.len(),
+                guests.len(),
                 if let Run::Micro { .. } = run { 2 } else { 3 }
             );
+            // And the host's own journal commits every 5 s, in both arms.
+            assert!(matches!(
+                host[..],
+                [h] if matches!(h.workload, crate::WorkloadSpec::HostJournal(j) if j.commit_ns == 5_000_000_000)
+            ));
         }
     }
 }
