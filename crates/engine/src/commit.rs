@@ -32,8 +32,6 @@ impl Engine {
     }
 
     pub(crate) fn start_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
-        let cb = self.cfg.chunk_bytes;
-        let meta = self.cfg.meta_pool;
         let vi = v as usize;
         if self.vols[vi].journal.abandoned() {
             // A commit failed while stopping (`Journal::abandon`): nothing more of this
@@ -56,49 +54,13 @@ impl Engine {
         let last_seq = vol.journal.next_seq - 1;
         let first_seq = last_seq + 1 - records.len() as u64;
         let blocks = Journal::blocks_for(records.len());
-        let work = if vol.checkpoint_wanted || !vol.journal.fits(blocks) {
-            let payload = encode_state_with_cache(&vol.map, &vol.overlay, vol.cache.raw());
-            let n = pieces_needed(payload.len() as u64, cb);
-            let hint = vol.rec.journal_first_chunk;
-            let alloc = &mut self.pools[meta.0 as usize].alloc;
-            let mut chunks = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                match alloc.allocate(hint, true) {
-                    Some(c) => chunks.push((meta, c)),
-                    None => break,
-                }
-            }
-            if chunks.len() as u64 == n {
-                let images = build_chain(vol.rec.id, last_seq, &payload, cb, &chunks);
-                CommitWork::Checkpoint {
-                    records,
-                    images,
-                    chunks,
-                    header: None,
-                }
-            } else {
-                for &(_, c) in &chunks {
-                    alloc.release(c);
-                }
-                // Once per spell (until a commit of the volume succeeds), not per attempt.
-                if self.nospace.no_room_began(v) {
-                    out.events.push(EngineEvent::Warning {
-                        message: format!(
-                            "volume {}: no room on the metadata pool for a checkpoint",
-                            vol.rec.name
-                        ),
-                    });
-                }
-                CommitWork::Blocks {
-                    records,
-                    image: Vec::new(),
-                    blocks,
-                    new_crc: 0,
-                }
-            }
+        let wants_checkpoint = vol.checkpoint_wanted || !vol.journal.fits(blocks);
+        let work = if wants_checkpoint {
+            self.checkpoint_work(v, records, blocks, last_seq, out)
         } else if records.is_empty() {
             CommitWork::FlushOnly
         } else {
+            let vol = &self.vols[vi];
             let (image, new_crc) = vol.journal.build_blocks(vol.rec.id, first_seq, &records);
             CommitWork::Blocks {
                 records,
@@ -107,6 +69,7 @@ impl Engine {
                 new_crc,
             }
         };
+        let vol = &mut self.vols[vi];
         // A round that could neither checkpoint nor fit its blocks fails now, as a round
         // that failed with ENOSPC does (finish_commit): its records go back, its waiters
         // fail, and the volume backs off until the commit timer retries. Before, callers
@@ -143,6 +106,60 @@ impl Engine {
             started_ns: now,
         });
         self.log_commit_check(now, v, out);
+    }
+
+    /// A checkpoint round's work, or, with no room for its chain on the metadata pool, a
+    /// blocks round without an image (which fails for space).
+    fn checkpoint_work(
+        &mut self,
+        v: u32,
+        records: Vec<crate::journal::Record>,
+        blocks: u64,
+        last_seq: u64,
+        out: &mut Outputs,
+    ) -> CommitWork {
+        let cb = self.cfg.chunk_bytes;
+        let meta = self.cfg.meta_pool;
+        let vol = &self.vols[v as usize];
+        let payload = encode_state_with_cache(&vol.map, &vol.overlay, vol.cache.raw());
+        let n = pieces_needed(payload.len() as u64, cb);
+        let (hint, id) = (vol.rec.journal_first_chunk, vol.rec.id);
+        let alloc = &mut self.pools[meta.0 as usize].alloc;
+        let mut chunks = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            match alloc.allocate(hint, true) {
+                Some(c) => chunks.push((meta, c)),
+                None => break,
+            }
+        }
+        if chunks.len() as u64 == n {
+            let images = build_chain(id, last_seq, &payload, cb, &chunks);
+            CommitWork::Checkpoint {
+                records,
+                images,
+                chunks,
+                header: None,
+            }
+        } else {
+            for &(_, c) in &chunks {
+                alloc.release(c);
+            }
+            // Once per spell (until a commit of the volume succeeds), not per attempt.
+            if self.nospace.no_room_began(v) {
+                out.events.push(EngineEvent::Warning {
+                    message: format!(
+                        "volume {}: no room on the metadata pool for a checkpoint",
+                        self.vols[v as usize].rec.name
+                    ),
+                });
+            }
+            CommitWork::Blocks {
+                records,
+                image: Vec::new(),
+                blocks,
+                new_crc: 0,
+            }
+        }
     }
 
     /// Flush the pools the round's data went to.
@@ -211,8 +228,7 @@ impl Engine {
     }
 
     fn advance_commit(&mut self, now: u64, v: u32, out: &mut Outputs) {
-        let vi = v as usize;
-        let Some(c) = self.vols[vi].commit.as_ref() else {
+        let Some(c) = self.vols[v as usize].commit.as_ref() else {
             return;
         };
         if let Some(err) = c.failed {
@@ -220,146 +236,159 @@ impl Engine {
         }
         match c.phase {
             CommitPhase::LogWait => unreachable!("log waits end in commit_data_flush"),
-            CommitPhase::DataFlush => {
-                if self.bug_is(InjectedBug::AckFlushBeforeJournal) {
-                    let waiters = self.vols[vi]
-                        .commit
-                        .as_mut()
-                        .map(|c| std::mem::take(&mut c.waiters))
-                        .unwrap_or_default();
-                    for w in waiters {
-                        self.finish_req(now, w, Ok(()), out);
-                    }
+            CommitPhase::DataFlush => self.commit_after_data_flush(now, v, out),
+            CommitPhase::Write => self.commit_after_write(now, v, out),
+            CommitPhase::Header => self.commit_after_header(now, v, out),
+        }
+    }
+
+    /// The data is durable: write the round's journal blocks or checkpoint image.
+    fn commit_after_data_flush(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vi = v as usize;
+        if self.bug_is(InjectedBug::AckFlushBeforeJournal) {
+            let waiters = self.vols[vi]
+                .commit
+                .as_mut()
+                .map(|c| std::mem::take(&mut c.waiters))
+                .unwrap_or_default();
+            for w in waiters {
+                self.finish_req(now, w, Ok(()), out);
+            }
+        }
+        let vol = &mut self.vols[vi];
+        let Some(c) = vol.commit.as_mut() else { return };
+        c.phase = CommitPhase::Write;
+        let mut writes: Vec<(PoolId, u64, Vec<u8>)> = Vec::new();
+        match &mut c.work {
+            CommitWork::FlushOnly => return self.finish_commit(now, v, Ok(()), out),
+            CommitWork::Blocks { image, blocks, .. } => {
+                // One write at the ring head, split where the ring wraps.
+                let j = &vol.journal;
+                let slot = j.head % j.ring_blocks;
+                let first = (*blocks).min(j.ring_blocks - slot) as usize * BLOCK_BYTES as usize;
+                let img = mem::take(image);
+                if first < img.len() {
+                    writes.push((j.pool, j.ring_offset(), img[first..].to_vec()));
                 }
-                let vol = &mut self.vols[vi];
-                let Some(c) = vol.commit.as_mut() else { return };
-                c.phase = CommitPhase::Write;
-                let mut writes: Vec<(PoolId, u64, Vec<u8>)> = Vec::new();
-                match &mut c.work {
-                    CommitWork::FlushOnly => return self.finish_commit(now, v, Ok(()), out),
-                    CommitWork::Blocks { image, blocks, .. } => {
-                        // One write at the ring head, split where the ring wraps.
-                        let j = &vol.journal;
-                        let slot = j.head % j.ring_blocks;
-                        let first =
-                            (*blocks).min(j.ring_blocks - slot) as usize * BLOCK_BYTES as usize;
-                        let img = mem::take(image);
-                        if first < img.len() {
-                            writes.push((j.pool, j.ring_offset(), img[first..].to_vec()));
-                        }
-                        writes.insert(
-                            0,
-                            (
-                                j.pool,
-                                j.block_offset(j.head),
-                                img[..first.min(img.len())].to_vec(),
-                            ),
-                        );
-                    }
-                    CommitWork::Checkpoint { images, chunks, .. } => {
-                        for (img, &(p, ch)) in mem::take(images).into_iter().zip(chunks.iter()) {
-                            writes.push((p, chunk_offset(ch, self.cfg.chunk_bytes), img));
-                        }
-                        // Earlier header writes to the next slot failed and may have
-                        // landed, naming their chains: make the slot name the durable
-                        // checkpoint again (a copy of the header as last written), so
-                        // those chains can go before this round's header is written to
-                        // it. Without this, every failed header write kept one more chain
-                        // claimed, and repeated failures used up the metadata pool's
-                        // reserve, which holds one such chain.
-                        let j = &vol.journal;
-                        if !j.orphan_chunks.is_empty() {
-                            writes.push((j.pool, j.next_header_offset(), j.header.encode()));
-                        }
-                    }
+                writes.insert(
+                    0,
+                    (
+                        j.pool,
+                        j.block_offset(j.head),
+                        img[..first.min(img.len())].to_vec(),
+                    ),
+                );
+            }
+            CommitWork::Checkpoint { images, chunks, .. } => {
+                for (img, &(p, ch)) in mem::take(images).into_iter().zip(chunks.iter()) {
+                    writes.push((p, chunk_offset(ch, self.cfg.chunk_bytes), img));
                 }
-                c.pending_ops = writes.len() as u32;
-                for (p, off, img) in writes {
-                    self.commit_write(now, v, p, off, img, out);
+                // Earlier header writes to the next slot failed and may have
+                // landed, naming their chains: make the slot name the durable
+                // checkpoint again (a copy of the header as last written), so
+                // those chains can go before this round's header is written to
+                // it. Without this, every failed header write kept one more chain
+                // claimed, and repeated failures used up the metadata pool's
+                // reserve, which holds one such chain.
+                let j = &vol.journal;
+                if !j.orphan_chunks.is_empty() {
+                    writes.push((j.pool, j.next_header_offset(), j.header.encode()));
                 }
             }
-            CommitPhase::Write => {
-                let marking_clean_stop = self.clean_stop.marking();
-                let vol = &mut self.vols[vi];
-                let Some(c) = vol.commit.as_mut() else { return };
-                match &mut c.work {
-                    CommitWork::FlushOnly => {
-                        unreachable!("flush-only rounds finish after the data flush")
-                    }
-                    CommitWork::Blocks {
-                        blocks, new_crc, ..
-                    } => {
-                        vol.journal.head += *blocks;
-                        vol.journal.last_crc = *new_crc;
-                        vol.journal.durable_seq = c.last_seq;
-                        vol.stats.journal_blocks += *blocks;
-                        self.finish_commit(now, v, Ok(()), out);
-                    }
-                    CommitWork::Checkpoint { chunks, header, .. } => {
-                        // The slot no longer names an orphan chain: orphans only come
-                        // from a failed round, so any here were here when this round's
-                        // writes were issued, and among them was the slot's copy of the
-                        // durable header, which succeeded with the rest.
-                        let orphans = mem::take(&mut vol.journal.orphan_chunks);
-                        let j = &vol.journal;
-                        let h = JournalHeader {
-                            volume_id: vol.rec.id,
-                            generation: j.header.generation + 1,
-                            mount_generation: j.header.mount_generation,
-                            checkpoint: chunks.first().copied(),
-                            checkpoint_seq: c.last_seq,
-                            mount_block_seq: j.header.mount_block_seq,
-                            replay_block_seq: j.head,
-                            replay_prev_crc: j.last_crc,
-                            stopped_clean: marking_clean_stop,
-                        };
-                        let (pool, off) = (j.pool, j.next_header_offset());
-                        let img = h.encode();
-                        *header = Some(h);
-                        c.phase = CommitPhase::Header;
-                        c.pending_ops = 1;
-                        for (p, ch) in orphans {
-                            self.defer_free(
-                                Freed::Chunks {
-                                    pool: p,
-                                    first: ch,
-                                    n: 1,
-                                },
-                                smallvec::SmallVec::new(),
-                            );
-                        }
-                        self.commit_write(now, v, pool, off, img, out);
-                    }
-                }
+        }
+        c.pending_ops = writes.len() as u32;
+        for (p, off, img) in writes {
+            self.commit_write(now, v, p, off, img, out);
+        }
+    }
+
+    /// The blocks are written (the round is done), or the checkpoint image is (its header
+    /// goes next).
+    fn commit_after_write(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vi = v as usize;
+        let marking_clean_stop = self.clean_stop.marking();
+        let vol = &mut self.vols[vi];
+        let Some(c) = vol.commit.as_mut() else { return };
+        match &mut c.work {
+            CommitWork::FlushOnly => {
+                unreachable!("flush-only rounds finish after the data flush")
             }
-            CommitPhase::Header => {
-                let vol = &mut self.vols[vi];
-                let Some(c) = vol.commit.as_mut() else { return };
-                let CommitWork::Checkpoint { chunks, header, .. } = &mut c.work else {
-                    unreachable!("only checkpoints write headers")
-                };
-                let Some(h) = header.take() else { return };
-                vol.journal.header = h;
-                vol.journal.tail = vol.journal.head;
+            CommitWork::Blocks {
+                blocks, new_crc, ..
+            } => {
+                vol.journal.head += *blocks;
+                vol.journal.last_crc = *new_crc;
                 vol.journal.durable_seq = c.last_seq;
-                vol.checkpoint_wanted = false;
-                vol.stats.checkpoints += 1;
-                let mut old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
-                // The slot just written no longer names chains of earlier failed attempts.
-                old.append(&mut vol.journal.orphan_chunks);
-                for (pool, ch) in old {
+                vol.stats.journal_blocks += *blocks;
+                self.finish_commit(now, v, Ok(()), out);
+            }
+            CommitWork::Checkpoint { chunks, header, .. } => {
+                // The slot no longer names an orphan chain: orphans only come
+                // from a failed round, so any here were here when this round's
+                // writes were issued, and among them was the slot's copy of the
+                // durable header, which succeeded with the rest.
+                let orphans = mem::take(&mut vol.journal.orphan_chunks);
+                let j = &vol.journal;
+                let h = JournalHeader {
+                    volume_id: vol.rec.id,
+                    generation: j.header.generation + 1,
+                    mount_generation: j.header.mount_generation,
+                    checkpoint: chunks.first().copied(),
+                    checkpoint_seq: c.last_seq,
+                    mount_block_seq: j.header.mount_block_seq,
+                    replay_block_seq: j.head,
+                    replay_prev_crc: j.last_crc,
+                    stopped_clean: marking_clean_stop,
+                };
+                let (pool, off) = (j.pool, j.next_header_offset());
+                let img = h.encode();
+                *header = Some(h);
+                c.phase = CommitPhase::Header;
+                c.pending_ops = 1;
+                for (p, ch) in orphans {
                     self.defer_free(
                         Freed::Chunks {
-                            pool,
+                            pool: p,
                             first: ch,
                             n: 1,
                         },
                         smallvec::SmallVec::new(),
                     );
                 }
-                self.finish_commit(now, v, Ok(()), out);
+                self.commit_write(now, v, pool, off, img, out);
             }
         }
+    }
+
+    /// The checkpoint's header is written: the ring restarts after it, and the old
+    /// checkpoint's chunks can go.
+    fn commit_after_header(&mut self, now: u64, v: u32, out: &mut Outputs) {
+        let vi = v as usize;
+        let vol = &mut self.vols[vi];
+        let Some(c) = vol.commit.as_mut() else { return };
+        let CommitWork::Checkpoint { chunks, header, .. } = &mut c.work else {
+            unreachable!("only checkpoints write headers")
+        };
+        let Some(h) = header.take() else { return };
+        vol.journal.header = h;
+        vol.journal.tail = vol.journal.head;
+        vol.journal.durable_seq = c.last_seq;
+        vol.checkpoint_wanted = false;
+        vol.stats.checkpoints += 1;
+        let mut old = mem::replace(&mut vol.journal.checkpoint_chunks, mem::take(chunks));
+        // The slot just written no longer names chains of earlier failed attempts.
+        old.append(&mut vol.journal.orphan_chunks);
+        for (pool, ch) in old {
+            self.defer_free(
+                Freed::Chunks {
+                    pool,
+                    first: ch,
+                    n: 1,
+                },
+                smallvec::SmallVec::new(),
+            );
+        }
+        self.finish_commit(now, v, Ok(()), out);
     }
 
     fn finish_commit(&mut self, now: u64, v: u32, result: Result<(), Errno>, out: &mut Outputs) {

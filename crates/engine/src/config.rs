@@ -289,6 +289,47 @@ pub struct LogConfig {
     pub reserve_segments: u64,
 }
 
+impl LogConfig {
+    /// The log's sizes against each other and the chunk size.
+    fn check(&self, chunk_bytes: u64) -> Result<(), String> {
+        let l = self;
+        if l.segment_bytes == 0
+            || !l.segment_bytes.is_multiple_of(chunk_bytes)
+            || l.segment_bytes / chunk_bytes > 64
+        {
+            return Err(format!(
+                "log segment size {} must be a multiple of the chunk size {} and at most 64 chunks",
+                l.segment_bytes, chunk_bytes
+            ));
+        }
+        if l.append_bytes < 4096
+            || l.append_bytes > l.segment_bytes
+            || !l.append_bytes.is_multiple_of(512)
+        {
+            return Err(format!(
+                "log append size {} must be a multiple of 512, at least 4 KiB and at most the segment size",
+                l.append_bytes
+            ));
+        }
+        if l.threshold_bytes > l.append_bytes {
+            return Err(format!(
+                "log threshold {} must not exceed the append size {}",
+                l.threshold_bytes, l.append_bytes
+            ));
+        }
+        if l.appends_in_flight == 0 {
+            return Err("log appends in flight must be at least 1".into());
+        }
+        if l.gather_ns > 1_000_000_000 {
+            return Err(format!(
+                "log gather time (gather_us) {} us is over a second: buffered writes would sit in RAM that long",
+                l.gather_ns / 1000
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -426,40 +467,7 @@ impl EngineConfig {
                 ));
             }
         }
-        let l = &self.log;
-        if l.segment_bytes == 0
-            || !l.segment_bytes.is_multiple_of(self.chunk_bytes)
-            || l.segment_bytes / self.chunk_bytes > 64
-        {
-            return err(format!(
-                "log segment size {} must be a multiple of the chunk size {} and at most 64 chunks",
-                l.segment_bytes, self.chunk_bytes
-            ));
-        }
-        if l.append_bytes < 4096
-            || l.append_bytes > l.segment_bytes
-            || !l.append_bytes.is_multiple_of(512)
-        {
-            return err(format!(
-                "log append size {} must be a multiple of 512, at least 4 KiB and at most the segment size",
-                l.append_bytes
-            ));
-        }
-        if l.threshold_bytes > l.append_bytes {
-            return err(format!(
-                "log threshold {} must not exceed the append size {}",
-                l.threshold_bytes, l.append_bytes
-            ));
-        }
-        if l.appends_in_flight == 0 {
-            return err("log appends in flight must be at least 1".into());
-        }
-        if l.gather_ns > 1_000_000_000 {
-            return err(format!(
-                "log gather time (gather_us) {} us is over a second: buffered writes would sit in RAM that long",
-                l.gather_ns / 1000
-            ));
-        }
+        self.log.check(self.chunk_bytes).map_err(ConfigError)?;
         let mut names = std::collections::BTreeSet::new();
         for p in &self.pools {
             if p.name.is_empty() || p.name.len() > MAX_NAME_BYTES || !names.insert(p.name.clone()) {

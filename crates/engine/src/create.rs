@@ -78,16 +78,9 @@ impl Creations {
 }
 
 impl Engine {
-    /// Start creating a volume; `EngineEvent::VolumeCreated` says when it can be used.
-    pub(crate) fn try_create_volume(
-        &mut self,
-        now: u64,
-        vc: VolumeConfig,
-        out: &mut Outputs,
-    ) -> Result<(), ControlError> {
-        if self.state != EngineState::Ready {
-            return Err(ControlError::NotReady);
-        }
+    /// Refusals that need nothing reserved: another create or delete under way, a taken
+    /// name, the volume table full.
+    fn may_create(&self, vc: &VolumeConfig) -> Result<(), ControlError> {
         if let Some(d) = self.deletes.in_progress() {
             return Err(ControlError::Busy(format!(
                 "volume {} is being deleted; try again when it is done",
@@ -116,6 +109,20 @@ impl Engine {
                 crate::config::MAX_VOLUMES
             )));
         }
+        Ok(())
+    }
+
+    /// Start creating a volume; `EngineEvent::VolumeCreated` says when it can be used.
+    pub(crate) fn try_create_volume(
+        &mut self,
+        now: u64,
+        vc: VolumeConfig,
+        out: &mut Outputs,
+    ) -> Result<(), ControlError> {
+        if self.state != EngineState::Ready {
+            return Err(ControlError::NotReady);
+        }
+        self.may_create(&vc)?;
         vc.check(self.pools.len()).map_err(ControlError::Invalid)?;
         let id = self
             .vols

@@ -180,12 +180,10 @@ impl Engine {
         }
     }
 
-    fn start_read(&mut self, now: u64, key: usize, out: &mut Outputs) {
-        let r = &self.reqs[key];
-        let (v, off, len) = (r.vol, r.offset_bytes, r.len_bytes);
-        if len == 0 {
-            return;
-        }
+    /// Where each byte range of a read comes from: the map's chunk, an overlay entry (log,
+    /// moved or zeroed data) or zeros; adjacent ranges of one device run merged.
+    #[inline]
+    fn read_sources(&self, v: u32, off: u64, len: u64) -> SmallVec<[(u64, u64, Src); 4]> {
         let cb = self.cfg.chunk_bytes;
         let vol = &self.vols[v as usize];
         let mut parts: SmallVec<[(u64, u64, Src); 4]> = SmallVec::new();
@@ -240,6 +238,16 @@ impl Engine {
             }
             pos = cend;
         }
+        parts
+    }
+
+    fn start_read(&mut self, now: u64, key: usize, out: &mut Outputs) {
+        let r = &self.reqs[key];
+        let (v, off, len) = (r.vol, r.offset_bytes, r.len_bytes);
+        if len == 0 {
+            return;
+        }
+        let mut parts = self.read_sources(v, off, len);
         // Log data whose append has not landed is served from RAM.
         let mut ram: SmallVec<[(u64, u64, Option<Bytes>); 2]> = SmallVec::new();
         if self.logs.iter().any(|l| !l.ram.is_empty()) {

@@ -276,6 +276,37 @@ impl Engine {
         // (`promo.rs`).
         self.vols[v].promo.age(epoch);
         let paying = self.vols[v].promo.pays();
+        let coldest = self.coldest_fast_chunk(now, v, fast, epoch, owners, paying);
+        let Some((cold, w, d, unused)) = coldest else {
+            return false;
+        };
+        // The noise test applies to a victim in use (accessed since this decay period
+        // began) and to any victim of the candidate's own volume: swapping two chunks of
+        // one VM only re-ranks them, which at flat heat is noise (zipf0.8 one VM: 909 ->
+        // 629 swaps). A victim of another volume not accessed this period shows no current
+        // use: the percentage margin alone decides, so room passes quickly from a VM that
+        // has moved on to one that is busy (requiring the noise test there slowed the
+        // VMs' race for the pool: zipf1.0 with 2 VMs 11 % slower).
+        let in_use = !unused || w == v;
+        if clearly_hotter(weight, cold, self.cfg.tiering.hysteresis_pct, in_use) {
+            let home = self.vols[w].rec.home_pool;
+            return self.start_move(now, w, d, home, out);
+        }
+        false
+    }
+
+    /// The coldest chunk on pool `fast` among `owners`' volumes, sampled from each one's
+    /// scan cursor (the whole volume when `paying`): (weighted heat, volume, chunk, unused
+    /// this period).
+    fn coldest_fast_chunk(
+        &mut self,
+        now: u64,
+        v: usize,
+        fast: PoolId,
+        epoch: u16,
+        owners: Vec<usize>,
+        paying: bool,
+    ) -> Option<(u64, usize, u64, bool)> {
         let mut coldest: Option<(u64, usize, u64, bool)> = None;
         for w in owners {
             let prio = self.priority(w) as u64;
@@ -308,22 +339,7 @@ impl Engine {
                 }
             }
         }
-        let Some((cold, w, d, unused)) = coldest else {
-            return false;
-        };
-        // The noise test applies to a victim in use (accessed since this decay period
-        // began) and to any victim of the candidate's own volume: swapping two chunks of
-        // one VM only re-ranks them, which at flat heat is noise (zipf0.8 one VM: 909 ->
-        // 629 swaps). A victim of another volume not accessed this period shows no current
-        // use: the percentage margin alone decides, so room passes quickly from a VM that
-        // has moved on to one that is busy (requiring the noise test there slowed the
-        // VMs' race for the pool: zipf1.0 with 2 VMs 11 % slower).
-        let in_use = !unused || w == v;
-        if clearly_hotter(weight, cold, self.cfg.tiering.hysteresis_pct, in_use) {
-            let home = self.vols[w].rec.home_pool;
-            return self.start_move(now, w, d, home, out);
-        }
-        false
+        coldest
     }
 
     /// Begin moving chunk `c` of volume `v` to pool `dst_pool`. False if not possible now.

@@ -562,46 +562,8 @@ impl Engine {
         }
         let mut sbs = Vec::new();
         for (i, d) in decoded.into_iter().enumerate() {
-            let pc = &self.cfg.pools[i];
-            let sb = d.map_err(|e| format!("pool {}: {e}", pc.name))?;
-            if sb.name != pc.name
-                || sb.pool_index as usize != i
-                || sb.pool_count as usize != self.pools.len()
-            {
-                return Err(format!(
-                    "pool {}: superblock says it is pool {:?} ({} of {}); the configuration lists pools in a different order or set",
-                    pc.name, sb.name, sb.pool_index, sb.pool_count
-                ));
-            }
-            // Before geometry: a slice of another shard count has another capacity too,
-            // and the count is what the operator must be told about.
-            if sb.shard != self.cfg.shard {
-                return Err(shard_mismatch(&pc.name, sb.shard, self.cfg.shard));
-            }
-            if sb.chunk_bytes != self.cfg.chunk_bytes {
-                return Err(format!(
-                    "pool {}: formatted with {} byte chunks, configured {}",
-                    pc.name, sb.chunk_bytes, self.cfg.chunk_bytes
-                ));
-            }
-            if sb.capacity_bytes != pc.capacity_bytes {
-                return Err(format!(
-                    "pool {}: formatted with {} bytes, configured {}; resizing is not supported",
-                    pc.name, sb.capacity_bytes, pc.capacity_bytes
-                ));
-            }
-            if sb.meta_pool != self.cfg.meta_pool.0 {
-                return Err(format!("pool {}: metadata pool mismatch", pc.name));
-            }
-            if let Some(first) = sbs.first() {
-                let first: &Superblock = first;
-                if first.system_uuid != sb.system_uuid {
-                    return Err(format!(
-                        "pool {} belongs to a different tiervisor system than pool {}",
-                        pc.name, self.cfg.pools[0].name
-                    ));
-                }
-            }
+            let sb = d.map_err(|e| format!("pool {}: {e}", self.cfg.pools[i].name))?;
+            check_superblock(&self.cfg, i, &sb, sbs.first())?;
             sbs.push(sb);
         }
         self.cfg.system_uuid = sbs[0].system_uuid;
@@ -777,4 +739,52 @@ impl Engine {
         self.check_phase_done(now, out);
         Ok(())
     }
+}
+
+/// A decoded superblock of pool `i` against the configuration and the first pool's.
+fn check_superblock(
+    cfg: &crate::EngineConfig,
+    i: usize,
+    sb: &Superblock,
+    first: Option<&Superblock>,
+) -> Result<(), String> {
+    let pc = &cfg.pools[i];
+    if sb.name != pc.name
+        || sb.pool_index as usize != i
+        || sb.pool_count as usize != cfg.pools.len()
+    {
+        return Err(format!(
+            "pool {}: superblock says it is pool {:?} ({} of {}); the configuration lists pools in a different order or set",
+            pc.name, sb.name, sb.pool_index, sb.pool_count
+        ));
+    }
+    // Before geometry: a slice of another shard count has another capacity too,
+    // and the count is what the operator must be told about.
+    if sb.shard != cfg.shard {
+        return Err(shard_mismatch(&pc.name, sb.shard, cfg.shard));
+    }
+    if sb.chunk_bytes != cfg.chunk_bytes {
+        return Err(format!(
+            "pool {}: formatted with {} byte chunks, configured {}",
+            pc.name, sb.chunk_bytes, cfg.chunk_bytes
+        ));
+    }
+    if sb.capacity_bytes != pc.capacity_bytes {
+        return Err(format!(
+            "pool {}: formatted with {} bytes, configured {}; resizing is not supported",
+            pc.name, sb.capacity_bytes, pc.capacity_bytes
+        ));
+    }
+    if sb.meta_pool != cfg.meta_pool.0 {
+        return Err(format!("pool {}: metadata pool mismatch", pc.name));
+    }
+    if let Some(first) = first {
+        if first.system_uuid != sb.system_uuid {
+            return Err(format!(
+                "pool {} belongs to a different tiervisor system than pool {}",
+                pc.name, cfg.pools[0].name
+            ));
+        }
+    }
+    Ok(())
 }

@@ -72,65 +72,116 @@ impl Engine {
     pub(super) fn after_checkpoints(&mut self, now: u64, out: &mut Outputs) -> Result<(), String> {
         let mut s = self.startup.take().ok_or("no startup")?;
         for v in 0..self.vols.len() {
-            let h = s.headers[v].clone();
-            let chain = std::mem::take(&mut s.chains[v]);
-            let name = self.vols[v].rec.name.clone();
-            let chunks = self.vols[v].chunks;
-            let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
-            let (map, overlay, cached) = if h.checkpoint.is_some() {
-                decode_state_full(&chain.payload, chunks)
-                    .ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
-            } else {
-                (
-                    ChunkMap::new(
-                        chunks,
-                        if thick {
-                            ChunkLoc::Home
-                        } else {
-                            ChunkLoc::Unmapped
-                        },
-                    ),
-                    ExtentMap::new(),
-                    Vec::new(),
-                )
-            };
-            let rec = self.vols[v].rec.clone();
-            let mut vol = self.volume_from(rec, map, overlay, h.clone());
-            for (c, slot) in cached {
-                let (fast, slow) = (vol.map.get(c), crate::cache::decode_slot(slot));
-                cache_chunk(self, &mut vol, c, fast, slow)
-                    .map_err(|e| format!("volume {name}: checkpoint: {e}"))?;
-            }
-            vol.id = VolumeId(v as u32);
-            vol.journal.checkpoint_chunks = chain.chunks;
-            let region = s.regions[v].take().unwrap_or_default();
-            self.replay(&mut vol, &region)?;
-            if let Some(c) = vol.cache.foreign.first() {
-                return Err(format!(
-                    "volume {name}: cached chunk {c} has its slow slot off the home pool, and no later record ends its caching"
-                ));
-            }
-            vol.recount(self.pools.len());
-            // Everything cached is dirty now (clean/dirty is not journaled).
-            vol.stats.cache.dirty_at_mount = vol.cache.dirty_count();
-            self.vols[v] = vol;
-            self.thick_rehome_at_mount(v);
-            let mapped = self.vols[v]
-                .map
-                .iter()
-                .filter(|(_, l)| *l != ChunkLoc::Unmapped)
-                .count() as u64;
-            out.events.push(EngineEvent::Recovered {
-                volume: name,
-                records_replayed: self.vols[v].journal.replayed,
-                checkpoint_seq: h.checkpoint_seq,
-                mapped_chunks: mapped,
-                cached_dirty_chunks: self.vols[v].stats.cache.dirty_at_mount,
-            });
+            self.rebuild_volume(&mut s, v, out)?;
         }
         self.rebuild_allocators()?;
         self.rebuild_segments()?;
-        // Volumes the configuration adds.
+        let created = self.add_configured_volumes(out)?;
+        // Volumes created or grown at run time are in the table, not the configuration.
+        // Earlier builds created volumes without checking this room: say so
+        // rather than refuse to mount what they made.
+        if let Err(e) = self.set_reserves() {
+            out.events.push(EngineEvent::Warning {
+                message: format!(
+                    "{e} (volumes created while running took the room); new data is refused \
+                     on that pool so checkpoints keep theirs"
+                ),
+            });
+        }
+        self.startup = Some(Startup {
+            retry: Default::default(),
+            phase: Phase::Allocating,
+            outstanding: 0,
+            error: None,
+            formatting: false,
+            mount_only: false,
+            superblocks: Vec::new(),
+            voltab: None,
+            regions: Vec::new(),
+            headers: Vec::new(),
+            chains: Vec::new(),
+            created: created.clone(),
+            space: Default::default(),
+        });
+        let mut zeroing = false;
+        for &v in &created {
+            zeroing |= self.zero_thick_region(now, v, out);
+        }
+        if zeroing {
+            self.check_phase_done(now, out);
+            return Ok(());
+        }
+        self.write_mount_metadata(now, out)
+    }
+
+    /// Volume `v` from its checkpoint and the records after it.
+    fn rebuild_volume(
+        &mut self,
+        s: &mut Startup,
+        v: usize,
+        out: &mut Outputs,
+    ) -> Result<(), String> {
+        let h = s.headers[v].clone();
+        let chain = std::mem::take(&mut s.chains[v]);
+        let name = self.vols[v].rec.name.clone();
+        let chunks = self.vols[v].chunks;
+        let thick = self.vols[v].rec.provisioning == Provisioning::Thick;
+        let (map, overlay, cached) = if h.checkpoint.is_some() {
+            decode_state_full(&chain.payload, chunks)
+                .ok_or_else(|| format!("volume {name}: checkpoint contents are malformed"))?
+        } else {
+            (
+                ChunkMap::new(
+                    chunks,
+                    if thick {
+                        ChunkLoc::Home
+                    } else {
+                        ChunkLoc::Unmapped
+                    },
+                ),
+                ExtentMap::new(),
+                Vec::new(),
+            )
+        };
+        let rec = self.vols[v].rec.clone();
+        let mut vol = self.volume_from(rec, map, overlay, h.clone());
+        for (c, slot) in cached {
+            let (fast, slow) = (vol.map.get(c), crate::cache::decode_slot(slot));
+            cache_chunk(self, &mut vol, c, fast, slow)
+                .map_err(|e| format!("volume {name}: checkpoint: {e}"))?;
+        }
+        vol.id = VolumeId(v as u32);
+        vol.journal.checkpoint_chunks = chain.chunks;
+        let region = s.regions[v].take().unwrap_or_default();
+        self.replay(&mut vol, &region)?;
+        if let Some(c) = vol.cache.foreign.first() {
+            return Err(format!(
+                "volume {name}: cached chunk {c} has its slow slot off the home pool, and no later record ends its caching"
+            ));
+        }
+        vol.recount(self.pools.len());
+        // Everything cached is dirty now (clean/dirty is not journaled).
+        vol.stats.cache.dirty_at_mount = vol.cache.dirty_count();
+        self.vols[v] = vol;
+        self.thick_rehome_at_mount(v);
+        let mapped = self.vols[v]
+            .map
+            .iter()
+            .filter(|(_, l)| *l != ChunkLoc::Unmapped)
+            .count() as u64;
+        out.events.push(EngineEvent::Recovered {
+            volume: name,
+            records_replayed: self.vols[v].journal.replayed,
+            checkpoint_seq: h.checkpoint_seq,
+            mapped_chunks: mapped,
+            cached_dirty_chunks: self.vols[v].stats.cache.dirty_at_mount,
+        });
+        Ok(())
+    }
+
+    /// Volumes the configuration names: resize or re-place the known ones, create the new
+    /// ones (not those deleted at run time). Returns the created volumes' indexes.
+    fn add_configured_volumes(&mut self, out: &mut Outputs) -> Result<Vec<usize>, String> {
         let known: Vec<String> = self.vols.iter().map(|v| v.rec.name.clone()).collect();
         let mut created = Vec::new();
         for vc in self.cfg.volumes.clone() {
@@ -182,41 +233,7 @@ impl Engine {
                 }
             }
         }
-        // Volumes created or grown at run time are in the table, not the configuration.
-        // Earlier builds created volumes without checking this room: say so
-        // rather than refuse to mount what they made.
-        if let Err(e) = self.set_reserves() {
-            out.events.push(EngineEvent::Warning {
-                message: format!(
-                    "{e} (volumes created while running took the room); new data is refused \
-                     on that pool so checkpoints keep theirs"
-                ),
-            });
-        }
-        self.startup = Some(Startup {
-            retry: Default::default(),
-            phase: Phase::Allocating,
-            outstanding: 0,
-            error: None,
-            formatting: false,
-            mount_only: false,
-            superblocks: Vec::new(),
-            voltab: None,
-            regions: Vec::new(),
-            headers: Vec::new(),
-            chains: Vec::new(),
-            created: created.clone(),
-            space: Default::default(),
-        });
-        let mut zeroing = false;
-        for &v in &created {
-            zeroing |= self.zero_thick_region(now, v, out);
-        }
-        if zeroing {
-            self.check_phase_done(now, out);
-            return Ok(());
-        }
-        self.write_mount_metadata(now, out)
+        Ok(created)
     }
 
     /// Apply the ring's valid block chain to a freshly loaded volume.

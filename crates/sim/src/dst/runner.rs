@@ -1841,6 +1841,10 @@ impl Sim {
                 return Err(format!("{} request(s) never completed", self.reqs.len()));
             }
             guard += 1;
+            // Steps stand still while the run settles: check between events too.
+            if guard.is_multiple_of(64) {
+                self.engine.check_invariants()?;
+            }
             if guard > 10_000_000 {
                 // Whether virtual time moved tells a spin at one instant from work that
                 // waits forever while timers go on firing.

@@ -100,6 +100,10 @@ impl Sim {
                 ));
             }
             guard += 1;
+            // The stop's final commits and drains run here, between steps.
+            if guard.is_multiple_of(64) {
+                self.engine.check_invariants()?;
+            }
             if guard > 10_000_000 {
                 return Err("an orderly stop never ended".into());
             }

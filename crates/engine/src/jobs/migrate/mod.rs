@@ -1034,7 +1034,10 @@ impl Engine {
                 }
                 let Some(pc) = *d else { continue };
                 let loc = crate::chunkmap::ChunkLoc::At(job.params.to, pc);
-                if vol.map.get(c as u64) != loc && seen.insert((job.params.to, pc)) {
+                // No dedupe here: two logical chunks copied to one destination chunk is
+                // exactly the double claim the check must see.
+                if vol.map.get(c as u64) != loc {
+                    seen.insert((job.params.to, pc));
                     out.push((job.params.to, pc, "migration destination"));
                 }
             }
