@@ -778,13 +778,13 @@ fn check_superblock(
     if sb.meta_pool != cfg.meta_pool.0 {
         return Err(format!("pool {}: metadata pool mismatch", pc.name));
     }
-    if let Some(first) = first {
-        if first.system_uuid != sb.system_uuid {
-            return Err(format!(
-                "pool {} belongs to a different tiervisor system than pool {}",
-                pc.name, cfg.pools[0].name
-            ));
-        }
+    if let Some(first) = first
+        && first.system_uuid != sb.system_uuid
+    {
+        return Err(format!(
+            "pool {} belongs to a different tiervisor system than pool {}",
+            pc.name, cfg.pools[0].name
+        ));
     }
     Ok(())
 }
