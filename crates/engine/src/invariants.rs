@@ -171,6 +171,7 @@ impl Engine {
                     v.cache.dirty_count()
                 ));
             }
+            self.check_pivoted(v.id.0)?;
             for (p, pc, what) in self.migration_claims(v.id.0) {
                 claim(p.0 as usize, pc, format!("{what} of {}", r.name))?;
             }

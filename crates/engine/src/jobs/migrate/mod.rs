@@ -28,12 +28,13 @@ mod resume;
 mod route;
 mod thick;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use cost::{CostInputs, MigrationCost, predict_cost};
 pub(crate) use resume::{decode_job, encode_job};
 
 use crate::bucket::TokenBucket;
+use crate::chunkmap::ChunkLoc;
 use crate::control::ControlError;
 use crate::engine::Engine;
 use crate::types::{Outputs, PoolId, VmRequest, VolumeId};
@@ -356,7 +357,7 @@ pub(crate) struct Job {
     pub may_write_dst: bool,
     /// LR: the source location of chunks already switched to the destination, kept
     /// until the pivot (freed) or a cancel (copied back into it).
-    pub kept_src: Vec<Option<crate::chunkmap::ChunkLoc>>,
+    pub kept_src: Vec<Option<ChunkLoc>>,
     /// DBT: dirty blocks per chunk (bit per `granularity_bytes`).
     pub dirty: dirty::DirtyMap,
     pub cursor: u64,
@@ -397,6 +398,10 @@ pub(crate) struct Job {
     pub resumed_before_durable: bool,
     /// When the pivot's pause began (for `stats.pivot_durable_ns`).
     pub pause_began_ns: Option<u64>,
+    /// Chunks allocated after the pivot, where they were placed: the volume's placement,
+    /// not the job, places them, so a `split` or `hot` volume's new chunk may go to its
+    /// fast pool (`check_pivoted`).
+    pub placed_after_pivot: BTreeMap<u64, ChunkLoc>,
     /// The copy's flush before the pause (`presync.rs`).
     pub presync: presync::PreSync,
     pub error: Option<String>,
@@ -661,6 +666,7 @@ impl Engine {
             copy_back_retry_at_ns: None,
             resumed_before_durable: false,
             pause_began_ns: None,
+            placed_after_pivot: BTreeMap::new(),
             presync: presync::PreSync::NotYet,
             error: None,
             stats: MigrationStats {
@@ -1056,6 +1062,48 @@ impl Engine {
             }
         }
         out
+    }
+}
+
+impl Engine {
+    /// Once a job has pivoted (its switch records are made, `Committing`), every mapped
+    /// chunk of its volume is on the destination, except a chunk first allocated since,
+    /// which is where its allocation put it. `start_pivot` switched every chunk; tier
+    /// moves stay frozen while the job exists (`tiers_frozen`). But the pivot lets the
+    /// volume run before its records are durable, and a write to an unmapped chunk then
+    /// allocates by the volume's placement, as it will once the job is over: a `split`
+    /// volume's fast share, or a `hot` volume's new data while its budget has room, goes
+    /// to the fast pool, which may be the job's source (DST seed 6120: a write parked in
+    /// the pause, released by the pivot, allocated chunks 7 and 8 on the SSD). That is
+    /// safe: the allocation is an ordinary `Map` record after the pivot's (a power loss
+    /// before they are durable loses both, with the write, which no FLUSH covered), its
+    /// pool is marked dirty for the next FLUSH, and the pivot's frees named only chunks
+    /// it switched. A chunk found off the destination anywhere else is a violation: write
+    /// routing relies on it (a pivoted job routes nothing: `migration_write_piece`). The
+    /// injected `tier-moves-while-migrating` breaks it (DST seed 95 with NCQ: a
+    /// promotion finished after the pivot and took a switched chunk back to the fast
+    /// pool).
+    pub(crate) fn check_pivoted(&self, v: u32) -> Result<(), String> {
+        let Some(job) = self.migrations.jobs.get(&v) else {
+            return Ok(());
+        };
+        if !matches!(job.phase, MigrationPhase::Committing { .. }) {
+            return Ok(());
+        }
+        let vol = &self.vols[v as usize];
+        let to = job.params.to;
+        for c in 0..vol.chunks {
+            if let Some((p, pc)) = vol.resolve(vol.map.get(c), c)
+                && p != to
+                && job.placed_after_pivot.get(&c) != Some(&ChunkLoc::At(p, pc))
+            {
+                return Err(format!(
+                    "volume {}: its migration has pivoted to pool {} but chunk {c} is mapped at pool {} chunk {pc}",
+                    vol.rec.name, to.0, p.0
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@
 use bytes::Bytes;
 
 use super::{MigrationPhase, Progress, Scheme};
+use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
 use crate::engine::{Engine, OpSpec, Owner, SINGLE};
 use crate::inject::InjectedBug;
@@ -66,8 +67,10 @@ impl Engine {
         if matches!(job.phase, MigrationPhase::Committing { .. }) {
             // Pivoted: `start_pivot` took the destination copies (`dst`) and switched
             // every chunk it had copied to them, so the map sends the piece where it
-            // belongs. Nothing here may index `dst` any more: a chunk off the destination
-            // (under `tier-moves-while-migrating`, DST seed 95 with NCQ) panicked here.
+            // belongs (a chunk allocated since is where the volume's placement put it,
+            // `check_pivoted`). Nothing here may index `dst` any more: a chunk off the
+            // destination (under `tier-moves-while-migrating`, DST seed 95 with NCQ)
+            // panicked here.
             self.count_ssd_write(v, pool, e - s);
             return false;
         }
@@ -396,10 +399,18 @@ impl Engine {
     /// in the region already copied, it must be copied again.
     pub(crate) fn migration_chunk_allocated(&mut self, v: u32, c: u64) {
         let vol = &self.vols[v as usize];
-        let on = vol.resolve(vol.map.get(c), c).map(|(p, _)| p);
+        let loc = vol.resolve(vol.map.get(c), c);
+        let on = loc.map(|(p, _)| p);
         let Some(job) = self.migrations.jobs.get_mut(&v) else {
             return;
         };
+        // After the pivot the volume's placement decides (`check_pivoted`).
+        if matches!(job.phase, MigrationPhase::Committing { .. }) {
+            if let Some((p, pc)) = loc {
+                job.placed_after_pivot.insert(c, ChunkLoc::At(p, pc));
+            }
+            return;
+        }
         if on != Some(job.params.to) && job.progress[c as usize] == Progress::Copied {
             job.progress[c as usize] = Progress::Uncopied;
             job.late.insert(c);
