@@ -145,7 +145,7 @@ impl Engine {
                 alloc.release(c);
             }
             // Once per spell (until a commit of the volume succeeds), not per attempt.
-            if self.nospace.no_room_began(v) {
+            if self.logs.nospace.no_room_began(v) {
                 out.events.push(EngineEvent::Warning {
                     message: format!(
                         "volume {}: no room on the metadata pool for a checkpoint",
@@ -396,7 +396,7 @@ impl Engine {
         let Some(c) = self.vols[vi].commit.take() else {
             return;
         };
-        self.nospace.commit_ended(v, result.is_ok());
+        self.logs.nospace.commit_ended(v, result.is_ok());
         let took_ns = now.saturating_sub(c.started_ns);
         self.vols[vi].stats.commit_latency.record(took_ns);
         if let Err(errno) = result {

@@ -105,15 +105,10 @@ pub struct Engine {
     pub(crate) startup: Option<crate::mount::Startup>,
     pub(crate) commit_timer_at: Option<u64>,
     pub(crate) last_now_ns: u64,
-    /// When the log's gather timer next fires.
-    pub(crate) log_gather_at: Option<u64>,
-    /// Log appends waiting for space (`log/nospace.rs`).
-    pub(crate) nospace: crate::log::nospace::NoSpace,
     /// The bandwidth, cap and timer tier moves share (`tier_moves.rs`).
     pub(crate) tier: crate::tier_moves::TierMoves,
-    /// Per pool: the log's segment table and the data its appends carry.
-    pub(crate) logs: Vec<crate::log::PoolLog>,
-    pub(crate) appends: Slab<crate::log::append::Append>,
+    /// The log on every pool, its appends and gather timer (`log/mod.rs`).
+    pub(crate) logs: crate::log::Logs,
     /// The clean-stop marker an orderly stop writes last, and the volumes a stop lost
     /// writes of (`stopmark.rs`).
     pub(crate) clean_stop: crate::stopmark::CleanStop,
@@ -183,11 +178,8 @@ impl Engine {
             startup: None,
             commit_timer_at: None,
             last_now_ns: 0,
-            log_gather_at: None,
-            nospace: Default::default(),
             tier: crate::tier_moves::TierMoves::new(n_pools),
-            logs: (0..n_pools).map(|_| Default::default()).collect(),
-            appends: Slab::new(),
+            logs: crate::log::Logs::new(n_pools),
             clean_stop: Default::default(),
             copies: Slab::new(),
             migrations: Default::default(),
@@ -677,12 +669,12 @@ impl Engine {
         [
             self.commit_timer_at,
             self.tier.timer_at,
-            self.log_gather_at,
+            self.logs.gather_at,
             self.migrations.timer_at,
         ]
         .into_iter()
         .flatten()
-        .chain(self.nospace.retry_at())
+        .chain(self.logs.nospace.retry_at())
         .chain(self.startup_retry_at())
         .chain(self.loan_waits.deadline())
         .chain(pools)
@@ -708,7 +700,7 @@ impl Engine {
                 self.pump(now, p, out);
             }
         }
-        if self.log_gather_at.is_some_and(|t| t <= now) {
+        if self.logs.gather_at.is_some_and(|t| t <= now) {
             self.log_gather_tick(now, out);
         }
         self.append_nospace_tick(now, out);

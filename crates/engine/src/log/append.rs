@@ -61,7 +61,7 @@ impl Engine {
         let max_in_flight = self.cfg.log.appends_in_flight;
         let append_bytes = self.cfg.log.append_bytes;
         // Appends that wait for space would hold this piece without end: it goes home.
-        if self.nospace.pool_waits(pool.0) {
+        if self.logs.nospace.pool_waits(pool.0) {
             self.logs[pool.0 as usize].stats.home_fallbacks += 1;
             return LogOutcome::Home;
         }
@@ -280,14 +280,14 @@ impl Engine {
     }
 
     fn arm_gather_timer(&mut self, at: u64) {
-        if self.log_gather_at.is_none_or(|t| t > at) {
-            self.log_gather_at = Some(at);
+        if self.logs.gather_at.is_none_or(|t| t > at) {
+            self.logs.gather_at = Some(at);
         }
     }
 
     /// The gather timer fired: append every buffer that has waited long enough.
     pub(crate) fn log_gather_tick(&mut self, now: u64, out: &mut Outputs) {
-        self.log_gather_at = None;
+        self.logs.gather_at = None;
         for v in 0..self.vols.len() {
             for si in 0..self.vols[v].log.streams.len() {
                 self.log_maybe_seal(now, v as u32, si, out);
@@ -348,7 +348,7 @@ impl Engine {
         let (v, si, pool) = (a.vol, a.stream, a.pool as usize);
         let dev = a.pieces[0].dev;
         let bytes: u64 = a.pieces.iter().map(|p| p.len).sum();
-        let slot = self.appends.insert(a);
+        let slot = self.logs.appends.insert(a);
         let class = if si % 2 == COLD {
             IoClass::Cleaner
         } else {
@@ -378,7 +378,7 @@ impl Engine {
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
-        let Some(mut a) = self.appends.try_remove(slot) else {
+        let Some(mut a) = self.logs.appends.try_remove(slot) else {
             return;
         };
         let (v, pool, si) = (a.vol, a.pool as usize, a.stream);
@@ -516,7 +516,8 @@ impl Engine {
             // Space freed by the records of a volume whose commit just failed is not on
             // its way: the timer retries that commit (log/nospace.rs).
             let blocked = f.needs.iter().any(|&(v, seq)| {
-                self.nospace.commit_backs_off(v) && self.vols[v as usize].journal.durable_seq < seq
+                self.logs.nospace.commit_backs_off(v)
+                    && self.vols[v as usize].journal.durable_seq < seq
             });
             if !blocked {
                 any = true;
@@ -529,7 +530,7 @@ impl Engine {
             let vol = &self.vols[v as usize];
             if vol.commit.is_none()
                 && vol.journal.has_pending()
-                && !self.nospace.commit_backs_off(v)
+                && !self.logs.nospace.commit_backs_off(v)
             {
                 self.start_commit(now, v, out);
             }

@@ -111,6 +111,52 @@ pub(crate) struct PoolLog {
     pub clean_wait_at: Option<u64>,
 }
 
+/// The log on every pool: each pool's segment table and the data its appends carry, the
+/// appends in flight, the gather timer and what waits for space. Indexes as the pools do.
+#[derive(Debug, Default)]
+pub(crate) struct Logs {
+    pools: Vec<PoolLog>,
+    pub(crate) appends: slab::Slab<append::Append>,
+    /// When the gather timer next fires.
+    pub(crate) gather_at: Option<u64>,
+    /// Appends and commits waiting for space (`nospace.rs`).
+    pub(crate) nospace: nospace::NoSpace,
+}
+
+impl Logs {
+    pub(crate) fn new(n_pools: usize) -> Self {
+        Logs {
+            pools: (0..n_pools).map(|_| PoolLog::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.pools.len()
+    }
+
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, PoolLog> {
+        self.pools.iter()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, PoolLog> {
+        self.pools.iter_mut()
+    }
+}
+
+impl std::ops::Index<usize> for Logs {
+    type Output = PoolLog;
+    fn index(&self, pool: usize) -> &PoolLog {
+        &self.pools[pool]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Logs {
+    fn index_mut(&mut self, pool: usize) -> &mut PoolLog {
+        &mut self.pools[pool]
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct BufPiece {
     pub lba: u64,

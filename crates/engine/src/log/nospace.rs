@@ -68,9 +68,9 @@ impl NoSpace {
 impl Engine {
     /// Keep `a`, which failed with ENOSPC, for a retry after the commit interval.
     pub(crate) fn append_park_nospace(&mut self, now: u64, a: Append) {
-        self.nospace.parked.push(a);
-        if self.nospace.retry_at.is_none() {
-            self.nospace.retry_at = Some(now + self.cfg.commit_interval_ns);
+        self.logs.nospace.parked.push(a);
+        if self.logs.nospace.retry_at.is_none() {
+            self.logs.nospace.retry_at = Some(now + self.cfg.commit_interval_ns);
         }
     }
 
@@ -86,6 +86,7 @@ impl Engine {
         out: &mut Outputs,
     ) {
         if !self
+            .logs
             .nospace
             .parked
             .iter()
@@ -93,10 +94,10 @@ impl Engine {
         {
             return;
         }
-        let (now_due, later): (Vec<Append>, Vec<Append>) = mem::take(&mut self.nospace.parked)
+        let (now_due, later): (Vec<Append>, Vec<Append>) = mem::take(&mut self.logs.nospace.parked)
             .into_iter()
             .partition(|a| a.vol == v && a.id < upto);
-        self.nospace.parked = later;
+        self.logs.nospace.parked = later;
         for a in now_due {
             self.append_issue(now, 0, a, out);
         }
@@ -104,14 +105,14 @@ impl Engine {
 
     /// The retry time came: issue every parked append again.
     pub(crate) fn append_nospace_tick(&mut self, now: u64, out: &mut Outputs) {
-        if self.nospace.retry_at.is_none_or(|t| t > now) {
+        if self.logs.nospace.retry_at.is_none_or(|t| t > now) {
             return;
         }
-        self.nospace.retry_at = None;
+        self.logs.nospace.retry_at = None;
         if !matches!(self.state, EngineState::Ready | EngineState::Stopping) {
             return;
         }
-        for a in mem::take(&mut self.nospace.parked) {
+        for a in mem::take(&mut self.logs.nospace.parked) {
             self.append_issue(now, 0, a, out);
         }
     }

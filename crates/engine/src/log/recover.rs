@@ -91,7 +91,7 @@ impl Engine {
     /// Rebuild the segment tables from the overlays (after replay).
     pub(crate) fn rebuild_segments(&mut self) -> Result<(), String> {
         let sb = self.cfg.log.segment_bytes;
-        for pl in &mut self.logs {
+        for pl in self.logs.iter_mut() {
             *pl = Default::default();
         }
         for ((p, g), (owner, held, live, summary)) in self.log_census()? {

@@ -104,7 +104,7 @@ impl Engine {
         if vol.journal.durable_seq >= seq {
             return true;
         }
-        if vol.commit.is_none() && !self.nospace.commit_backs_off(v) {
+        if vol.commit.is_none() && !self.logs.nospace.commit_backs_off(v) {
             self.start_commit(now, v, out);
         }
         false

@@ -133,7 +133,8 @@ impl Engine {
                 }
                 // A commit that failed (no space) is retried by the commit timer, not at
                 // every step: restarting it at once failed again at the same instant, forever.
-                if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
+                if self.vols[v as usize].commit.is_none() && !self.logs.nospace.commit_backs_off(v)
+                {
                     self.start_commit(now, v, out);
                 }
                 false
@@ -619,7 +620,7 @@ impl Engine {
         job.phase = MigrationPhase::Committing { seq };
         if self.vols[v as usize].commit.is_none()
             && self.vols[v as usize].journal.durable_seq < seq
-            && !self.nospace.commit_backs_off(v)
+            && !self.logs.nospace.commit_backs_off(v)
         {
             self.start_commit(now, v, out);
         }
@@ -795,7 +796,8 @@ impl Engine {
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
             let seq = *job.cancel_records_seq.get_or_insert(next);
             if durable < seq {
-                if self.vols[v as usize].commit.is_none() && !self.nospace.commit_backs_off(v) {
+                if self.vols[v as usize].commit.is_none() && !self.logs.nospace.commit_backs_off(v)
+                {
                     self.start_commit(now, v, out);
                 }
                 return false; // the commit's completion steps again

@@ -47,7 +47,7 @@ impl Engine {
                 }
             }
             // Another round is in flight (it may predate the copy's last writes): after it.
-            PreSync::NotYet if in_flight || self.nospace.commit_backs_off(v) => false,
+            PreSync::NotYet if in_flight || self.logs.nospace.commit_backs_off(v) => false,
             PreSync::NotYet => self.start_presync_round(now, v, 1, out),
         }
     }
