@@ -124,6 +124,10 @@ pub enum InjectedBug {
     /// A write that waited for a loan of space between shards (`loan_wait.rs`) is
     /// forgotten when the loan lands: its request completes as if it were written.
     LoanWaitDrops,
+    /// When a loan's answer ends write requests (denied: ENOSPC), what waits for requests
+    /// to end is not stepped: a job pausing its volume for its pivot waits for ever if
+    /// nothing else wakes it (DST seed 1032 with `copy_priority = equal`, at 652341a).
+    LoanAnswerNoStep,
     /// DST's queueing HDD (`crates/sim/src/dst/ncq.rs`) lets commands queued after a
     /// FLUSH be served before it. Not an engine defect: the simulated drive carries it.
     NcqJumpsFlush,
@@ -206,6 +210,7 @@ impl InjectedBug {
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
             InjectedBug::LentKept => "lent-kept",
             InjectedBug::LoanWaitDrops => "loan-wait-drops",
+            InjectedBug::LoanAnswerNoStep => "loan-answer-no-step",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
         }
     }
@@ -250,6 +255,11 @@ impl InjectedBug {
     pub fn device() -> [InjectedBug; 1] {
         [InjectedBug::NcqJumpsFlush]
     }
+    /// A lost wake-up after a loan's answer: DST catches it in seeds of its own range
+    /// (`crates/sim/tests/dst.rs`), `crates/engine/tests/migration_wakeups.rs` at once.
+    pub fn wakeup() -> [InjectedBug; 1] {
+        [InjectedBug::LoanAnswerNoStep]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -261,6 +271,7 @@ impl InjectedBug {
             .chain(Self::cache())
             .chain(Self::clean_stop())
             .chain(Self::device())
+            .chain(Self::wakeup())
             .find(|b| b.name() == s)
     }
 }

@@ -156,6 +156,17 @@ impl Engine {
             }
             self.resume_write_piece(now, w, v, out);
         }
+        // A piece that failed here (denied, no room) ended its request outside a device
+        // completion, after which the engine steps what waits for requests to end: a job
+        // pausing its volume for the pivot, a deletion quiescing its volume. The answer
+        // may come in an admin command with no timer left to step them (DST seed 1032
+        // with `copy_priority = equal`, at 652341a: a mirror job `Draining` forever
+        // behind a write denied its loan, a FLUSH parked behind the pause;
+        // tests/migration_wakeups.rs).
+        if !self.bug_is(InjectedBug::LoanAnswerNoStep) {
+            self.migration_step(now, out);
+            self.delete_step(now, out);
+        }
     }
 
     /// `Control::LoanDenied`: no shard has room to spare in `pool` (or the loan failed).
