@@ -3,7 +3,7 @@
 
 use smallvec::smallvec;
 
-use super::{Copying, MigrationPhase, Progress, Scheme};
+use super::{COPY_WINDOW_CHUNKS, Copying, MigrationPhase, Progress, Scheme};
 use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
 use crate::engine::{Engine, ReqStage};
@@ -92,14 +92,16 @@ impl Engine {
                 true
             }
             MigrationPhase::FinalCopy => {
-                if job.copying.is_some() {
-                    return false;
-                }
-                // Copies that need nothing copied finish at once: go on to the next until
-                // one is in flight (a completion steps again) or none is left.
+                // Up to `COPY_WINDOW_CHUNKS` copies at once (nothing writes while the
+                // volume is paused); copies that need nothing copied finish at once. A
+                // completion steps again.
                 loop {
-                    if self.migrations.jobs[&v].cancel_wanted {
+                    let job = &self.migrations.jobs[&v];
+                    if job.cancel_wanted {
                         return true;
+                    }
+                    if job.copying.len() >= COPY_WINDOW_CHUNKS {
+                        return false;
                     }
                     let next = match self.next_left_uncopied(v) {
                         Some(c) => Some(c),
@@ -112,13 +114,13 @@ impl Engine {
                         },
                     };
                     let Some(c) = next else {
+                        if !self.migrations.jobs[&v].copying.is_empty() {
+                            return false; // the last completion steps again
+                        }
                         self.start_pivot(now, v, out);
                         return true;
                     };
                     self.start_chunk_copy(now, v, c, false, out);
-                    if self.migrations.jobs[&v].copying.is_some() {
-                        return false;
-                    }
                 }
             }
             MigrationPhase::Committing { seq } => {
@@ -159,21 +161,31 @@ impl Engine {
         }
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.may_write_dst = true;
-        if job.copying.is_some() {
-            return false;
-        }
-        let next = if pass == 1 {
-            self.next_uncopied(v)
-        } else {
-            self.next_dirty(v)
-        };
-        match next {
-            Some(Ok(c)) => {
-                self.start_chunk_copy(now, v, c, true, out);
-                false
+        let window = if pass == 1 { 1 } else { COPY_WINDOW_CHUNKS };
+        loop {
+            let job = &self.migrations.jobs[&v];
+            if job.cancel_wanted {
+                return true;
             }
-            Some(Err(_)) => false, // only busy chunks left: a completion retries
-            None => self.end_pass(now, v, pass, out),
+            if job.copying.len() >= window {
+                return false; // a completion steps again
+            }
+            let next = if pass == 1 {
+                self.next_uncopied(v)
+            } else {
+                self.next_dirty(v)
+            };
+            match next {
+                Some(Ok(c)) => {
+                    if !self.start_chunk_copy(now, v, c, true, out) {
+                        // Over the rate (the timer steps again) or failed (cancel).
+                        return self.migrations.jobs[&v].cancel_wanted;
+                    }
+                }
+                Some(Err(_)) => return false, // only busy chunks left: a completion retries
+                None if !self.migrations.jobs[&v].copying.is_empty() => return false,
+                None => return self.end_pass(now, v, pass, out),
+            }
         }
     }
 
@@ -280,7 +292,7 @@ impl Engine {
     fn next_dirty(&mut self, v: u32) -> Option<Result<u64, u64>> {
         let late: Vec<u64> = self.migrations.jobs[&v].late.iter().copied().collect();
         for c in late {
-            if !self.chunk_busy(v, c) {
+            if !self.chunk_busy(v, c) && !self.migrations.jobs[&v].copying_chunk(c) {
                 let job = self.migrations.jobs.get_mut(&v).expect("exists");
                 job.late.remove(&c);
                 if job.dirty.is_dirty(c) {
@@ -299,7 +311,9 @@ impl Engine {
                 };
             }
             job.cursor += 1;
-            if !job.dirty.is_dirty(c) {
+            if !job.dirty.is_dirty(c) || job.copying_chunk(c) {
+                // (Written again while its copy is in flight: the new bits wait for the
+                // next pass, or the pause's final copy, as when one chunk went at a time.)
                 continue;
             }
             if self.chunk_busy(v, c) {
@@ -358,8 +372,16 @@ impl Engine {
     }
 
     /// Start copying chunk `c` (or its dirty blocks) to the destination. `limited`: the
-    /// rate cap applies (not while the volume is paused).
-    fn start_chunk_copy(&mut self, now: u64, v: u32, c: u64, limited: bool, out: &mut Outputs) {
+    /// rate cap applies (not while the volume is paused). False if the next chunk must
+    /// wait: over the rate (the timer is set), or the job must cancel.
+    fn start_chunk_copy(
+        &mut self,
+        now: u64,
+        v: u32,
+        c: u64,
+        limited: bool,
+        out: &mut Outputs,
+    ) -> bool {
         let cb = self.cfg.chunk_bytes;
         let ranges = self.ranges_to_copy(v, c);
         let bytes: u64 = ranges.iter().map(|r| r.1).sum();
@@ -374,7 +396,7 @@ impl Engine {
             }
             job.cursor = job.cursor.min(c);
             self.migration_wake_at(at);
-            return;
+            return false;
         }
         let recopy = job.progress[c as usize] == Progress::Copied;
         if bytes == 0 {
@@ -384,18 +406,18 @@ impl Engine {
             if first && job.scheme == Scheme::Lr {
                 self.lr_switch(now, v, c);
             }
-            return;
+            return true;
         }
         let Some(dpc) = self.migration_dst_chunk(v, c) else {
             let job = self.migrations.jobs.get_mut(&v).expect("exists");
             job.error
                 .get_or_insert("the destination pool is full".into());
             job.cancel_wanted = true;
-            return;
+            return false;
         };
         let vol = &mut self.vols[v as usize];
         let Some((sp, spc)) = vol.resolve(vol.map.get(c), c) else {
-            return;
+            return true;
         };
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         let dst = job.params.to;
@@ -412,7 +434,7 @@ impl Engine {
         }
         let pieces = self.issue_copy(now, v, c, (sp, spc), (dst, dpc), &ranges, out);
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        job.copying = Some(Copying {
+        job.copying.push(Copying {
             chunk: c,
             pieces,
             failed: false,
@@ -422,6 +444,7 @@ impl Engine {
             // Writes to the chunk wait for the copy (the paper's "being copied" rule).
             self.vols[v as usize].activity.entry(c).or_default().state = ChunkState::Migrating;
         }
+        true
     }
 
     /// Copy `ranges` of chunk `c` between two physical chunks in buffer-sized pieces.
@@ -471,15 +494,16 @@ impl Engine {
         let Some(job) = self.migrations.jobs.get_mut(&v) else {
             return;
         };
-        let Some(cp) = job.copying.as_mut().filter(|cp| cp.chunk == c) else {
+        let Some(i) = job.copying.iter().position(|cp| cp.chunk == c) else {
             return;
         };
+        let cp = &mut job.copying[i];
         cp.pieces -= 1;
         cp.failed |= result.is_err();
         if cp.pieces > 0 {
             return;
         }
-        let cp = job.copying.take().expect("checked");
+        let cp = job.copying.swap_remove(i);
         if cp.failed && cp.back {
             // The destination data must still go back: try again after the commit
             // interval (the period of every retry of what failed for space), not at once.
@@ -555,7 +579,7 @@ impl Engine {
         let job = &self.migrations.jobs[&v];
         let dups_done = self.bug_is(InjectedBug::MirrorAcksEarly)
             || (job.dups_in_flight == 0 && job.dup_queue.is_empty());
-        job.copying.is_none()
+        job.copying.is_empty()
             && dups_done
             && job.delayed.is_empty()
             && !self
@@ -725,7 +749,7 @@ impl Engine {
             return false; // the timer steps again
         }
         job.copy_back_retry_at_ns = None;
-        if job.copying.is_some()
+        if !job.copying.is_empty()
             || job.dups_in_flight > 0
             || !job.dup_queue.is_empty()
             || !job.delayed.is_empty()
@@ -875,7 +899,7 @@ impl Engine {
         };
         let pieces = self.issue_copy(now, v, c, from, target, &ranges, out);
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        job.copying = Some(Copying {
+        job.copying.push(Copying {
             chunk: c,
             pieces,
             failed: false,
