@@ -356,4 +356,17 @@ fn regression_seeds_pass() {
         })
         .unwrap_or_else(|f| panic!("{f}"));
     }
+    // 1032 (faults 0, 3601 steps, at 652341a with copy_priority equal drawn): a mirror
+    // job paused its volume for the pivot while a write waited for a loan of space; the
+    // loan was denied, the write failed, and nothing stepped the job again: a FLUSH
+    // parked behind the pause never completed, no event left. The draws moved since
+    // (5253be6), so the seed no longer meets that case; the engine test
+    // `a_pause_waiting_for_a_write_denied_its_loan_ends` fails without the fix.
+    run_seed(&DstConfig {
+        seed: 1032,
+        steps: 3601,
+        faults: Faults::None,
+        bug: None,
+    })
+    .unwrap_or_else(|f| panic!("{f}"));
 }
