@@ -156,7 +156,7 @@ impl InjectedBug {
         [InjectedBug::WbufFlushEarly, InjectedBug::WbufReplaceForgets]
     }
     /// One per live-migration scheme, the pivot's, tiered, thick and cache volumes': DST's CI seed set
-    /// catches all but `aio-unordered-dups`, which seeds 1024..1280 catch
+    /// catches all but `aio-unordered-dups`, which seeds 1280..1536 catch
     /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
     pub fn migration() -> [InjectedBug; 10] {
