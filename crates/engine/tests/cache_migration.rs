@@ -78,17 +78,7 @@ fn pools(r: &Rig) -> Vec<Option<PoolId>> {
 /// of those dirty (written since their fill), flushed; and the reference.
 fn setup_with(bug: Option<InjectedBug>) -> (Rig, Vec<u8>) {
     let mut r = Rig::with_bug(cache_config(), bug);
-    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
-    for c in 0..CHUNKS {
-        write_ref(
-            &mut r,
-            VOL,
-            &mut reference,
-            c * MIB,
-            c as u8 + 1,
-            MIB as usize,
-        );
-    }
+    let mut reference = fill_ref(&mut r, VOL, CHUNKS, 0..CHUNKS);
     r.flush(VOL);
     ticks(&mut r, 20);
     for c in 0..4u64 {

@@ -23,17 +23,7 @@ fn setup() -> (Rig, Vec<u8>) {
         p.queue_depth = 32;
     }
     let mut r = Rig::new(cfg);
-    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
-    for c in 0..CHUNKS {
-        write_ref(
-            &mut r,
-            VOL,
-            &mut reference,
-            c * MIB,
-            c as u8 + 1,
-            MIB as usize,
-        );
-    }
+    let reference = fill_ref(&mut r, VOL, CHUNKS, 0..CHUNKS);
     r.flush(VOL);
     (r, reference)
 }

@@ -52,17 +52,7 @@ fn live_log_bytes(r: &Rig, p: usize) -> u64 {
 /// six chunks (4 and 5 have no home chunk), flushed; and the reference.
 fn setup_with(bug: Option<InjectedBug>) -> (Rig, Vec<u8>) {
     let mut r = Rig::with_bug(log3_config(), bug);
-    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
-    for c in 0..4 {
-        write_ref(
-            &mut r,
-            VOL,
-            &mut reference,
-            c * MIB,
-            c as u8 + 1,
-            MIB as usize,
-        );
-    }
+    let mut reference = fill_ref(&mut r, VOL, CHUNKS, 0..4);
     for i in 0..24u64 {
         let off = (i * 61 * 4096) % (CHUNKS * MIB - 4096);
         write_ref(&mut r, VOL, &mut reference, off, 40 + i as u8, 4096);

@@ -549,17 +549,7 @@ fn control_routes_migrations_and_refuses_each_bad_request() {
 /// the job, after the pivot, after a crash) matched the reference.
 fn scenario_holds(s: Scheme, bug: Option<InjectedBug>) -> bool {
     let mut r = Rig::with_bug(config(1 << 20), bug);
-    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
-    for c in 0..CHUNKS {
-        write_ref(
-            &mut r,
-            VOL,
-            &mut reference,
-            c * MIB,
-            c as u8 + 1,
-            MIB as usize,
-        );
-    }
+    let mut reference = fill_ref(&mut r, VOL, CHUNKS, 0..CHUNKS);
     r.flush(VOL);
     r.hold = true;
     start(&mut r, params(s));
@@ -963,17 +953,7 @@ fn a_job_interrupted_by_a_crash_resumes_at_mount() {
 /// chunk go one at a time, in order.
 fn aio_keeps_the_newest_write_on_the_destination(bug: Option<InjectedBug>) -> bool {
     let mut r = Rig::with_bug(config(1 << 20), bug);
-    let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
-    for c in 0..CHUNKS {
-        write_ref(
-            &mut r,
-            VOL,
-            &mut reference,
-            c * MIB,
-            c as u8 + 1,
-            MIB as usize,
-        );
-    }
+    let mut reference = fill_ref(&mut r, VOL, CHUNKS, 0..CHUNKS);
     r.flush(VOL);
     let mut p = params(Scheme::Aio);
     p.rate_bytes_per_s = 4 << 20; // chunk 0 copied at once, the rest later

@@ -531,6 +531,16 @@ pub fn write_ref(r: &mut Rig, vol: &str, reference: &mut [u8], off: u64, seed: u
     reference[off as usize..off as usize + len].copy_from_slice(&d);
 }
 
+/// The migration tests' start: chunks `whole` of volume `vol` (1 MiB chunks) each written
+/// whole with `pattern(chunk + 1)`; returns the reference of its first `chunks` chunks.
+pub fn fill_ref(r: &mut Rig, vol: &str, chunks: u64, whole: std::ops::Range<u64>) -> Vec<u8> {
+    let mut reference = vec![0u8; (chunks * MIB) as usize];
+    for c in whole {
+        write_ref(r, vol, &mut reference, c * MIB, c as u8 + 1, MIB as usize);
+    }
+    reference
+}
+
 /// Volume `vol` reads back as `reference` from its start.
 pub fn check_ref(r: &mut Rig, vol: &str, reference: &[u8], what: &str) {
     let got = r.read(vol, 0, reference.len() as u64);
