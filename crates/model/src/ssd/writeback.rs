@@ -521,6 +521,41 @@ mod tests {
         assert_eq!(tagged.buffered_pages_of(1), 0);
     }
 
+    /// BENCHMARKS.md (seed 001, why VM1's 5 s commit takes 720 ms): 2,013 buffered pages of
+    /// one tag flushed on an idle `openssd-jasmine`, as 4 KiB writes into 8 KiB pages
+    /// (each program reads the page's old copy first) and as whole pages. Prints both
+    /// (`cargo test -p tiervisor-model read_modify_write -- --nocapture`).
+    #[test]
+    fn a_flush_of_read_modify_write_pages_is_several_times_one_of_whole_pages() {
+        let Some(crate::presets::Preset::Ssd {
+            params: jasmine, ..
+        }) = crate::presets::preset("openssd-jasmine")
+        else {
+            panic!("openssd-jasmine is an SSD preset");
+        };
+        let pages = 2_013u64;
+        let flush_ms = |write_bytes: u64| {
+            let mut p = jasmine.clone();
+            p.flush = FlushMode::Tagged;
+            let mut s = Ssd::new(p);
+            let mut t = 0;
+            for i in 0..pages {
+                // Spread over 64 MiB in no order: one page each.
+                let page = (i * 7_919) % 8_192;
+                t = s.submit(t, &DevRequest::write(page * 8 * KIB, write_bytes).tagged(1));
+            }
+            let idle = t + 1_000_000 * NS_PER_US;
+            let f = s.submit(idle, &DevRequest::flush().tagged(1));
+            (f - idle) as f64 / 1e6
+        };
+        let (partial_ms, whole_ms) = (flush_ms(4 * KIB), flush_ms(8 * KIB));
+        println!("{pages} pages: 4 KiB writes {partial_ms:.0} ms, whole pages {whole_ms:.0} ms");
+        assert!(
+            partial_ms > 3.0 * whole_ms,
+            "read-modify-write {partial_ms:.0} ms against whole pages {whole_ms:.0} ms"
+        );
+    }
+
     #[test]
     fn a_flush_latency_splits_into_its_causes() {
         for mode in [FlushMode::All, FlushMode::Tagged] {
