@@ -128,7 +128,7 @@ impl Engine {
             .vols
             .iter()
             .map(|v| v.rec.id + 1)
-            .chain(self.voltab.volumes.iter().map(|r| r.id + 1))
+            .chain(self.voltab.volumes().iter().map(|r| r.id + 1))
             .max()
             .unwrap_or(0);
         // `volume_from` looks up the configured log override and QoS by name.
@@ -284,11 +284,10 @@ impl Engine {
 
     /// A volume table became durable: a volume it now names is created.
     pub(crate) fn volume_table_durable(&mut self, out: &mut Outputs) {
-        let recorded = self
-            .creations
-            .recording
-            .as_ref()
-            .is_some_and(|n| (self.voltab.volumes.iter()).any(|r| &r.name == n && !r.deleted));
+        let recorded =
+            self.creations.recording.as_ref().is_some_and(|n| {
+                (self.voltab.volumes().iter()).any(|r| &r.name == n && !r.deleted)
+            });
         if recorded && let Some(volume) = self.creations.recording.take() {
             out.events.push(EngineEvent::VolumeCreated { volume });
         }

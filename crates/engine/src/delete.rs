@@ -218,7 +218,11 @@ impl Engine {
             return;
         };
         if d.phase != Phase::Recording
-            || !self.voltab.volumes.get(d.volume).is_some_and(|r| r.deleted)
+            || !self
+                .voltab
+                .volumes()
+                .get(d.volume)
+                .is_some_and(|r| r.deleted)
         {
             return;
         }

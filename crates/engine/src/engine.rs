@@ -10,7 +10,7 @@ use crate::alloc::ChunkAllocator;
 use crate::config::{ConfigError, EngineConfig, PoolConfig};
 pub(crate) use crate::devop::{Op, OpSpec, Owner, SINGLE};
 use crate::inject::InjectedBug;
-use crate::layout::{Superblock, VolumeTable};
+use crate::layout::Superblock;
 use crate::reclaim::{Freed, Reclaim};
 use crate::sched::{BACKGROUND_MAX_WAIT_NS, Classes, Dispatch, Lane};
 use crate::stats::PoolStats;
@@ -100,7 +100,7 @@ pub struct Engine {
     /// Freed space waiting until reuse is safe, and the epochs of I/O in flight
     /// (`reclaim.rs`).
     pub(crate) reclaim: Reclaim,
-    pub(crate) voltab: VolumeTable,
+    pub(crate) voltab: crate::voltab::VolTab,
     pub(crate) superblocks: Vec<Superblock>,
     pub(crate) startup: Option<crate::mount::Startup>,
     pub(crate) commit_timer_at: Option<u64>,
@@ -115,8 +115,6 @@ pub struct Engine {
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
-    /// Rewrites the volume table while running (pivots, job records, created volumes).
-    pub(crate) voltab_writer: crate::voltab::TableWriter,
     /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
     pub(crate) loans: crate::loan::Loans,
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
@@ -173,7 +171,7 @@ impl Engine {
             reqs: Slab::with_capacity(1024),
             ops: Slab::with_capacity(1024),
             reclaim: Reclaim::new(),
-            voltab: VolumeTable::default(),
+            voltab: Default::default(),
             superblocks: Vec::new(),
             startup: None,
             commit_timer_at: None,
@@ -183,7 +181,6 @@ impl Engine {
             clean_stop: Default::default(),
             copies: Slab::new(),
             migrations: Default::default(),
-            voltab_writer: Default::default(),
             loans: Default::default(),
             loan_waits: Default::default(),
             creations: Default::default(),
@@ -731,7 +728,7 @@ impl Engine {
             if !self.reclaim.is_empty() {
                 self.release_frees(now, out);
             }
-            if self.voltab_writer.retry_due() {
+            if self.voltab.retry_due() {
                 self.write_volume_table(now, out);
             }
             self.log_resume_all(now, out);
@@ -751,7 +748,7 @@ impl Engine {
             self.vols.iter().any(|v| {
                 v.journal.has_pending() || !v.flush_waiters.is_empty() || v.checkpoint_wanted
             }) || !self.reclaim.is_empty()
-                || self.voltab_writer.retry_due();
+                || self.voltab.retry_due();
         if work {
             let t = now + self.cfg.commit_interval_ns;
             self.commit_timer_at = Some(t);

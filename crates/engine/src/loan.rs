@@ -105,13 +105,13 @@ pub(crate) struct Loans {
 impl Engine {
     /// The loans in the durable volume table.
     pub fn loans(&self) -> &[LoanRecord] {
-        &self.voltab.loans
+        self.voltab.loans()
     }
 
     /// The loan records the volume table should hold: the durable ones with the pending
     /// changes applied, in order (a borrowed run's addresses follow from its place).
     pub(crate) fn loan_records(&self) -> Vec<LoanRecord> {
-        let mut r = self.voltab.loans.clone();
+        let mut r = self.voltab.loans().to_vec();
         for c in &self.loans.pending {
             match *c {
                 Change::Add(l) if !r.contains(&l) => r.push(l),
@@ -154,7 +154,7 @@ impl Engine {
         let c = (off - DATA_START_BYTES) / cb;
         let within = (off - DATA_START_BYTES) % cb;
         let mut at = own;
-        for l in self.voltab.loans.iter().filter(|l| l.pool == pool) {
+        for l in self.voltab.loans().iter().filter(|l| l.pool == pool) {
             if l.kind != LoanKind::Borrowed {
                 continue;
             }
@@ -175,7 +175,7 @@ impl Engine {
     /// Mount: the table's loans shape the allocators before anything else is claimed:
     /// a lent run is in use (the borrower's), a borrowed one extends the pool.
     pub(crate) fn mount_loans(&mut self) -> Result<(), String> {
-        for l in self.voltab.loans.clone() {
+        for l in self.voltab.loans().to_vec() {
             let p = l.pool.0 as usize;
             if p >= self.pools.len() {
                 return Err(format!("loan {l:?} names pool {p}, which does not exist"));
@@ -219,7 +219,7 @@ impl Engine {
     /// guards before borrowed runs.
     pub(crate) fn loan_claims(&self) -> Vec<(usize, u64, String)> {
         let mut out = Vec::new();
-        let mut lent = self.voltab.loans.clone();
+        let mut lent = self.voltab.loans().to_vec();
         for c in &self.loans.pending {
             if let Change::Add(l) = c
                 && !lent.contains(l)
@@ -236,7 +236,7 @@ impl Engine {
                         out.push((p, c, format!("lent to shard {}", l.peer)));
                     }
                 }
-                LoanKind::Borrowed if self.voltab.loans.contains(l) => {
+                LoanKind::Borrowed if self.voltab.loans().contains(l) => {
                     out.push((
                         p,
                         at[p],
@@ -256,7 +256,7 @@ impl Engine {
     pub fn owned_runs(&self, pool: PoolId) -> Vec<(u16, u64, u64)> {
         let me = self.cfg.shard.index;
         let mut lent: Vec<(u64, u64)> = (self.loan_records().iter())
-            .chain(self.voltab.loans.iter())
+            .chain(self.voltab.loans().iter())
             .filter(|l| l.pool == pool && l.kind == LoanKind::Lent)
             .map(|l| (l.first_chunk, l.chunks))
             .collect();
@@ -274,7 +274,7 @@ impl Engine {
         if own > at {
             out.push((me, at, own - at));
         }
-        for l in &self.voltab.loans {
+        for l in self.voltab.loans() {
             if l.pool == pool && l.kind == LoanKind::Borrowed {
                 out.push((l.peer, l.first_chunk, l.chunks));
             }
@@ -305,7 +305,7 @@ impl Engine {
         c: Change,
         out: &mut Outputs,
     ) -> Result<(), ControlError> {
-        let mut t = self.voltab.clone();
+        let mut t = self.voltab.durable().clone();
         t.volumes = self.table_records();
         t.loans = self.loan_records();
         if let Change::Add(l) = c {
@@ -422,7 +422,7 @@ impl Engine {
             first_chunk,
             chunks,
         };
-        if !self.voltab.loans.contains(&l) || self.loans.pending.contains(&Change::Remove(l)) {
+        if !self.voltab.loans().contains(&l) || self.loans.pending.contains(&Change::Remove(l)) {
             return Err(ControlError::Invalid(format!(
                 "no durable loan {l:?} to take back"
             )));
@@ -437,7 +437,7 @@ impl Engine {
         let pending = std::mem::take(&mut self.loans.pending);
         for c in pending {
             match c {
-                Change::Add(l) if self.voltab.loans.contains(&l) => {
+                Change::Add(l) if self.voltab.loans().contains(&l) => {
                     let p = l.pool.0 as usize;
                     match l.kind {
                         LoanKind::Lent => {
@@ -465,7 +465,7 @@ impl Engine {
                         }
                     }
                 }
-                Change::Remove(l) if !self.voltab.loans.contains(&l) => {
+                Change::Remove(l) if !self.voltab.loans().contains(&l) => {
                     let p = l.pool.0 as usize;
                     if !self.bug_is(crate::inject::InjectedBug::LentKept) {
                         for c in l.first_chunk..l.first_chunk + l.chunks {
@@ -531,11 +531,11 @@ mod tests {
         let mut e = engine();
         let cb = e.cfg.chunk_bytes;
         let own = e.pools[0].alloc.chunks();
-        e.voltab.loans = vec![
+        e.voltab.set_loans_for_test(vec![
             rec(LoanKind::Borrowed, 0, 100, 4),
             rec(LoanKind::Lent, 0, 10, 3),
             rec(LoanKind::Borrowed, 0, 7, 2),
-        ];
+        ]);
         e.mount_loans().unwrap();
         let a = &e.pools[0].alloc;
         assert_eq!(a.chunks(), own + 1 + 4 + 1 + 2);
@@ -568,17 +568,21 @@ mod tests {
     #[test]
     fn a_bad_loan_record_fails_the_mount_with_a_reason() {
         let mut e = engine();
-        e.voltab.loans = vec![rec(LoanKind::Lent, 0, 60, 10)];
+        e.voltab
+            .set_loans_for_test(vec![rec(LoanKind::Lent, 0, 60, 10)]);
         let m = e.mount_loans().unwrap_err();
         assert!(m.contains("beyond this slice"), "{m}");
         let mut e = engine();
-        e.voltab.loans = vec![rec(LoanKind::Lent, 0, 1, 3), rec(LoanKind::Lent, 0, 3, 1)];
+        e.voltab.set_loans_for_test(vec![
+            rec(LoanKind::Lent, 0, 1, 3),
+            rec(LoanKind::Lent, 0, 3, 1),
+        ]);
         assert!(e.mount_loans().unwrap_err().contains("lent twice"));
         let mut e = engine();
-        e.voltab.loans = vec![LoanRecord {
+        e.voltab.set_loans_for_test(vec![LoanRecord {
             pool: PoolId(3),
             ..rec(LoanKind::Borrowed, 0, 1, 3)
-        }];
+        }]);
         assert!(e.mount_loans().unwrap_err().contains("does not exist"));
     }
 

@@ -275,7 +275,7 @@ impl Engine {
         let Some((v, size_bytes)) = self.resizes.in_progress() else {
             return;
         };
-        if self.voltab.volumes.get(v).map(|r| r.size_bytes) != Some(size_bytes) {
+        if self.voltab.volumes().get(v).map(|r| r.size_bytes) != Some(size_bytes) {
             return;
         }
         self.resizes.current = None;

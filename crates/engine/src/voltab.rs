@@ -3,18 +3,22 @@
 //! or job record, a volume created (`create.rs`), grown (`resize.rs`) or deleted
 //! (`delete.rs`). It writes the
 //! slot the newest copy is not in, with the next generation, FUA, one write at a time so a
-//! torn write can never take both copies; `Engine::voltab` becomes the written table only once it is durable, and
+//! torn write can never take both copies; `VolTab`'s durable copy becomes the written table only once it is durable, and
 //! `volume_table_durable` tells those waiting for it.
 
 use crate::devop::{OpSpec, Owner};
 use crate::engine::Engine;
-use crate::layout::{VOLTAB_OFFSETS, VolumeTable};
+use crate::layout::{VOLTAB_OFFSETS, VolumeRecord, VolumeTable};
+use crate::loan::LoanRecord;
 use crate::types::{DevKind, Errno, IoClass, Outputs};
 
-/// The volume table writer's state.
+/// The volume table: its durable copy and the write of the next one. Only `volume_table_written`
+/// replaces the durable copy (besides the mount, which reads or formats it).
 #[derive(Default)]
-pub(crate) struct TableWriter {
-    /// The table being written (made the engine's once it is durable).
+pub(crate) struct VolTab {
+    /// The newest copy on the metadata pool.
+    durable: VolumeTable,
+    /// The table being written (made the durable one once the write completes).
     in_flight: Option<VolumeTable>,
     /// The records changed again while a write was in flight: write once more.
     again: bool,
@@ -24,20 +28,80 @@ pub(crate) struct TableWriter {
     retry: bool,
 }
 
-impl TableWriter {
+impl VolTab {
+    pub(crate) fn durable(&self) -> &VolumeTable {
+        &self.durable
+    }
+
+    /// The durable volume records (indexes match the engine's volumes).
+    pub(crate) fn volumes(&self) -> &[VolumeRecord] {
+        &self.durable.volumes
+    }
+
+    /// The durable loan records (`loan.rs`).
+    pub(crate) fn loans(&self) -> &[LoanRecord] {
+        &self.durable.loans
+    }
+
+    /// The table the mount read or formatted is the durable one.
+    pub(crate) fn set_durable(&mut self, table: VolumeTable) {
+        self.durable = table;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_loans_for_test(&mut self, loans: Vec<LoanRecord>) {
+        self.durable.loans = loans;
+    }
+
     /// A failed write waits for the commit timer to be written again.
     pub(crate) fn retry_due(&self) -> bool {
         self.retry
     }
 
     /// The records of the table being written, if a write is in flight.
-    pub(crate) fn in_flight_records(&self) -> &[crate::layout::VolumeRecord] {
+    pub(crate) fn in_flight_records(&self) -> &[VolumeRecord] {
         self.in_flight.as_ref().map_or(&[], |t| &t.volumes[..])
     }
 
     /// Record `i` of the table being written, if a write is in flight.
-    pub(crate) fn in_flight_record(&self, i: usize) -> Option<&crate::layout::VolumeRecord> {
+    pub(crate) fn in_flight_record(&self, i: usize) -> Option<&VolumeRecord> {
         self.in_flight.as_ref()?.volumes.get(i)
+    }
+
+    /// The next table to write, if `volumes` and `loans` differ from the durable copy and
+    /// no write is in flight (then it is written once more when that one ends).
+    fn begin_write(
+        &mut self,
+        volumes: Vec<VolumeRecord>,
+        loans: Vec<LoanRecord>,
+    ) -> Option<&VolumeTable> {
+        if self.in_flight.is_some() {
+            self.again = true;
+            return None;
+        }
+        self.again = false;
+        self.retry = false;
+        if volumes == self.durable.volumes && loans == self.durable.loans {
+            return None;
+        }
+        let table = VolumeTable {
+            generation: self.durable.generation + 1,
+            volumes,
+            loans,
+        };
+        Some(self.in_flight.insert(table))
+    }
+
+    /// The write ended: `Some(true)` if it made a new durable table, `Some(false)` if it
+    /// failed (retried by the commit timer), `None` if none was in flight.
+    fn written(&mut self, ok: bool) -> Option<bool> {
+        let table = self.in_flight.take()?;
+        if ok {
+            self.durable = table;
+        } else {
+            self.retry = true;
+        }
+        Some(ok)
     }
 }
 
@@ -58,27 +122,13 @@ impl Engine {
 
     /// Write the volume table if the volumes' records differ from its durable copy.
     pub(crate) fn write_volume_table(&mut self, now: u64, out: &mut Outputs) {
-        let tw = &mut self.voltab_writer;
-        if tw.in_flight.is_some() {
-            tw.again = true;
+        let (volumes, loans) = (self.table_records(), self.loan_records());
+        let Some(table) = self.voltab.begin_write(volumes, loans) else {
             return;
-        }
-        tw.again = false;
-        tw.retry = false;
-        let volumes = self.table_records();
-        let loans = self.loan_records();
-        if volumes == self.voltab.volumes && loans == self.voltab.loans {
-            return;
-        }
-        let table = VolumeTable {
-            generation: self.voltab.generation + 1,
-            volumes,
-            loans,
         };
         let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
         let img = table.encode();
         let len = img.len() as u64;
-        self.voltab_writer.in_flight = Some(table);
         let spec = OpSpec::new(
             Owner::VolTab,
             self.cfg.meta_pool,
@@ -100,12 +150,8 @@ impl Engine {
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
-        let tw = &mut self.voltab_writer;
-        let Some(table) = tw.in_flight.take() else {
-            return;
-        };
-        if result.is_ok() {
-            self.voltab = table;
+        let written = self.voltab.written(result.is_ok());
+        if written == Some(true) {
             self.volume_table_durable(out);
             self.resize_table_durable(out);
             self.delete_table_durable(now, out);
@@ -115,15 +161,14 @@ impl Engine {
             self.cache_table_durable();
             let borrowed = self.loan_table_durable(out);
             self.migration_step(now, out);
-            if self.voltab_writer.again {
+            if self.voltab.again {
                 self.write_volume_table(now, out);
             }
             // Last: the writes that waited for a loan run on the grown allocator.
             for pool in borrowed {
                 self.loan_answered(now, pool, true, out);
             }
-        } else {
-            tw.retry = true;
+        } else if written == Some(false) {
             self.arm_commit_timer(now);
         }
     }

@@ -622,11 +622,12 @@ impl Engine {
             self.apply_configured_qos(i);
         }
         self.deletes.tombstones = tombstones;
-        self.voltab = VolumeTable {
+        let volumes = self.table_records();
+        self.voltab.set_durable(VolumeTable {
             generation: table.generation,
-            volumes: self.table_records(),
+            volumes,
             loans: table.loans,
-        };
+        });
         self.mount_loans()?;
         let n = self.vols.len();
         let s = self.startup.as_mut().ok_or("no startup")?;
@@ -703,14 +704,14 @@ impl Engine {
         s.phase = Phase::Writing;
         let created = std::mem::take(&mut s.created);
         let table = VolumeTable {
-            generation: self.voltab.generation + 1,
+            generation: self.voltab.durable().generation + 1,
             volumes: self.table_records(),
-            loans: self.voltab.loans.clone(),
+            loans: self.voltab.loans().to_vec(),
         };
-        if table.volumes != self.voltab.volumes {
+        if table.volumes != self.voltab.volumes() {
             let off = VOLTAB_OFFSETS[(table.generation % 2) as usize];
             let img = table.encode();
-            self.voltab = table;
+            self.voltab.set_durable(table);
             self.startup_write(now, self.cfg.meta_pool, off, img, out);
         }
         let keep_marker = self.bug_is(crate::inject::InjectedBug::CleanStopMarkerKept);

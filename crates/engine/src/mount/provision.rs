@@ -27,11 +27,11 @@ impl Engine {
                 Err(e) => return self.fail(e, out),
             }
         }
-        self.voltab = VolumeTable {
+        self.voltab.set_durable(VolumeTable {
             generation: 1,
             volumes: records,
             loans: Vec::new(),
-        };
+        });
         let meta = self.cfg.meta_pool;
         for p in 0..self.pools.len() {
             if p != meta.0 as usize {
@@ -46,7 +46,7 @@ impl Engine {
                 self.startup_write(now, PoolId(p as u16), SUPERBLOCK_OFFSET, img, out);
             }
         }
-        let vt = self.voltab.encode();
+        let vt = self.voltab.durable().encode();
         self.startup_write(now, meta, VOLTAB_OFFSETS[0], vt.clone(), out);
         self.startup_write(now, meta, VOLTAB_OFFSETS[1], vt, out);
         for v in 0..self.vols.len() {

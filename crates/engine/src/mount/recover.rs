@@ -219,7 +219,7 @@ impl Engine {
                 None => {
                     let id = self
                         .voltab
-                        .volumes
+                        .volumes()
                         .iter()
                         .map(|r| r.id + 1)
                         .max()

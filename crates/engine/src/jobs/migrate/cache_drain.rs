@@ -123,7 +123,7 @@ impl Engine {
     /// A volume table write is durable: fills of a `cache` volume whose new home it names
     /// may start again.
     pub(crate) fn cache_table_durable(&mut self) {
-        let voltab = &self.voltab.volumes;
+        let voltab = &self.voltab.volumes();
         let vols = &self.vols;
         self.migrations.cache_rehoming.retain(|&v| {
             let r = &vols[v as usize].rec;

@@ -122,7 +122,7 @@ impl Engine {
             return true;
         };
         self.voltab
-            .volumes
+            .volumes()
             .get(v as usize)
             .is_some_and(|r| names_region(r, job.params.to, base))
     }
@@ -211,7 +211,7 @@ impl Engine {
         for v in rehoming {
             let vol = &self.vols[v as usize];
             let (pool, base) = (vol.rec.home_pool, vol.rec.home_base_chunk);
-            let durable = (self.voltab.volumes.get(v as usize))
+            let durable = (self.voltab.volumes().get(v as usize))
                 .is_some_and(|r| r.home_pool == pool && r.home_base_chunk == base);
             if !durable {
                 continue;
@@ -227,10 +227,10 @@ impl Engine {
         let early = self.bug_is(InjectedBug::ThickOldRegionFreedEarly);
         let held = std::mem::take(&mut self.migrations.thick.held);
         for h in held {
-            let named = (self.voltab.volumes.get(h.vol as usize))
+            let named = (self.voltab.volumes().get(h.vol as usize))
                 .is_some_and(|r| names_region(r, h.pool, h.first))
                 || self
-                    .voltab_writer
+                    .voltab
                     .in_flight_record(h.vol as usize)
                     .is_some_and(|r| names_region(r, h.pool, h.first));
             let what = Freed::Chunks {
@@ -277,7 +277,7 @@ impl Engine {
         &self,
         owner: &[std::collections::BTreeMap<u64, String>],
     ) -> Result<(), String> {
-        let records = (self.voltab.volumes.iter()).chain(self.voltab_writer.in_flight_records());
+        let records = (self.voltab.volumes().iter()).chain(self.voltab.in_flight_records());
         for r in records.filter(|r| !r.deleted && r.provisioning == Provisioning::Thick) {
             let n = r.size_bytes.div_ceil(self.cfg.chunk_bytes);
             let job = (r.migration.as_ref()).zip(r.migration_base_chunk);
