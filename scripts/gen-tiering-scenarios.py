@@ -19,6 +19,8 @@ Generated workloads (issue 17), where placement can matter, 1 to 4 VMs (each its
 volume and its own draw of the generator, all at once); each also runs
   config oracle  the chunks the whole workload accesses most placed on the SSD before the
                  run, up to half the touched data (the best static placement)
+         oracle-dynamic  starts there and moves chunks ahead of the accesses the workload
+                 will make, through the engine's tier moves (crates/sim/src/oracle_dynamic.rs)
   websearch  [vm.spc] kind = "websearch" (99 % reads, 8 KiB, reuse 3.94x), skew 1.0
   financial  [vm.spc] kind = "financial" (25 % reads, 512 B-2 KiB sequential, reuse 4.61x)
   zipf0.8, zipf1.0, zipf1.2  fio randrw (70 % reads) 4 KiB, random_distribution zipf:θ
@@ -41,8 +43,8 @@ TRACES = {
     "tpcc": ("tpcc-small.trace.xz", 224 << 30, lambda i: None),
 }
 CONFIGS = ["hdd", "ssd", "split", "hot", "smq", "bcache"]
-FAST = ("split", "hot", "smq", "bcache", "oracle")
-GEN_CONFIGS = CONFIGS + ["oracle"]
+FAST = ("split", "hot", "smq", "bcache", "oracle", "oracle-dynamic")
+GEN_CONFIGS = CONFIGS + ["oracle", "oracle-dynamic"]
 # name: (volume size MiB, footprint MiB, the [vm] body)
 GENERATORS = {
     "websearch": (16384, 192, [
@@ -147,7 +149,7 @@ def generated(name, vol_mib, foot_mib, body, vms, config):
         s += [f'size = "{vol_mib}m"', 'provisioning = "thin"', "prefill = true"]
         if config == "split":
             s += ['placement = "split"', 'fast_pool = "ssd"', "fast_percent = 50"]
-        elif config in ("hot", "oracle"):
+        elif config in ("hot", "oracle", "oracle-dynamic"):
             s += [f'placement = "{config}"', 'fast_pool = "ssd"']
         elif config in ("smq", "bcache"):
             s += ['placement = "cache"', f'cache_policy = "{config}"', 'fast_pool = "ssd"']

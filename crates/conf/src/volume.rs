@@ -110,10 +110,12 @@ pub fn placement(src: &Source, k: PlacementKeys) -> Result<Placement, ConfError>
                 None => 0,
             },
         }),
-        Some(("oracle", span)) => src.err(
+        Some((o @ ("oracle" | "oracle-dynamic"), span)) => src.err(
             span,
-            "placement \"oracle\" is for simulation scenarios only (it places data knowing the \
-             whole workload in advance); expected \"pinned\", \"split\", \"hot\" or \"cache\"",
+            format!(
+                "placement {o:?} is for simulation scenarios only (it places data knowing the \
+                 whole workload in advance); expected \"pinned\", \"split\", \"hot\" or \"cache\""
+            ),
         ),
         Some((o, span)) => src.err(
             span,

@@ -44,6 +44,7 @@ pub mod stats;
 pub mod status;
 mod stopmark;
 pub mod throttle;
+mod tier_directed;
 mod tier_moves;
 mod tiering;
 pub mod types;

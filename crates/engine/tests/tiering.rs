@@ -358,3 +358,80 @@ fn a_move_finished_after_a_failed_final_commit_frees_nothing() {
     assert!(r.read("thin", 5 * MIB, MIB) == hot);
     r.engine.check_invariants().unwrap();
 }
+
+/// The simulator's dynamic oracle moves chunks of a pinned volume through
+/// `Engine::move_chunk`: the same copy, map switch and journal record as `hot`'s moves, so
+/// the data survives the move and a crash after it, and the `[tiering]` budget limits it.
+#[test]
+fn a_directed_move_keeps_the_data_within_the_budget_and_survives_a_crash() {
+    let mut cfg = hot_config();
+    cfg.volumes[0].placement = Placement::Pinned;
+    // Room for one 1 MiB move at a time: the bucket holds two chunks at most and earns
+    // one per second.
+    cfg.tiering.bytes_per_s = MIB;
+    let mut r = Rig::new(cfg);
+    let (a, b) = (pattern(1, MIB as usize), pattern(2, MIB as usize));
+    r.write("thin", 0, &a);
+    r.write("thin", 5 * MIB, &b);
+    assert_eq!((loc(&r, 0), loc(&r, 5)), (Some(HDD), Some(HDD)), "pinned");
+    r.tick(2_000_000_000);
+    let v = r.engine.volume_id("thin").unwrap();
+    let mut out = Outputs::default();
+    let now = r.now;
+    assert_eq!(r.engine.move_chunk(now, v, 0, SSD, &mut out), Ok(true));
+    assert_eq!(r.engine.move_chunk(now, v, 5, SSD, &mut out), Ok(true));
+    assert_eq!(
+        r.engine.move_chunk(now, v, 7, SSD, &mut out),
+        Ok(false),
+        "the bucket is empty"
+    );
+    r.drain(out);
+    r.tick(10_000_000);
+    assert_eq!((loc(&r, 0), loc(&r, 5)), (Some(SSD), Some(SSD)));
+    let rep = r.engine.volume_report(v).unwrap();
+    assert_eq!((rep.promotions, rep.migrated_bytes), (2, 2 * MIB));
+    assert_eq!(r.read("thin", 0, MIB), a);
+    assert_eq!(r.read("thin", 5 * MIB, MIB), b);
+    // Back home, once the bucket has earned a chunk again.
+    let mut out = Outputs::default();
+    let now = r.now;
+    assert_eq!(r.engine.move_chunk(now, v, 5, HDD, &mut out), Ok(false));
+    r.tick(1_000_000_000);
+    let now = r.now;
+    assert_eq!(r.engine.move_chunk(now, v, 5, HDD, &mut out), Ok(true));
+    r.drain(out);
+    r.tick(10_000_000);
+    assert_eq!((loc(&r, 0), loc(&r, 5)), (Some(SSD), Some(HDD)));
+    r.tick(2_000_000_000);
+    r.crash_and_mount();
+    assert_eq!((loc(&r, 0), loc(&r, 5)), (Some(SSD), Some(HDD)));
+    assert_eq!(r.read("thin", 0, MIB), a);
+    assert_eq!(r.read("thin", 5 * MIB, MIB), b);
+    r.engine.check_invariants().unwrap();
+    // Nonsense is refused with a reason, nothing moves.
+    let mut out = Outputs::default();
+    let now = r.now + 2_000_000_000;
+    let e = r
+        .engine
+        .move_chunk(now, v, 1 << 20, SSD, &mut out)
+        .unwrap_err();
+    assert!(e.contains("past its end"), "{e}");
+    let thick = r.engine.volume_id("thick").unwrap();
+    let e = r
+        .engine
+        .move_chunk(now, thick, 0, HDD, &mut out)
+        .unwrap_err();
+    assert!(e.contains("no fast pool"), "{e}");
+    assert!(out.ops.is_empty());
+}
+
+/// A `hot` volume's policy owns its placement: directed moves are refused.
+#[test]
+fn a_directed_move_of_a_hot_volume_is_refused() {
+    let (mut r, _, _) = setup();
+    let v = r.engine.volume_id("thin").unwrap();
+    let mut out = Outputs::default();
+    let now = r.now;
+    let e = r.engine.move_chunk(now, v, 5, SSD, &mut out).unwrap_err();
+    assert!(e.contains("hot placement"), "{e}");
+}

@@ -99,6 +99,8 @@ const EV_MIGRATE: u8 = 5;
 /// A member drive of an array that queues commands finished its part of a command
 /// (payload: the command's `EV_DEV` payload << 6 | the member; arrays have at most 64).
 const EV_PART: u8 = 6;
+/// The dynamic oracle's tick (`oracle_dynamic.rs`), every `[tiering] interval_s`.
+const EV_ORACLE: u8 = 7;
 
 /// What a request answered without device I/O (a read of unwritten space, an error, a
 /// flush with nothing to commit) costs its VM before the next one: without it such
@@ -146,6 +148,8 @@ pub struct Simulation {
     /// The engine is started and the volumes prefilled (`prepare`).
     prepared: bool,
     oracle_placed: Vec<(usize, u64)>,
+    /// `placement = "oracle-dynamic"` volumes' mover, built by `prefill`.
+    dyn_oracle: Option<crate::oracle_dynamic::DynamicOracle>,
     scenario: Scenario,
     seed: u64,
     /// One engine per shard (`shards.rs`); one shard is the engine itself.
@@ -303,6 +307,7 @@ impl Simulation {
         Ok(Simulation {
             prepared: false,
             oracle_placed: Vec::new(),
+            dyn_oracle: None,
             watch,
             scenario,
             seed,
@@ -622,6 +627,7 @@ impl Simulation {
                 self.fill(payload as usize);
             }
             EV_MIGRATE => self.start_migration(payload as usize),
+            EV_ORACLE => self.oracle_tick(),
             EV_HELD => {
                 if let Some((vm, index, r)) = self.held.take(payload as usize) {
                     self.vms[vm].outstanding -= 1;
@@ -659,6 +665,27 @@ impl Simulation {
                 continue;
             }
             self.step(t, kind, payload);
+        }
+    }
+
+    /// The dynamic oracle looks ahead of every VM and starts the moves that pay; the next
+    /// tick is queued while any workload runs.
+    fn oracle_tick(&mut self) {
+        if self.workloads_done() {
+            return;
+        }
+        let (Some(o), Some(engine)) = (self.dyn_oracle.as_mut(), self.engine.only_engine_mut())
+        else {
+            return;
+        };
+        let returned: Vec<u64> = self.vms.iter().map(|v| v.returned).collect();
+        if let Err(e) = o.tick(self.now, &returned, engine, &mut self.out) {
+            self.failure = Some(format!("oracle-dynamic: {e}"));
+            return;
+        }
+        if !self.workloads_done() {
+            let every = self.scenario.engine.tiering.interval_ns.max(1);
+            self.push(self.now + every, EV_ORACLE, 0);
         }
     }
 
@@ -740,6 +767,11 @@ impl Simulation {
         &self.oracle_placed
     }
 
+    /// Moves the dynamic oracle has started so far (0 without one).
+    pub fn oracle_moves_started(&self) -> u64 {
+        self.dyn_oracle.as_ref().map_or(0, |o| o.moves_started)
+    }
+
     pub fn run(mut self) -> Result<SimReport, String> {
         let wall = Instant::now();
         self.prepare()?;
@@ -748,6 +780,10 @@ impl Simulation {
         for i in 0..self.scenario.migrations.len() {
             let at = self.t0 + self.scenario.migrations[i].at_ns;
             self.push(at, EV_MIGRATE, i as u64);
+        }
+        if self.dyn_oracle.is_some() {
+            let every = self.scenario.engine.tiering.interval_ns.max(1);
+            self.push(self.t0 + every, EV_ORACLE, 0);
         }
         for vm in 0..self.vms.len() {
             if self.vms[vm].timed {
@@ -773,6 +809,7 @@ impl Simulation {
         // Oracle volumes are refused with several shards (`new`).
         if let Some(engine) = self.engine.only_engine_mut() {
             self.oracle_placed = crate::oracle::place(engine, &self.scenario, self.seed)?;
+            self.dyn_oracle = crate::oracle_dynamic::DynamicOracle::new(&self.scenario, self.seed)?;
         }
         for (vi, spec) in self.scenario.volumes.iter().enumerate() {
             if !spec.prefill {

@@ -6,6 +6,7 @@ pub mod driver;
 pub mod dst;
 mod migration_watch;
 pub mod oracle;
+pub mod oracle_dynamic;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;

@@ -19,30 +19,50 @@ use crate::scenario::Scenario;
 /// (fio with `runtime_s` and no `ios`) never ends when generated without a clock.
 const MAX_REQUESTS: u64 = 100_000_000;
 
+/// Every request VM `i` will make, in order, as the chunks it touches: `Some((first,
+/// last))` (inclusive, within the volume), `None` for a flush or an empty request.
+pub(crate) fn each_request(
+    sc: &Scenario,
+    seed: u64,
+    i: usize,
+    mut f: impl FnMut(Option<(u64, u64)>),
+) -> Result<(), String> {
+    let vm = &sc.vms[i];
+    let cb = sc.chunk_bytes;
+    let vol_bytes = sc.volumes[vm.volume].size_bytes;
+    let chunks = vol_bytes.div_ceil(cb);
+    let (mut w, _) = vm.build(vol_bytes, seed, i)?;
+    let mut n = 0u64;
+    while let Some(r) = w.next(0) {
+        n += 1;
+        if n > MAX_REQUESTS {
+            return Err(format!(
+                "volume {}: an oracle placement needs a workload that ends (vm {} made more than {MAX_REQUESTS} requests; give fio `ios`)",
+                sc.volumes[vm.volume].name, vm.name
+            ));
+        }
+        if r.kind == WlKind::Flush || r.len_bytes == 0 {
+            f(None);
+            continue;
+        }
+        let last = ((r.offset_bytes + r.len_bytes - 1) / cb).min(chunks - 1);
+        f(Some((r.offset_bytes / cb, last)));
+    }
+    Ok(())
+}
+
 /// Requests touching each chunk of volume `vi`, over all its VMs' whole workloads.
 pub fn access_counts(sc: &Scenario, seed: u64, vi: usize) -> Result<Vec<u64>, String> {
-    let cb = sc.chunk_bytes;
     let vol_bytes = sc.volumes[vi].size_bytes;
-    let mut counts = vec![0u64; vol_bytes.div_ceil(cb) as usize];
-    let mut n = 0u64;
-    for (i, vm) in sc.vms.iter().enumerate().filter(|(_, m)| m.volume == vi) {
-        let (mut w, _) = vm.build(vol_bytes, seed, i)?;
-        while let Some(r) = w.next(0) {
-            n += 1;
-            if n > MAX_REQUESTS {
-                return Err(format!(
-                    "volume {}: placement \"oracle\" needs a workload that ends (vm {} made more than {MAX_REQUESTS} requests; give fio `ios`)",
-                    sc.volumes[vi].name, vm.name
-                ));
+    let mut counts = vec![0u64; vol_bytes.div_ceil(sc.chunk_bytes) as usize];
+    for (i, _) in sc.vms.iter().enumerate().filter(|(_, m)| m.volume == vi) {
+        each_request(sc, seed, i, |r| {
+            if let Some((first, last)) = r {
+                for c in first..=last {
+                    counts[c as usize] += 1;
+                }
             }
-            if r.kind == WlKind::Flush || r.len_bytes == 0 {
-                continue;
-            }
-            let last = ((r.offset_bytes + r.len_bytes - 1) / cb).min(counts.len() as u64 - 1);
-            for c in r.offset_bytes / cb..=last {
-                counts[c as usize] += 1;
-            }
-        }
+        })?;
     }
     Ok(counts)
 }

@@ -274,8 +274,14 @@ fn app_job(cx: &Source, a: &RawApp, vol_size: u64) -> Result<AppJob, ScenarioErr
     })
 }
 
+/// `placement = "oracle"` or `"oracle-dynamic"`: the simulator's own placements, which
+/// read the workload before the run.
 fn is_oracle(p: &Spanned<String>) -> bool {
-    p.get_ref() == "oracle"
+    p.get_ref() == "oracle" || is_dynamic_oracle(p)
+}
+
+fn is_dynamic_oracle(p: &Spanned<String>) -> bool {
+    p.get_ref() == "oracle-dynamic"
 }
 
 /// Apply a pool's `flush` key to its SSD preset.
@@ -406,7 +412,11 @@ pub struct VolumeSpec {
     pub prefill: bool,
     /// `placement = "oracle"`: before the run, the chunks the workloads will access most
     /// go to the fast pool, up to its room (see `oracle.rs`); nothing moves during it.
+    /// Also set for `"oracle-dynamic"`, which starts from that placement.
     pub oracle: bool,
+    /// `placement = "oracle-dynamic"`: during the run, chunks move ahead of the accesses
+    /// the workload will make, through the engine's tier moves (`oracle_dynamic.rs`).
+    pub oracle_dynamic: bool,
     pub log: Option<bool>,
     pub qos: tiervisor_engine::VolumeQos,
 }
@@ -642,6 +652,7 @@ impl Scenario {
                 fast_pool: v.fast_pool.map(|f| f.0 as usize),
                 prefill: raw.prefill.unwrap_or(false),
                 oracle: raw.placement.as_ref().is_some_and(is_oracle),
+                oracle_dynamic: raw.placement.as_ref().is_some_and(is_dynamic_oracle),
                 log: v.log,
                 qos: v.qos,
             })
@@ -653,8 +664,9 @@ impl Scenario {
                 return cx.err(
                     p.span(),
                     format!(
-                        "volume {}: placement \"oracle\" needs prefill = true (it places existing data) and a fast_pool other than its own pool",
-                        v.name
+                        "volume {}: placement \"{}\" needs prefill = true (it places existing data) and a fast_pool other than its own pool",
+                        v.name,
+                        p.get_ref()
                     ),
                 );
             }

@@ -44,15 +44,15 @@ fn split_hot_and_cache_get_ssd_room_for_half_the_touched_chunks() {
 
 const GENERATED: [&str; 5] = ["websearch", "financial", "zipf0.8", "zipf1.0", "zipf1.2"];
 
-/// The generated workloads (issue 17) need no trace: the SSD of split, hot and oracle
-/// holds half the footprint, which is every chunk the generator touches.
+/// The generated workloads (issue 17) need no trace: the SSD of split, hot and the two
+/// oracles holds half the footprint, which is every chunk the generator touches.
 #[test]
 fn generated_workloads_give_the_ssd_half_their_footprint() {
     let dir = common::scenarios_dir().join("tiering");
     let mut checked = 0;
     for w in GENERATED {
         for vms in 1..=4 {
-            for config in ["split", "hot", "oracle"] {
+            for config in ["split", "hot", "oracle", "oracle-dynamic"] {
                 let path = dir.join(format!("{w}-{vms}vm-{config}.toml"));
                 let sc = Scenario::load(&path).unwrap();
                 assert_eq!(sc.vms.len(), vms);
@@ -65,23 +65,27 @@ fn generated_workloads_give_the_ssd_half_their_footprint() {
                     touched / 2,
                     "{path:?}"
                 );
-                assert_eq!(sc.volumes.iter().all(|v| v.oracle), config == "oracle");
+                let oracle = config.starts_with("oracle");
+                assert_eq!(sc.volumes.iter().all(|v| v.oracle), oracle);
+                let dynamic = config == "oracle-dynamic";
+                assert_eq!(sc.volumes.iter().all(|v| v.oracle_dynamic), dynamic);
                 checked += 1;
             }
         }
     }
-    assert_eq!(checked, 60);
+    assert_eq!(checked, 80);
 }
 
-/// One VM of each generated workload: SSD only < oracle < split < HDD only, `hot` gets a
-/// gain share, and the run is deterministic.
+/// One VM of each generated workload: SSD only < oracle < split < HDD only, the dynamic
+/// oracle no slower than the static one, `hot` gets a gain share against each, and the
+/// run is deterministic.
 #[test]
 fn generated_rows_order_and_gain_share() {
     let src = common::scenarios_dir().join("tiering");
     let dir = std::env::temp_dir().join(format!("tv-tiering-gen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for w in GENERATED {
-        for config in ["hdd", "ssd", "split", "hot", "oracle"] {
+        for config in ["hdd", "ssd", "split", "hot", "oracle", "oracle-dynamic"] {
             let name = format!("{w}-1vm-{config}.toml");
             std::fs::copy(src.join(&name), dir.join(&name)).unwrap();
         }
@@ -89,7 +93,7 @@ fn generated_rows_order_and_gain_share() {
     let rows = tiering(&dir, 2).unwrap();
     assert_eq!(rows, tiering(&dir, 1).unwrap(), "same scenarios, same rows");
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(rows.len(), 25);
+    assert_eq!(rows.len(), 30);
     for w in GENERATED {
         let t = |c: &str| {
             rows.iter()
@@ -111,6 +115,17 @@ fn generated_rows_order_and_gain_share() {
         let want =
             (split.exec_time_s - t("hot").exec_time_s) / (split.exec_time_s - oracle.exec_time_s);
         assert!((g - want).abs() < 1e-12, "{w}: {g} {want}");
+        let dynamic = t("oracle-dynamic");
+        assert!(
+            dynamic.exec_time_s <= oracle.exec_time_s,
+            "{w}: dynamic {} static {}",
+            dynamic.exec_time_s,
+            oracle.exec_time_s
+        );
+        let g = t("hot").gain_share_dynamic.unwrap();
+        let want =
+            (split.exec_time_s - t("hot").exec_time_s) / (split.exec_time_s - dynamic.exec_time_s);
+        assert!((g - want).abs() < 1e-12, "{w}: {g} {want}");
     }
     let targets = tiervisor_sim::reproduce::tiering_targets(&rows);
     assert_eq!(targets.len(), 7, "5 gain shares and 2 SSD-over-hot ratios");
@@ -120,7 +135,7 @@ fn generated_rows_order_and_gain_share() {
 fn reproduce_tiering_keeps_the_papers_order() {
     let Some(dir) = tiering_dir() else { return };
     let rows = tiering(&dir, 2).unwrap();
-    assert_eq!(rows.len(), 188);
+    assert_eq!(rows.len(), 208);
     let get = |t: &str, n: u32, c: &str| {
         rows.iter()
             .find(|r| r.trace == t && r.vms == n && r.config == c)

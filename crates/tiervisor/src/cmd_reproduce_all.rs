@@ -85,13 +85,16 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
             );
             for r in &rows {
                 notes.push(format!(
-                    "{} {} VM(s) {}: {:.2}{}",
+                    "{} {} VM(s) {}: {:.2}{}{}",
                     r.trace,
                     r.vms,
                     r.config,
                     r.normalized,
                     r.gain_share
-                        .map_or(String::new(), |g| format!(" (gain share {g:.2})"))
+                        .map_or(String::new(), |g| format!(" (gain share {g:.2})")),
+                    r.gain_share_dynamic.map_or(String::new(), |g| format!(
+                        " (against the dynamic oracle {g:.2})"
+                    ))
                 ));
             }
             for t in reproduce::tiering_targets(&rows) {
