@@ -210,7 +210,7 @@ pub struct VolumeTable {
     pub volumes: Vec<VolumeRecord>,
     /// Space this shard lent to or borrowed from other shards (`loan.rs`). Stored after
     /// the volume entries, counted in a header field older tables hold as zero padding.
-    pub loans: Vec<crate::loan::LoanRecord>,
+    pub loans: Vec<LoanRecord>,
 }
 
 /// Where the loan count sits in the table header (zero padding before loans existed).
@@ -369,7 +369,7 @@ impl VolumeTable {
         let mut loans = Vec::with_capacity(n_loans);
         for i in 0..n_loans {
             let mut d = Dec::new(buf.get(loans_at + i * VT_LOAN_BYTES..)?);
-            loans.push(crate::loan::LoanRecord::decode(&mut d)?);
+            loans.push(LoanRecord::decode(&mut d)?);
         }
         Some(VolumeTable {
             generation,
@@ -458,6 +458,70 @@ impl JournalHeader {
             // Any other value than 1 (a later format's flags, say) is not a clean stop.
             stopped_clean: d.u8()? == 1,
         })
+    }
+}
+
+// The loan records of the volume table (issue 18; the protocol is in `loan.rs`).
+
+/// Which side of a loan a record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoanKind {
+    /// This shard gave the run (its own chunks) to `peer`.
+    Lent,
+    /// This shard holds the run of `peer`'s chunks.
+    Borrowed,
+}
+
+/// One loan as the volume table records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoanRecord {
+    pub kind: LoanKind,
+    pub pool: PoolId,
+    /// The borrower of a `Lent` record, the donor of a `Borrowed` one.
+    pub peer: u16,
+    /// The run in the donor's slice: its first chunk and length.
+    pub first_chunk: u64,
+    pub chunks: u64,
+}
+
+impl LoanRecord {
+    pub(crate) fn encode(&self, e: &mut Enc) {
+        e.u8(match self.kind {
+            LoanKind::Lent => 1,
+            LoanKind::Borrowed => 2,
+        })
+        .u16(self.pool.0)
+        .u16(self.peer)
+        .u64(self.first_chunk)
+        .u64(self.chunks);
+    }
+
+    pub(crate) fn decode(d: &mut Dec) -> Option<LoanRecord> {
+        let kind = match d.u8()? {
+            1 => LoanKind::Lent,
+            2 => LoanKind::Borrowed,
+            _ => return None,
+        };
+        let r = LoanRecord {
+            kind,
+            pool: PoolId(d.u16()?),
+            peer: d.u16()?,
+            first_chunk: d.u64()?,
+            chunks: d.u64()?,
+        };
+        (r.chunks > 0 && r.first_chunk.checked_add(r.chunks).is_some()).then_some(r)
+    }
+
+    /// The same loan as the other shard records it.
+    pub fn mirror(&self, me: u16) -> LoanRecord {
+        LoanRecord {
+            kind: match self.kind {
+                LoanKind::Lent => LoanKind::Borrowed,
+                LoanKind::Borrowed => LoanKind::Lent,
+            },
+            peer: me,
+            ..*self
+        }
     }
 }
 
@@ -605,15 +669,15 @@ mod tests {
         assert_eq!(&b[24..28], &[0, 0, 0, 0]);
         let mut with = t.clone();
         with.loans = vec![
-            crate::loan::LoanRecord {
-                kind: crate::loan::LoanKind::Lent,
+            LoanRecord {
+                kind: LoanKind::Lent,
                 pool: PoolId(1),
                 peer: 2,
                 first_chunk: 700,
                 chunks: 33,
             },
-            crate::loan::LoanRecord {
-                kind: crate::loan::LoanKind::Borrowed,
+            LoanRecord {
+                kind: LoanKind::Borrowed,
                 pool: PoolId(0),
                 peer: 0,
                 first_chunk: 5,

@@ -22,73 +22,11 @@
 //! inside one extent, so every device operation maps to one contiguous physical range;
 //! `Engine::device_home` tells the driver where that is.
 
-use crate::codec::{Dec, Enc};
 use crate::control::ControlError;
 use crate::engine::{Engine, EngineState};
 use crate::layout::{DATA_START_BYTES, chunks_in};
+pub use crate::layout::{LoanKind, LoanRecord};
 use crate::types::{EngineEvent, Outputs, PoolId};
-
-/// Which side of a loan a record is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LoanKind {
-    /// This shard gave the run (its own chunks) to `peer`.
-    Lent,
-    /// This shard holds the run of `peer`'s chunks.
-    Borrowed,
-}
-
-/// One loan as the volume table records it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoanRecord {
-    pub kind: LoanKind,
-    pub pool: PoolId,
-    /// The borrower of a `Lent` record, the donor of a `Borrowed` one.
-    pub peer: u16,
-    /// The run in the donor's slice: its first chunk and length.
-    pub first_chunk: u64,
-    pub chunks: u64,
-}
-
-impl LoanRecord {
-    pub(crate) fn encode(&self, e: &mut Enc) {
-        e.u8(match self.kind {
-            LoanKind::Lent => 1,
-            LoanKind::Borrowed => 2,
-        })
-        .u16(self.pool.0)
-        .u16(self.peer)
-        .u64(self.first_chunk)
-        .u64(self.chunks);
-    }
-
-    pub(crate) fn decode(d: &mut Dec) -> Option<LoanRecord> {
-        let kind = match d.u8()? {
-            1 => LoanKind::Lent,
-            2 => LoanKind::Borrowed,
-            _ => return None,
-        };
-        let r = LoanRecord {
-            kind,
-            pool: PoolId(d.u16()?),
-            peer: d.u16()?,
-            first_chunk: d.u64()?,
-            chunks: d.u64()?,
-        };
-        (r.chunks > 0 && r.first_chunk.checked_add(r.chunks).is_some()).then_some(r)
-    }
-
-    /// The same loan as the other shard records it.
-    pub fn mirror(&self, me: u16) -> LoanRecord {
-        LoanRecord {
-            kind: match self.kind {
-                LoanKind::Lent => LoanKind::Borrowed,
-                LoanKind::Borrowed => LoanKind::Lent,
-            },
-            peer: me,
-            ..*self
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Change {
@@ -489,6 +427,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::{Dec, Enc};
     use crate::config::{EngineConfig, Medium, PoolConfig};
     use crate::layout::chunk_offset;
     use crate::sched::SchedSpec;

@@ -8,8 +8,8 @@
 
 use crate::devop::{OpSpec, Owner};
 use crate::engine::Engine;
-use crate::layout::{VOLTAB_OFFSETS, VolumeRecord, VolumeTable};
-use crate::loan::LoanRecord;
+use crate::layout::{LoanRecord, VOLTAB_OFFSETS, VolumeRecord, VolumeTable};
+
 use crate::types::{DevKind, Errno, IoClass, Outputs};
 
 /// The volume table: its durable copy and the write of the next one. Only `volume_table_written`

@@ -184,11 +184,11 @@ pub struct Volume {
     pub promo: crate::promo::PromoHits,
     /// Where the demotion scan resumes.
     pub scan_cursor: u64,
-    pub log: crate::log::VolLog,
+    pub log: crate::log::vol::VolLog,
     /// `cache` placement: slow slots and dirty bits of cached chunks (`cache.rs`).
-    pub cache: crate::cache::CacheTable,
+    pub cache: crate::cache::table::CacheTable,
     /// `cache` placement: when its cleaner writes back (`cache_writeback.rs`).
-    pub writeback: crate::cache_writeback::WritebackPace,
+    pub writeback: crate::cache_writeback::pace::WritebackPace,
 }
 
 impl Volume {
@@ -238,7 +238,7 @@ impl Volume {
         self.monitor.grow(chunks);
         self.chunks = chunks;
         self.rec.size_bytes = size_bytes;
-        self.log.max_extents = crate::log::max_extents_for(size_bytes);
+        self.log.max_extents = crate::log::vol::max_extents_for(size_bytes);
     }
 
     /// Shrink to `size_bytes` (a thin volume's shrink, whose cut chunks are all unmapped).
@@ -248,7 +248,7 @@ impl Volume {
         self.monitor.truncate(chunks);
         self.chunks = chunks;
         self.rec.size_bytes = size_bytes;
-        self.log.max_extents = crate::log::max_extents_for(size_bytes);
+        self.log.max_extents = crate::log::vol::max_extents_for(size_bytes);
     }
 
     pub fn has_commit_work(&self) -> bool {
