@@ -1,5 +1,6 @@
-//! DBT's dirty passes and the pause's final copy keep several chunk copies in flight (as
-//! QEMU's mirror job does), not one chunk at a time: at seed 004's 30 GB that latency set
+//! DBT's dirty passes and the pause's final copy keep up to `copy_window_chunks` chunk
+//! copies in flight (16 by default, as QEMU's mirror job does; 1 is one chunk at a time,
+//! seed 004's single copy process): at seed 004's 30 GB one at a time, that latency set
 //! the floor of the dirty set and so the pause (Table 3). The volume still reads back as
 //! its reference, also after a crash.
 
@@ -45,15 +46,16 @@ fn chunks_being_read(r: &Rig) -> BTreeSet<u64> {
 /// A DBT job where the VM writes 4 KiB to each chunk once its first copy is done. With
 /// `dbt_max_passes` 2 the second pass recopies the dirty chunks (all but the last, whose
 /// copy ends the first pass), with 1 the pause's final copy does (all six): either way all
-/// at once, then the volume is checked.
+/// at once, up to the job's window, then the volume is checked.
 #[test]
 fn dbt_copies_the_dirty_chunks_of_a_pass_and_of_the_pause_at_once() {
-    for max_passes in [2, 1] {
+    for (max_passes, window) in [(2, 16), (1, 16), (2, 1), (1, 1), (2, 3), (1, 3)] {
         let (mut r, mut reference) = setup();
         r.hold = true;
         let p = MigrationParams {
             granularity_bytes: 4096,
             dbt_max_passes: max_passes,
+            copy_window_chunks: window,
             ..job_params(Scheme::Dbt, SSD)
         };
         start_job(&mut r, VOL, p).unwrap();
@@ -84,18 +86,55 @@ fn dbt_copies_the_dirty_chunks_of_a_pass_and_of_the_pause_at_once() {
         let reading = chunks_being_read(&r);
         assert_eq!(
             reading.len() as u64,
-            dirtied,
-            "max passes {max_passes}: source chunks read at once: {reading:?}"
+            dirtied.min(u64::from(window)),
+            "max passes {max_passes}, window {window}: source chunks read at once: {reading:?}"
         );
+        // Never more than the window while the rest is copied.
+        while r.release_one().is_some() {
+            let n = chunks_being_read(&r).len() as u64;
+            assert!(
+                n <= u64::from(window),
+                "window {window}: {n} chunks read at once"
+            );
+            if status(&r).phase.is_over()
+                || matches!(status(&r).phase, MigrationPhase::Committing { .. })
+            {
+                break;
+            }
+        }
         r.hold = false;
         while r.release_one().is_some() {}
         finish_job(&mut r, VOL);
         let st = status(&r);
-        assert_eq!(st.phase, MigrationPhase::Done, "max passes {max_passes}");
+        assert_eq!(
+            st.phase,
+            MigrationPhase::Done,
+            "max passes {max_passes} window {window}"
+        );
         assert_eq!(st.stats.redundant_bytes, dirtied * 4096);
         check_ref(&mut r, VOL, &reference, "after the pivot");
         r.crash_and_mount();
         check_ref(&mut r, VOL, &reference, "after a crash");
         r.engine.check_invariants().unwrap();
+    }
+}
+
+/// A window of 0 or past the bound is refused with the reason, and nothing starts.
+#[test]
+fn a_copy_window_out_of_bounds_is_refused() {
+    let (mut r, _) = setup();
+    for window in [0, jobs::migrate::MAX_COPY_WINDOW_CHUNKS + 1] {
+        let p = MigrationParams {
+            copy_window_chunks: window,
+            ..job_params(Scheme::Dbt, SSD)
+        };
+        match start_job(&mut r, VOL, p) {
+            Err(ControlError::Invalid(why)) => {
+                assert!(why.contains("copy window"), "{why}")
+            }
+            other => panic!("window {window}: {other:?}"),
+        }
+        let v = r.engine.volume_id(VOL).unwrap();
+        assert!(r.engine.migration_status(v).is_none());
     }
 }

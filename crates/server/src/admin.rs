@@ -1074,6 +1074,14 @@ mod tests {
                 "unknown copy priority \"first\"; expected background or equal",
             ),
             (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "copy_window_chunks": 0}"#,
+                "copy_window_chunks = 0: expected 1 to 64",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "copy_window_chunks": 65}"#,
+                "copy_window_chunks = 65: expected 1 to 64",
+            ),
+            (
                 r#"{"cmd": "migrate", "action": "cancel", "volume": "thin"}"#,
                 "volume thin is not migrating",
             ),
@@ -1094,7 +1102,7 @@ mod tests {
 
         let v = ask(
             &mut engine,
-            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5, "copy_priority": "equal"}"#,
+            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5, "copy_priority": "equal", "copy_window_chunks": 4}"#,
         );
         assert_eq!(v["migration"]["scheme"], "lr", "{v}");
         assert_eq!(v["migration"]["phase"], "copying", "{v}");

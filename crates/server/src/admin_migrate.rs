@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 use tiervisor_engine::jobs::migrate::{
-    CopyPriority, MigrationParams, MigrationStatus, SchemeChoice,
+    CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, MigrationStatus, SchemeChoice,
 };
 use tiervisor_engine::{Control, Engine, Outputs, PoolId, VolumeId};
 
@@ -113,6 +113,16 @@ fn start_params(req: &Value, engine: &Engine) -> Result<MigrationParams, String>
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| format!("migrate start: dbt_max_passes = {n}: expected 1 or more"))?;
+    }
+    if let Some(n) = whole("copy_window_chunks")? {
+        p.copy_window_chunks = u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_COPY_WINDOW_CHUNKS).contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "migrate start: copy_window_chunks = {n}: expected 1 to {MAX_COPY_WINDOW_CHUNKS}"
+                )
+            })?;
     }
     match &req["gamma"] {
         Value::Null => {}

@@ -14,6 +14,7 @@
 //! aio_delay_us = 1000
 //! gamma = 0.5           # wear against I/O performance, for `auto` and the cost
 //! copy_priority = "background"  # or "equal": the copy queues with the VM's I/O (seed 004's)
+//! copy_window_chunks = 16       # DBT's dirty copies in flight, 1 to 64 (1: seed 004's)
 //! ```
 //! The engine checks the rest (thin, pinned volumes; granularity a divisor of the chunk)
 //! when the migration starts; a refusal fails the run with its reason.
@@ -21,7 +22,9 @@
 use serde::Deserialize;
 use tiervisor_conf::{SizeVal, Source, Spanned};
 use tiervisor_engine::PoolId;
-use tiervisor_engine::jobs::migrate::{CopyPriority, MigrationParams, SchemeChoice};
+use tiervisor_engine::jobs::migrate::{
+    CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, SchemeChoice,
+};
 
 use super::{PoolSpec, ScenarioError, VolumeSpec};
 
@@ -40,6 +43,7 @@ pub(super) struct RawMigration {
     aio_delay_us: Option<u64>,
     gamma: Option<Spanned<f64>>,
     copy_priority: Option<Spanned<String>>,
+    copy_window_chunks: Option<Spanned<u32>>,
 }
 
 /// A migration the run starts.
@@ -122,6 +126,16 @@ pub(super) fn migration(
     }
     if let Some(c) = &m.copy_priority {
         params.copy_priority = CopyPriority::parse(c.get_ref()).or_else(|e| cx.err(c.span(), e))?;
+    }
+    if let Some(w) = &m.copy_window_chunks {
+        let max = MAX_COPY_WINDOW_CHUNKS;
+        if !(1..=max).contains(w.get_ref()) {
+            return cx.err(
+                w.span(),
+                format!("copy_window_chunks = {}: expected 1 to {max}", w.get_ref()),
+            );
+        }
+        params.copy_window_chunks = *w.get_ref();
     }
     let at_ns = match &m.at_s {
         Some(a) if !(a.get_ref().is_finite() && *a.get_ref() >= 0.0) => {

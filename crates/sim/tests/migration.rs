@@ -304,3 +304,27 @@ fn a_copy_as_the_vms_equal_is_not_starved_by_a_busy_hdd() {
         "{e}"
     );
 }
+
+/// `copy_window_chunks` is read from a scenario and bounded: 0 and 65 are refused with
+/// the key's name and the range.
+#[test]
+fn a_scenario_copy_window_is_parsed_and_bounded() {
+    let with = |w: u32| {
+        scenario("ssd", "hdd", "dbt", 0.5, 100).replace(
+            "rate_mb_s = 32\n",
+            &format!("rate_mb_s = 32\ncopy_window_chunks = {w}\n"),
+        )
+    };
+    let sc = Scenario::parse("m.toml", &with(1), Path::new(".")).unwrap();
+    assert_eq!(sc.migrations[0].params.copy_window_chunks, 1);
+    for w in [0, 65] {
+        let e = Scenario::parse("m.toml", &with(w), Path::new("."))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&format!("copy_window_chunks = {w}: expected 1 to 64")),
+            "{e}"
+        );
+    }
+}

@@ -40,6 +40,10 @@ pub enum MigrateCmd {
         /// or equal (the copy queues with it, as seed 004's copy process did).
         #[arg(long)]
         copy_priority: Option<String>,
+        /// DBT's dirty-pass and final-copy chunk copies in flight, 1 to 64 (default 16,
+        /// QEMU mirror's; 1 copies one chunk at a time, as seed 004's copy process).
+        #[arg(long)]
+        copy_window: Option<u32>,
         /// Show progress until the job is over, then its report (non-zero exit unless done).
         #[arg(long)]
         wait: bool,
@@ -102,6 +106,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             buffer,
             max_passes,
             copy_priority,
+            copy_window,
             wait,
             target,
         } => {
@@ -117,6 +122,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
                 "buffer_bytes": size(&buffer, "buffer")?,
                 "dbt_max_passes": max_passes,
                 "copy_priority": copy_priority,
+                "copy_window_chunks": copy_window,
             });
             let v = ask(&target, req)?;
             let m = &v["migration"];

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::jobs::migrate::{
-    CopyPriority, MigrationParams, MigrationPhase, Scheme, SchemeChoice,
+    CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, MigrationPhase, Scheme, SchemeChoice,
 };
 
 use crate::shards::Sharded;
@@ -1673,6 +1673,10 @@ impl Sim {
             {
                 p.copy_priority = CopyPriority::Equal;
             }
+            // DBT's copy window, also from that value (independent of the third above):
+            // one chunk at a time (seed 004's), 2, QEMU's 16, and the bound.
+            p.copy_window_chunks =
+                [1, 2, 16, MAX_COPY_WINDOW_CHUNKS][(p.aio_delay_ns / 3 % 4) as usize];
             // A `cache` volume's start is asked in every migrating seed (`cache_migrations`),
             // another tiered volume's only where tiered volumes migrate.
             let res = if cache && !self.cache_migrations {

@@ -150,6 +150,10 @@ pub struct MigrationParams {
     pub gamma: f64,
     /// The copy's share of a disk the VM keeps busy.
     pub copy_priority: CopyPriority,
+    /// Chunk copies DBT keeps in flight in its dirty passes and the pause's final copy,
+    /// 1 to [`MAX_COPY_WINDOW_CHUNKS`]: 1 is one chunk at a time (seed 004's single copy
+    /// process), 16 QEMU mirror's `MAX_IN_FLIGHT` (the default).
+    pub copy_window_chunks: u32,
 }
 
 impl MigrationParams {
@@ -165,6 +169,7 @@ impl MigrationParams {
             aio_delay_ns: 1_000_000,
             gamma: 0.5,
             copy_priority: CopyPriority::Background,
+            copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
         }
     }
 }
@@ -328,15 +333,20 @@ pub(crate) enum Progress {
     Copied,
 }
 
-/// Chunk copies a job keeps in flight in DBT's dirty passes and in the pause's final
-/// copy (QEMU's mirror job: `MAX_IN_FLIGHT`, 16 operations of at most 1 MiB, its default
-/// `buf-size` 16 MiB). One chunk at a time, those copies were one read and one write per
-/// dirty chunk end to end: at 30 GB under random writes that latency, not the rate cap,
-/// set the floor of DBT's dirty set and so its pause (seed 004's Table 3). The first pass
-/// copies one chunk at a time (whole chunks in `buffer_bytes` pieces, all in flight at
-/// once), where the rate cap is what bounds it and the schemes' "block being copied"
-/// rules name one chunk.
-pub(crate) const COPY_WINDOW_CHUNKS: usize = 16;
+/// The default of `MigrationParams::copy_window_chunks`: QEMU's mirror job keeps
+/// `MAX_IN_FLIGHT` 16 operations of at most 1 MiB (its default `buf-size` 16 MiB). One
+/// chunk at a time, DBT's dirty copies were one read and one write per dirty chunk end to
+/// end: at 30 GB under random writes that latency, not the rate cap, set the floor of the
+/// dirty set and so the pause (seed 004's Table 3 at window 1 and 16, BENCHMARKS.md). The
+/// first pass copies one chunk at a time whatever the window (whole chunks in
+/// `buffer_bytes` pieces, all in flight at once): the rate cap is what bounds it, and the
+/// schemes' "block being copied" rules name one chunk.
+pub const DEFAULT_COPY_WINDOW_CHUNKS: u32 = 16;
+
+/// The largest `copy_window_chunks`: each copy in flight holds up to a chunk of data in
+/// the server's buffers (64 MiB at 1 MiB chunks), and past the devices' queue depths
+/// more copies only queue in the scheduler.
+pub const MAX_COPY_WINDOW_CHUNKS: u32 = 64;
 
 /// A chunk copy in flight.
 #[derive(Clone, Copy, Debug)]
@@ -374,7 +384,7 @@ pub(crate) struct Job {
     /// Chunks to (re)visit after the cursor passed them (busy then, or newly allocated).
     pub late: BTreeSet<u64>,
     /// Chunk copies in flight: one in the first pass and a cancel's copy back, up to
-    /// `COPY_WINDOW_CHUNKS` in DBT's dirty passes and the final copy, never two of one
+    /// `params.copy_window_chunks` in DBT's dirty passes and the final copy, never two of one
     /// chunk (an older copy landing last would leave stale data with its bits clear).
     pub copying: Vec<Copying>,
     pub bucket: TokenBucket,
@@ -781,6 +791,12 @@ impl Engine {
             return Err(ControlError::Invalid(format!(
                 "gamma {} must lie in [0, 1]",
                 p.gamma
+            )));
+        }
+        if !(1..=MAX_COPY_WINDOW_CHUNKS).contains(&p.copy_window_chunks) {
+            return Err(ControlError::Invalid(format!(
+                "copy window {} chunks: must be 1 to {MAX_COPY_WINDOW_CHUNKS}",
+                p.copy_window_chunks
             )));
         }
         if thick

@@ -3,7 +3,7 @@
 
 use smallvec::smallvec;
 
-use super::{COPY_WINDOW_CHUNKS, Copying, MigrationPhase, Progress, Scheme};
+use super::{Copying, MigrationPhase, Progress, Scheme};
 use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
 use crate::engine::{Engine, ReqStage};
@@ -92,7 +92,7 @@ impl Engine {
                 true
             }
             MigrationPhase::FinalCopy => {
-                // Up to `COPY_WINDOW_CHUNKS` copies at once (nothing writes while the
+                // Up to `copy_window_chunks` copies at once (nothing writes while the
                 // volume is paused); copies that need nothing copied finish at once. A
                 // completion steps again.
                 loop {
@@ -100,7 +100,7 @@ impl Engine {
                     if job.cancel_wanted {
                         return true;
                     }
-                    if job.copying.len() >= COPY_WINDOW_CHUNKS {
+                    if job.copying.len() >= job.params.copy_window_chunks as usize {
                         return false;
                     }
                     let next = match self.next_left_uncopied(v) {
@@ -161,7 +161,11 @@ impl Engine {
         }
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         job.may_write_dst = true;
-        let window = if pass == 1 { 1 } else { COPY_WINDOW_CHUNKS };
+        let window = if pass == 1 {
+            1
+        } else {
+            job.params.copy_window_chunks as usize
+        };
         loop {
             let job = &self.migrations.jobs[&v];
             if job.cancel_wanted {

@@ -9,16 +9,21 @@
 //! cannot start again is dropped (a thin volume's) or, for a thick volume, which holds a
 //! reserved region, ended at mount (`end_unresumable_thick_job`).
 
-use super::{CopyPriority, MigrationParams, Scheme, SchemeChoice};
+use super::{
+    CopyPriority, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme,
+    SchemeChoice,
+};
 use crate::codec::{Dec, Enc};
 use crate::engine::Engine;
 use crate::types::{EngineEvent, Outputs, PoolId, VolumeId};
 
 /// Encode a volume's recorded job: a tag byte (0: none; 1: a job; 2: a thick volume's
 /// job, followed after the parameters by the first chunk of the new home region it
-/// reserved), then the copy priority (0 background, 1 equal). Tags 0 and 1 are what
-/// tables written before thick migration hold; the priority byte is the entry's zero
-/// padding in tables written before it, and so reads as background.
+/// reserved), then the copy priority (0 background, 1 equal) and the copy window in chunks
+/// (a byte). Tags 0 and 1 are what tables written before thick migration hold; the
+/// priority and window bytes are the entry's zero padding in tables written before them,
+/// and so read as background and, for the window, as the default (what those jobs ran
+/// with).
 pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk: Option<u64>) {
     let Some(p) = job else {
         e.u8(0);
@@ -45,6 +50,8 @@ pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk:
         CopyPriority::Background => 0,
         CopyPriority::Equal => 1,
     });
+    // Validated at the start to 1..=MAX_COPY_WINDOW_CHUNKS, which fits a byte.
+    e.u8(u8::try_from(p.copy_window_chunks).unwrap_or(u8::MAX));
 }
 
 /// A decoded job record: the job's parameters, and a thick volume's new region.
@@ -74,12 +81,17 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
         aio_delay_ns: d.u64()?,
         gamma: f64::from_bits(d.u64()?),
         copy_priority: CopyPriority::Background,
+        copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
     };
     let base = if thick { Some(d.u64()?) } else { None };
     params.copy_priority = match d.u8()? {
         0 => CopyPriority::Background,
         1 => CopyPriority::Equal,
         _ => return None,
+    };
+    params.copy_window_chunks = match d.u8()? {
+        0 => DEFAULT_COPY_WINDOW_CHUNKS,
+        w => u32::from(w).min(MAX_COPY_WINDOW_CHUNKS),
     };
     Some((Some(params), base))
 }
@@ -217,11 +229,14 @@ mod tests {
         let mut e = Enc::with_capacity(64);
         encode_job(&mut e, Some(&p), None);
         e.pad_to(80);
+        let b = e.seal(84);
+        // The old encoding, then the priority byte (0: background) and the window byte.
         assert_eq!(
-            e.seal(84),
-            old,
+            b[..53],
+            old[..53],
             "a thin volume's job keeps the old encoding"
         );
+        assert_eq!(b[53..55], [0, 16]);
         // A thick volume's job is tagged 2 and carries its new region.
         let mut e = Enc::with_capacity(64);
         encode_job(&mut e, Some(&p), Some(77));
@@ -256,6 +271,36 @@ mod tests {
             let mut bad = b.clone();
             bad[at] = 2;
             assert!(decode_job(&mut Dec::new(&bad)).is_none(), "{base:?}");
+        }
+    }
+
+    /// The copy window rides in the byte after the priority; zero (older tables) reads as
+    /// the default.
+    #[test]
+    fn the_copy_window_is_recorded_after_the_priority() {
+        for base in [None, Some(77)] {
+            let p = MigrationParams {
+                scheme: SchemeChoice::Fixed(Scheme::Dbt),
+                copy_window_chunks: 3,
+                ..MigrationParams::new(PoolId(1))
+            };
+            let mut e = Enc::with_capacity(64);
+            encode_job(&mut e, Some(&p), base);
+            e.pad_to(80);
+            let b = e.seal(84);
+            assert_eq!(
+                decode_job(&mut Dec::new(&b)).unwrap(),
+                (Some(p.clone()), base)
+            );
+            let at = if base.is_some() { 61 } else { 53 };
+            assert_eq!(b[at], 3);
+            let mut old = b.clone();
+            old[at] = 0;
+            let (q, _) = decode_job(&mut Dec::new(&old)).unwrap();
+            assert_eq!(
+                q.map(|q| q.copy_window_chunks),
+                Some(DEFAULT_COPY_WINDOW_CHUNKS)
+            );
         }
     }
 }
