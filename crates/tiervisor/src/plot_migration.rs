@@ -209,6 +209,7 @@ pub fn write(dir: &Path, name: &str, svg: &str) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiervisor_sim::reproduce::migration::WindowRows;
     use tiervisor_sim::reproduce::migration_mix::{mix_claims, mix_rows};
 
     fn result() -> MigrationResult {
@@ -227,7 +228,9 @@ mod tests {
                 });
             }
         }
-        let mix = mix_rows(&cost, 0.25).unwrap();
+        let job =
+            tiervisor_engine::jobs::migrate::MigrationParams::new(tiervisor_engine::PoolId(1));
+        let mix = mix_rows(&cost, 0.25, &job).unwrap();
         MigrationResult {
             image_mib: 8,
             rate_mb_s: 64,
@@ -246,6 +249,14 @@ mod tests {
             orderings: vec![],
             mix_claims: mix_claims(&mix),
             mix,
+            copy_window_chunks: 1,
+            tiervisor: WindowRows {
+                copy_window_chunks: 16,
+                table3: vec![],
+                downtime: vec![],
+                share: vec![],
+                cost: vec![],
+            },
         }
     }
 

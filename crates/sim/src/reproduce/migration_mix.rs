@@ -6,12 +6,13 @@
 //!
 //! Two Mixes: the paper's, which takes for each pair the scheme of LR, SLR and AIO with
 //! the lowest measured MC (never worse than the best single scheme by construction), and
-//! ours, `auto`, which picks by the engine's *predicted* cost (`predict_cost`) at the
-//! workload's write share, evaluated at the measured MC of its pick.
+//! ours, `auto`, which picks by the engine's *predicted* cost (`predict_cost_for`, at the
+//! run's copy priority, rate and AIO threshold) at the workload's write share, evaluated
+//! at the measured MC of its pick.
 
 use serde::Serialize;
 use tiervisor_engine::config::Medium;
-use tiervisor_engine::jobs::migrate::{MigrationCost, Scheme, predict_cost};
+use tiervisor_engine::jobs::migrate::{MigrationCost, MigrationParams, Scheme, predict_cost_for};
 
 use super::migration::{CostRow, Pair};
 
@@ -76,13 +77,18 @@ fn mc(cost: &[CostRow], pair: Pair, scheme: &str, gamma: f64) -> Result<f64, Str
     Ok(MigrationCost::from_factors(c.lambda_io, c.lambda_migration_time, c.lambda_wear, gamma).mc)
 }
 
-/// `auto`'s pick for `pair` at `gamma`, for a workload writing `write_share` of its bytes.
-fn auto_pick(pair: Pair, write_share: f64, gamma: f64) -> &'static str {
+/// `auto`'s pick for `pair` at `gamma`, for a workload writing `write_share` of its bytes,
+/// for a job with parameters `job` (its copy priority, rate, buffer, AIO threshold).
+fn auto_pick(pair: Pair, write_share: f64, gamma: f64, job: &MigrationParams) -> &'static str {
     let (src, dst) = pair.models();
     let (src, dst) = (medium(src), medium(dst));
+    let p = MigrationParams {
+        gamma,
+        ..job.clone()
+    };
     Scheme::ALL
         .into_iter()
-        .map(|s| (s, predict_cost(s, src, dst, write_share, gamma).mc))
+        .map(|s| (s, predict_cost_for(s, src, dst, write_share, &p).mc))
         .fold(
             (Scheme::Lr, f64::INFINITY),
             |a, b| if b.1 < a.1 { b } else { a },
@@ -91,8 +97,13 @@ fn auto_pick(pair: Pair, write_share: f64, gamma: f64) -> &'static str {
         .name()
 }
 
-/// Figure 15's rows from the cost rows of the four pairs; `write_share` is the workload's.
-pub fn mix_rows(cost: &[CostRow], write_share: f64) -> Result<Vec<MixRow>, String> {
+/// Figure 15's rows from the cost rows of the four pairs; `write_share` is the workload's,
+/// `job` the runs' migration parameters (for `auto`'s prediction).
+pub fn mix_rows(
+    cost: &[CostRow],
+    write_share: f64,
+    job: &MigrationParams,
+) -> Result<Vec<MixRow>, String> {
     let mut rows = Vec::new();
     for gamma in MIX_GAMMAS {
         for epsilon in EPSILONS {
@@ -112,7 +123,7 @@ pub fn mix_rows(cost: &[CostRow], write_share: f64) -> Result<Vec<MixRow>, Strin
                     lowest = lowest.min(mc(cost, pair, s, gamma)?);
                 }
                 mix += w[i] * lowest;
-                let pick = auto_pick(pair, write_share, gamma);
+                let pick = auto_pick(pair, write_share, gamma, job);
                 auto += w[i] * mc(cost, pair, pick, gamma)?;
                 picks.push(pick);
             }
@@ -208,7 +219,8 @@ mod tests {
             cost.push(row(pair, "dbt", 0.9, 2.0, 2.0));
             cost.push(row(pair, "mirror", 0.9, 2.0, 2.0));
         }
-        let rows = mix_rows(&cost, 0.25).unwrap();
+        let job = MigrationParams::new(tiervisor_engine::PoolId(1));
+        let rows = mix_rows(&cost, 0.25, &job).unwrap();
         assert_eq!(rows.len(), MIX_GAMMAS.len() * EPSILONS.len());
         for r in &rows {
             // Every pair alike: the weights sum to 1, so totals are per-VM MCs.

@@ -30,7 +30,7 @@ mod thick;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-pub use cost::{CostInputs, MigrationCost, predict_cost};
+pub use cost::{CostInputs, MigrationCost, predict_cost, predict_cost_for};
 pub(crate) use resume::{decode_job, encode_job};
 
 use crate::bucket::TokenBucket;
