@@ -232,11 +232,11 @@ mod tests {
         let b = e.seal(84);
         // The old encoding, then the priority byte (0: background) and the window byte.
         assert_eq!(
-            b[..53],
-            old[..53],
+            b[..52],
+            old[..52],
             "a thin volume's job keeps the old encoding"
         );
-        assert_eq!(b[53..55], [0, 16]);
+        assert_eq!(b[52..54], [0, 16]);
         // A thick volume's job is tagged 2 and carries its new region.
         let mut e = Enc::with_capacity(64);
         encode_job(&mut e, Some(&p), Some(77));
