@@ -40,6 +40,8 @@ pub struct EngineKeys<'a> {
     pub discard: Option<Switch>,
     pub tiering: Option<&'a TieringToml>,
     pub log: Option<&'a LogToml>,
+    /// How shards share the budgets that span volumes: `"demand"` (default) or `"fixed"`.
+    pub shard_budgets: Option<&'a Spanned<String>>,
 }
 
 /// One pool's shared keys. The driver says what medium and capacity the pool has (from
@@ -123,6 +125,21 @@ pub fn resolve(
         Some(m) => m.get_ref() * 1_000_000,
         None => 1_000_000_000,
     };
+    // Demand: a broker moves the write buffer and the tier and cleaner bandwidth to the
+    // shards that use them (engine::budget_broker); fixed: 1/N each, for comparison.
+    let budget_reports = match engine.shard_budgets {
+        None => true,
+        Some(s) => match s.get_ref().as_str() {
+            "demand" => true,
+            "fixed" => false,
+            o => {
+                return src.err(
+                    s.span(),
+                    format!("shard_budgets {o:?}: expected \"demand\" or \"fixed\""),
+                );
+            }
+        },
+    };
     let mut pool_cfgs: Vec<PoolConfig> = Vec::with_capacity(pools.len());
     for p in pools {
         pool_cfgs.push(pool(src, p, chunk_bytes, &pool_cfgs)?);
@@ -161,6 +178,7 @@ pub fn resolve(
         discard_freed: engine.discard.is_none_or(|d| d.0),
         tiering: TieringToml::resolve(engine.tiering, src)?,
         log: LogToml::resolve(engine.log, src)?,
+        budget_reports,
         ..EngineConfig::default()
     })
 }

@@ -378,6 +378,9 @@ pub struct EngineConfig {
     /// Which shard of the system this engine is (`shard.rs`); recorded in every slice's
     /// superblock, so a system is never mounted with another shard count.
     pub shard: crate::shard::ShardId,
+    /// A shard reports its use of the budgets that span volumes (`budgets.rs`) for a
+    /// driver that runs a `BudgetBroker`; off, each keeps `ShardPlan`'s fixed 1/N.
+    pub budget_reports: bool,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -404,6 +407,7 @@ impl Default for EngineConfig {
             tiering: TieringConfig::default(),
             log: LogConfig::default(),
             shard: crate::shard::ShardId::default(),
+            budget_reports: false,
         }
     }
 }

@@ -71,6 +71,13 @@ pub enum Control {
         first_chunk: u64,
         chunks: u64,
     },
+    /// New budgets for this shard from the driver's `BudgetBroker` (`budgets.rs`): in
+    /// force at once; `EngineEvent::BudgetsSet { seq }` once any shrink has drained.
+    /// Configuration, not durable state: a restart begins at `ShardPlan`'s split.
+    SetBudgets {
+        seq: u64,
+        budgets: crate::budgets::ShardBudgets,
+    },
 }
 
 /// Why a command was refused (nothing changed).
@@ -205,6 +212,7 @@ impl Engine {
                 chunks,
             } => self.try_return_loan(now, pool, to, first_chunk, chunks, out),
             Control::LoanDenied { pool } => self.loan_denied(now, pool, out),
+            Control::SetBudgets { seq, budgets } => self.set_budgets(now, seq, budgets, out),
         }
     }
 }

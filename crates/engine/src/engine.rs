@@ -119,6 +119,8 @@ pub struct Engine {
     pub(crate) loans: crate::loan::Loans,
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
     pub(crate) loan_waits: crate::loan_wait::LoanWaits,
+    /// Demand reports and budget changes between shards (`budgets.rs`).
+    pub(crate) budgets: crate::budgets::BudgetMeter,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
     /// A volume being grown at run time (`resize.rs`).
@@ -183,6 +185,7 @@ impl Engine {
             migrations: Default::default(),
             loans: Default::default(),
             loan_waits: Default::default(),
+            budgets: Default::default(),
             creations: Default::default(),
             resizes: Default::default(),
             deletes: Default::default(),
@@ -489,6 +492,7 @@ impl Engine {
     pub fn device_done(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
         self.device_done_inner(now, c, out);
         self.drain_local(now, out);
+        self.budget_settle(out);
     }
 
     fn device_done_inner(&mut self, now: u64, c: DeviceCompletion, out: &mut Outputs) {
@@ -674,6 +678,7 @@ impl Engine {
         .chain(self.logs.nospace.retry_at())
         .chain(self.startup_retry_at())
         .chain(self.loan_waits.deadline())
+        .chain(self.budgets.timer_at)
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
@@ -687,6 +692,7 @@ impl Engine {
         self.tick_inner(now, out);
         self.wbuf_tick(now, out);
         self.drain_local(now, out);
+        self.budget_settle(out);
     }
 
     fn tick_inner(&mut self, now: u64, out: &mut Outputs) {
@@ -703,6 +709,7 @@ impl Engine {
         self.append_nospace_tick(now, out);
         self.startup_space_tick(now, out);
         self.loan_wait_tick(now, out);
+        self.budget_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
         if self.tier.timer_at.is_some_and(|t| t <= now) {
@@ -935,6 +942,7 @@ impl Engine {
         }
         self.maybe_stopped(out);
         self.drain_local(now, out);
+        self.budget_settle(out);
     }
 }
 

@@ -71,6 +71,11 @@ pub enum InjectedBug {
     /// Shard 0's slice of every pool overlaps shard 1's by a chunk (`ShardPlan`), so both
     /// shards can allocate it. Not an engine defect: the plan carries it.
     ShardOverlap,
+    /// The budget broker (`budget_broker.rs`) lets the busy shards split the whole total,
+    /// forgetting the floors the idle ones keep, and grows a shard without waiting for
+    /// the others' shrinks: the shards' budgets sum to more than the total. Not an
+    /// engine defect: the driver's broker carries it.
+    BudgetOvercommit,
     /// A volume grown at run time serves (and announces) its new size at once, before the
     /// volume table recording it is durable, so a crash shrinks it under written data.
     ResizeBeforeDurable,
@@ -196,6 +201,7 @@ impl InjectedBug {
             InjectedBug::PunchBeforeFreeDurable => "punch-before-free-durable",
             InjectedBug::CreateSkipsTable => "create-skips-table",
             InjectedBug::ShardOverlap => "shard-overlap",
+            InjectedBug::BudgetOvercommit => "budget-overcommit",
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
             InjectedBug::ShrinkTableFirst => "shrink-table-first",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
@@ -230,11 +236,12 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 3] {
+    pub fn shard() -> [InjectedBug; 4] {
         [
             InjectedBug::ShardOverlap,
             InjectedBug::LentKept,
             InjectedBug::LoanWaitDrops,
+            InjectedBug::BudgetOvercommit,
         ]
     }
     /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by

@@ -28,6 +28,8 @@ impl Engine {
     pub fn submit(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {
         self.submit_inner(now, req, out);
         self.drain_local(now, out);
+        self.budget_arm(now);
+        self.budget_settle(out);
     }
 
     fn submit_inner(&mut self, now: u64, req: VmRequest, out: &mut Outputs) {

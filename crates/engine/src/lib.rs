@@ -8,6 +8,8 @@
 
 mod alloc;
 mod bucket;
+pub mod budget_broker;
+pub mod budgets;
 pub mod cache;
 pub mod cache_writeback;
 pub mod chunkmap;

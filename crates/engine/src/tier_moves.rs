@@ -20,6 +20,10 @@ pub(crate) struct TierMoves {
     in_flight: u32,
     /// Demotions in flight out of each pool: room that is on its way.
     demoting: Vec<u32>,
+    /// Bytes of moves started, and tier ticks that ended with work left for want of
+    /// bandwidth or a free move slot (monotone: a shard's demand reports, `budgets.rs`).
+    started_bytes: u64,
+    throttled: u64,
 }
 
 impl TierMoves {
@@ -30,6 +34,8 @@ impl TierMoves {
             rr: 0,
             in_flight: 0,
             demoting: vec![0; pools],
+            started_bytes: 0,
+            throttled: 0,
         }
     }
 
@@ -64,6 +70,20 @@ impl TierMoves {
             self.demoting[p.0 as usize] += 1;
         }
         self.bucket.take(bytes);
+        self.started_bytes += bytes;
+    }
+
+    /// A tier tick ended with work left that the budget did not let start.
+    pub(crate) fn note_throttled(&mut self) {
+        self.throttled += 1;
+    }
+
+    pub(crate) fn started_bytes(&self) -> u64 {
+        self.started_bytes
+    }
+
+    pub(crate) fn throttled(&self) -> u64 {
+        self.throttled
     }
 
     /// A move ended (done or failed); `demotion_from` as when it started.

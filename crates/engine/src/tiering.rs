@@ -219,6 +219,10 @@ impl Engine {
                 idle += 1;
             }
         }
+        if idle < n && self.cfg.budget_reports {
+            // The budget stopped it with volumes still to consider.
+            self.tier.note_throttled();
+        }
         self.arm_tier_timer(now);
     }
 

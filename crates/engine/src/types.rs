@@ -298,6 +298,16 @@ pub enum EngineEvent {
         first_chunk: u64,
         chunks: u64,
     },
+    /// What this shard used of its budgets since its last report (`budgets.rs`), for the
+    /// driver's `BudgetBroker`; said only with `EngineConfig::budget_reports`.
+    BudgetDemand {
+        demand: crate::budgets::BudgetDemand,
+    },
+    /// `Control::SetBudgets { seq }` (and every one before it) is in force and whatever
+    /// it took away is free: the broker may give it to another shard.
+    BudgetsSet {
+        seq: u64,
+    },
 }
 
 /// Everything one engine call asks the driver to do.

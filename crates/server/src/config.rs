@@ -73,6 +73,8 @@ struct RawConfig {
     inflight_total: Option<Spanned<SizeVal>>,
     io: Option<Spanned<String>>,
     threads: Option<Spanned<u64>>,
+    /// How shards share the budgets that span volumes: "demand" (default) or "fixed".
+    shard_budgets: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
     log: Option<LogToml>,
@@ -302,6 +304,7 @@ impl ServerConfig {
                 discard: raw.discard,
                 tiering: raw.tiering.as_ref(),
                 log: raw.log.as_ref(),
+                shard_budgets: raw.shard_budgets.as_ref(),
             },
             &raw.pools
                 .iter()

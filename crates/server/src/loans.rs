@@ -62,7 +62,8 @@ pub(crate) struct ShardLoans {
 }
 
 impl ShardLoans {
-    /// Whether `e` is a loan event (kept for the front besides being logged).
+    /// Whether `e` is a loan event or a budget report or answer (`engine::budgets`),
+    /// kept for the front besides being logged.
     pub(crate) fn keep(&mut self, e: &EngineEvent) {
         if matches!(
             e,
@@ -70,6 +71,8 @@ impl ShardLoans {
                 | EngineEvent::Lent { .. }
                 | EngineEvent::Borrowed { .. }
                 | EngineEvent::LoanReturned { .. }
+                | EngineEvent::BudgetDemand { .. }
+                | EngineEvent::BudgetsSet { .. }
         ) && !self.bases.is_empty()
         {
             self.events.push(e.clone());

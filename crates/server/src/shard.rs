@@ -572,6 +572,8 @@ impl Shard {
                     first_chunk + chunks,
                     pool.0
                 ),
+                // Carried to the front's budget broker (`threaded.rs`); not logged.
+                EngineEvent::BudgetDemand { .. } | EngineEvent::BudgetsSet { .. } => continue,
                 EngineEvent::LoanReturned {
                     pool,
                     to,

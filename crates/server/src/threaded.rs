@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use serde_json::{Value, json};
 use slab::Slab;
+use tiervisor_engine::budget_broker::BudgetBroker;
 use tiervisor_engine::loan::LoanRecord;
 use tiervisor_engine::loan_broker::LoanBroker;
 use tiervisor_engine::shard::ShardPlan;
@@ -135,6 +136,9 @@ pub(crate) struct Threads {
     /// Loans of space between shards: the broker, and every shard's room in each pool.
     broker: LoanBroker,
     board: Arc<RoomBoard>,
+    /// The budgets that span volumes, moved to the shards that use them (the simulator's
+    /// broker: `engine::budget_broker`); its commands travel as loan steps do.
+    budgets: BudgetBroker,
 }
 
 /// The shard thread's body: mount, report, serve until stopped.
@@ -374,6 +378,7 @@ impl Threads {
             stopping: false,
             broker: LoanBroker::default(),
             board: RoomBoard::new(n as usize, engine_cfg.pools.len()),
+            budgets: BudgetBroker::new(&plan, engine_cfg),
         };
         let all_bases: Vec<Vec<u64>> = (0..engine_cfg.pools.len())
             .map(|p| (0..n).map(|k| plan.base_bytes(p, k)).collect())
@@ -482,10 +487,14 @@ impl Threads {
         for e in &events {
             let board = &self.board;
             steps.extend(self.broker.on_event(k, n, e, |j, p| board.room(j, p)));
+            steps.extend(self.budgets.on_event(k, e));
         }
         for c in &refused {
             let board = &self.board;
-            steps.extend(self.broker.on_refused(k, n, c, |j, p| board.room(j, p)));
+            match c {
+                Control::SetBudgets { .. } => steps.extend(self.budgets.on_refused(k, c)),
+                _ => steps.extend(self.broker.on_refused(k, n, c, |j, p| board.room(j, p))),
+            }
         }
         for (j, c) in steps {
             self.send_loan(j, c);

@@ -1021,6 +1021,11 @@ impl Simulation {
                     .collect(),
                 requests: requests[k as usize],
                 device_ops: ops[k as usize],
+                budget_commands: self.engine.budget_steps()[k as usize],
+                write_buffer_bytes: (self.engine.engines()[k as usize].budgets_in_force())
+                    .write_buffer_bytes
+                    .iter()
+                    .sum(),
             })
             .collect()
     }

@@ -249,6 +249,10 @@ pub struct ShardReport {
     /// and prefill included).
     pub requests: u64,
     pub device_ops: u64,
+    /// Budget commands the broker sent it (`shard_budgets = "demand"`), and the write
+    /// buffer (summed over pools) it had at the end.
+    pub budget_commands: u64,
+    pub write_buffer_bytes: u64,
 }
 
 /// One live storage migration: seed 004's metrics, times from the workloads' start.
@@ -393,16 +397,18 @@ impl SimReport {
         if !self.shards.is_empty() {
             let _ = writeln!(
                 s,
-                "\n{:<6} {:>12} {:>12}  volumes",
-                "shard", "requests", "device ops"
+                "\n{:<6} {:>12} {:>12} {:>8} {:>9}  volumes",
+                "shard", "requests", "device ops", "budgets", "wbuf MiB"
             );
             for r in &self.shards {
                 let _ = writeln!(
                     s,
-                    "{:<6} {:>12} {:>12}  {}",
+                    "{:<6} {:>12} {:>12} {:>8} {:>9.1}  {}",
                     r.shard,
                     r.requests,
                     r.device_ops,
+                    r.budget_commands,
+                    r.write_buffer_bytes as f64 / (1 << 20) as f64,
                     r.volumes.join(" ")
                 );
             }

@@ -68,6 +68,8 @@ struct RawScenario {
     seed: Option<u64>,
     /// Engines the system is split into (issue 18): each owns a slice of every pool.
     shards: Option<Spanned<u16>>,
+    /// How shards share the budgets that span volumes: "demand" (default) or "fixed".
+    shard_budgets: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
@@ -587,6 +589,7 @@ impl Scenario {
                 discard: raw.discard,
                 tiering: raw.tiering.as_ref(),
                 log: raw.log.as_ref(),
+                shard_budgets: raw.shard_budgets.as_ref(),
             },
             &raw.pools
                 .iter()

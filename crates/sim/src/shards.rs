@@ -17,6 +17,7 @@
 //! space, the donor's answer and the borrower's record as the `LoanBroker` says, and
 //! sends a device operation on a borrowed chunk to the donor's slice.
 
+use tiervisor_engine::budget_broker::BudgetBroker;
 use tiervisor_engine::jobs::migrate::{MigrationParams, MigrationStatus};
 use tiervisor_engine::loan_broker::{LoanBroker, PoolRoom};
 use tiervisor_engine::shard::ShardPlan;
@@ -57,6 +58,12 @@ pub struct Sharded {
     loan_delay_ns: u64,
     /// Writes that waited for a loan in engines thrown away by a reset.
     loan_waits_before: u64,
+    /// The budgets that span volumes, moved between shards by demand
+    /// (`engine::budget_broker`) when the configuration asks for reports; its commands
+    /// travel with the loan steps.
+    budgets: BudgetBroker,
+    /// Budget commands sent, per shard (counted with several shards).
+    budget_steps: Vec<u64>,
 }
 
 impl Sharded {
@@ -72,7 +79,13 @@ impl Sharded {
             plan.inject_overlap(cfg.chunk_bytes);
         }
         let n = shards as usize;
+        let mut budgets = BudgetBroker::new(&plan, cfg);
+        if bug == Some(InjectedBug::BudgetOvercommit) {
+            budgets.inject_overcommit();
+        }
         let mut s = Sharded {
+            budgets,
+            budget_steps: vec![0; n],
             names: cfg.volumes.iter().map(|v| v.name.clone()).collect(),
             plan,
             cfg: cfg.clone(),
@@ -109,6 +122,7 @@ impl Sharded {
         }
         self.creating.clear();
         self.broker.reset();
+        self.budgets.reset();
         self.loan_steps.clear();
         self.started = 0;
         self.mounted = false;
@@ -159,6 +173,16 @@ impl Sharded {
     /// several shards: one shard is the engine itself, untouched).
     pub fn counters(&self) -> (&[u64], &[u64]) {
         (&self.requests, &self.device_ops)
+    }
+
+    /// Whether the shards report demand and the broker moves their budgets.
+    pub fn budget_reports(&self) -> bool {
+        self.cfg.budget_reports
+    }
+
+    /// Budget commands the broker sent each shard (`Control::SetBudgets`).
+    pub fn budget_steps(&self) -> &[u64] {
+        &self.budget_steps
     }
 
     /// Rebuild the index maps from the names and each engine's own table, registering
@@ -244,6 +268,17 @@ impl Sharded {
             for (j, c) in self.broker.on_event(k, shards, &e, room) {
                 self.loan_steps.push((due, j, c));
             }
+            // Budget reports and answers are between the shards and the broker.
+            if matches!(
+                e,
+                EngineEvent::BudgetDemand { .. } | EngineEvent::BudgetsSet { .. }
+            ) {
+                for (j, c) in self.budgets.on_event(k, &e) {
+                    self.budget_steps[j as usize] += 1;
+                    self.loan_steps.push((due, j, c));
+                }
+                continue;
+            }
             out.events.push(match e {
                 EngineEvent::Failed { reason } => EngineEvent::Failed {
                     reason: format!("shard {k}: {reason}"),
@@ -279,7 +314,11 @@ impl Sharded {
                 let room = room_of(&self.engines);
                 let due = now + self.loan_delay_ns;
                 let shards = self.plan.shards();
-                for (j, c) in self.broker.on_refused(j, shards, &c, room) {
+                let more = match c {
+                    Control::SetBudgets { .. } => self.budgets.on_refused(j, &c),
+                    _ => self.broker.on_refused(j, shards, &c, room),
+                };
+                for (j, c) in more {
                     self.loan_steps.push((due, j, c));
                 }
             }
@@ -608,6 +647,12 @@ impl Sharded {
                 let runs: Vec<_> = self.engines.iter().map(|e| e.owned_runs(pool)).collect();
                 LoanBroker::check(pool, &loans, &runs)?;
             }
+        }
+        // The budgets in force sum to at most the totals, whether the broker moves them
+        // or the plan's fixed split holds.
+        if !one {
+            let in_force: Vec<_> = self.engines.iter().map(|e| e.budgets_in_force()).collect();
+            BudgetBroker::check(self.budgets.totals(), &in_force)?;
         }
         Ok(())
     }

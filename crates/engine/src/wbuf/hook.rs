@@ -408,7 +408,7 @@ impl Engine {
 
     /// Background write-back, within its bound: past 3/4 full, the oldest data until
     /// the buffer is down to 1/2; otherwise data past its age.
-    fn wbuf_background(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+    pub(crate) fn wbuf_background(&mut self, now: u64, pool: usize, out: &mut Outputs) {
         let b = &mut self.pools[pool].wbuf;
         let Some(cfg) = b.cfg else { return };
         if b.total_bytes() * 4 > cfg.size_bytes * 3 {

@@ -86,6 +86,8 @@ pub fn run_range(
                             t.loans += st.loans;
                             t.loans_returned += st.loans_returned;
                             t.loan_waits += st.loan_waits;
+                            t.budget_seeds += st.budget_seeds;
+                            t.budget_steps += st.budget_steps;
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;

@@ -110,6 +110,10 @@ pub struct DstStats {
     /// Write pieces that waited for a loan's answer instead of failing with ENOSPC
     /// (`engine::loan_wait`), in the tight seeds whose loan steps are delayed.
     pub loan_waits: u64,
+    /// Sharded seeds whose budgets follow demand (`engine::budget_broker`), and the
+    /// budget commands their brokers sent.
+    pub budget_seeds: u64,
+    pub budget_steps: u64,
     /// Volumes grown or shrunk while running and announced (`Control::ResizeVolume`),
     /// and of them the shrinks.
     pub volumes_resized: u64,
@@ -305,6 +309,13 @@ fn draw_loan_delay_ns(seed: u64) -> u64 {
 fn draw_tight(seed: u64) -> bool {
     let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x7197_u64.rotate_left(20));
     std::env::var_os("TIERVISOR_DST_NO_TIGHT").is_none() && below(&mut r, 2) == 0
+}
+
+/// Whether a sharded seed's budgets follow demand (two thirds of them, on a stream of
+/// their own; `TIERVISOR_DST_NO_BUDGETS=1` keeps every one at the fixed 1/N split).
+fn draw_budgets(seed: u64) -> bool {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xb0d6_u64.rotate_left(24));
+    std::env::var_os("TIERVISOR_DST_NO_BUDGETS").is_none() && below(&mut r, 3) != 0
 }
 
 fn forced_shards() -> Option<u16> {
@@ -576,6 +587,7 @@ impl Sim {
                 p.capacity_bytes -= (u64::from(shards) - 1) * room;
             }
         }
+        engine_cfg.budget_reports = shards > 1 && draw_budgets(cfg.seed);
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
         }
@@ -1973,6 +1985,10 @@ impl Sim {
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         self.stats.loan_waits = self.engine.loan_waits();
+        if self.engine.shards() > 1 && self.engine.budget_reports() {
+            self.stats.budget_seeds = 1;
+            self.stats.budget_steps = self.engine.budget_steps().iter().sum();
+        }
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         self.stats.volumes_shrunk = self.resizes.as_ref().map_or(0, |r| r.shrunk);
         self.stats.volumes_deleted = self.deletes.as_ref().map_or(0, |d| d.deleted);
