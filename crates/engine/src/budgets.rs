@@ -116,6 +116,8 @@ pub(crate) struct BudgetMeter {
     /// A command applied whose shrink is still draining: its seq and the budgets the
     /// shard may still be using (the larger of the old and the new, componentwise).
     draining: Option<(u64, ShardBudgets)>,
+    /// Commands taken since the start (`Engine::budget_commands`).
+    taken: u64,
 }
 
 impl Engine {
@@ -131,6 +133,11 @@ impl Engine {
             Some((_, before)) => now.max(before),
             None => now,
         }
+    }
+
+    /// `Control::SetBudgets` commands this engine has taken since it started.
+    pub fn budget_commands(&self) -> u64 {
+        self.budgets.taken
     }
 
     /// Bytes the write buffer of `pool` holds now (dirty and being written back).
@@ -255,6 +262,7 @@ impl Engine {
             None => old,
         };
         self.budgets.draining = Some((seq, using));
+        self.budgets.taken += 1;
         // A smaller buffer starts draining now (its high-water mark is crossed); more
         // bandwidth or moves is spent at the next tier tick.
         if self.state == EngineState::Ready {

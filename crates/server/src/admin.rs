@@ -784,6 +784,18 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         shard(&|s| s.device_ops_in_flight as f64),
     );
     family(
+        "tiervisor_shard_write_buffer_bytes",
+        "Each shard's write buffer budget in force, over its pools (moved by demand).",
+        "gauge",
+        shard(&|s| s.write_buffer_bytes as f64),
+    );
+    family(
+        "tiervisor_shard_budget_changes_total",
+        "Budget changes the front's broker sent each shard (issue 18).",
+        "counter",
+        shard(&|s| s.budget_commands as f64),
+    );
+    family(
         "tiervisor_protocol_errors_total",
         "Connections closed for protocol violations.",
         "counter",

@@ -74,6 +74,11 @@ pub struct ShardFigures {
     pub requests_in_flight: u64,
     /// Device operations handed to its I/O backend and not yet completed.
     pub device_ops_in_flight: u64,
+    /// Its budgets in force (`engine::budgets`): write buffer summed over pools, tier
+    /// migration bandwidth; and the budget changes the front's broker sent it.
+    pub write_buffer_bytes: u64,
+    pub tier_bytes_per_s: u64,
+    pub budget_commands: u64,
 }
 
 /// The shards: one, inline in the front's loop; or several, each on its own thread.

@@ -950,6 +950,7 @@ impl Shard {
                 (k, c.peer.clone(), export, c.conn.held_bytes())
             })
             .collect();
+        let budgets = self.engine.budgets_in_force();
         s.shards = vec![ShardFigures {
             shard: self.index,
             volumes: self.exports.iter().map(|e| e.name.clone()).collect(),
@@ -960,6 +961,9 @@ impl Shard {
                 + self.local.as_ref().map_or(0, |l| l.in_flight()))
                 as u64,
             device_ops_in_flight: self.backend.in_flight() as u64,
+            write_buffer_bytes: budgets.write_buffer_bytes.iter().sum(),
+            tier_bytes_per_s: budgets.tier_bytes_per_s,
+            budget_commands: self.engine.budget_commands(),
         }];
         s
     }

@@ -618,7 +618,7 @@ fn print_shards(v: &serde_json::Value) {
             .filter_map(|x| x.as_str())
             .collect();
         println!(
-            "shard {}  volumes {}; {} requests, CPU {:.2} s ({:.1} us/request); {} connections, {} requests and {} device ops in flight",
+            "shard {}  volumes {}; {} requests, CPU {:.2} s ({:.1} us/request); {} connections, {} requests and {} device ops in flight; write buffer {:.1} MiB, tier {:.1} MiB/s ({} budget changes)",
             n("shard"),
             if vols.is_empty() {
                 "-".to_string()
@@ -631,6 +631,9 @@ fn print_shards(v: &serde_json::Value) {
             n("connections_open"),
             n("requests_in_flight"),
             n("device_ops_in_flight"),
+            n("write_buffer_bytes") as f64 / (1 << 20) as f64,
+            n("tier_bytes_per_s") as f64 / (1 << 20) as f64,
+            n("budget_commands"),
         );
     }
 }
