@@ -282,3 +282,18 @@ fn a_shrunk_buffer_drains_before_another_shard_grows_into_it() {
         assert!(r.read(1, mib) == pattern(1, mib), "v1 MiB {mib}");
     }
 }
+
+#[test]
+fn an_unknown_shard_budgets_value_is_a_clear_error() {
+    let e = Scenario::parse(
+        "b.toml",
+        "shard_budgets = \"some\"\n[[pool]]\nname = \"p\"\nmodel = \"hitachi-7k1000c\"\n",
+        Path::new("."),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("b.toml:1") && e.contains("expected \"demand\" or \"fixed\""),
+        "{e}"
+    );
+}
