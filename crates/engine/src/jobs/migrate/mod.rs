@@ -172,6 +172,38 @@ impl MigrationParams {
             copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
         }
     }
+
+    /// Refuse parameters no job can run with, for a system of `chunk_bytes` chunks.
+    pub(crate) fn validate(&self, chunk_bytes: u64) -> Result<(), ControlError> {
+        let (g, cb) = (self.granularity_bytes, chunk_bytes);
+        if g < 512 || !g.is_power_of_two() || g > cb {
+            return Err(ControlError::Invalid(format!(
+                "granularity {g} bytes: must be a power of two from 512 bytes to the chunk size ({cb})"
+            )));
+        }
+        if self.buffer_bytes < 512 || !self.buffer_bytes.is_multiple_of(512) {
+            return Err(ControlError::Invalid(format!(
+                "buffer {} bytes: must be a positive multiple of 512",
+                self.buffer_bytes
+            )));
+        }
+        if self.rate_bytes_per_s == 0 {
+            return Err(ControlError::Invalid("rate must be positive".into()));
+        }
+        if !(0.0..=1.0).contains(&self.gamma) {
+            return Err(ControlError::Invalid(format!(
+                "gamma {} must lie in [0, 1]",
+                self.gamma
+            )));
+        }
+        if !(1..=MAX_COPY_WINDOW_CHUNKS).contains(&self.copy_window_chunks) {
+            return Err(ControlError::Invalid(format!(
+                "copy window {} chunks: must be 1 to {MAX_COPY_WINDOW_CHUNKS}",
+                self.copy_window_chunks
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Where a job is.
@@ -650,15 +682,7 @@ impl Engine {
         if from.is_empty() {
             from.push(vol.rec.home_pool);
         }
-        let image_bytes = ((0..chunks)
-            .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(p, _)| p != params.to))
-            .count() as u64
-            + if home != params.to {
-                logged_unmapped
-            } else {
-                0
-            })
-            * self.cfg.chunk_bytes;
+        let image_bytes = self.chunks_to_copy(vi, params.to) * self.cfg.chunk_bytes;
         let vm_requests_before = vol.stats.requests();
         let vm_active_before_ns = vol
             .stats
@@ -707,6 +731,23 @@ impl Engine {
             },
             params,
         }
+    }
+
+    /// Chunks a job of volume `vi` to `to` copies, each needing one chunk there: every
+    /// chunk whose home copy is on another pool (a cached chunk's is its slow slot), and
+    /// every logged chunk with no home chunk when the home pool is not `to` (the drain
+    /// gives it one on the home pool first).
+    fn chunks_to_copy(&self, vi: u32, to: PoolId) -> u64 {
+        let vol = &self.vols[vi as usize];
+        let elsewhere = (0..vol.chunks)
+            .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(p, _)| p != to))
+            .count() as u64;
+        let logged = if vol.rec.home_pool != to {
+            log_drain::logged_unmapped(vol, self.cfg.chunk_bytes)
+        } else {
+            0
+        };
+        elsewhere + logged
     }
 
     /// Refuse what the job cannot do, and resolve `auto`.
@@ -772,33 +813,7 @@ impl Engine {
                 "volume {name} has tier moves in flight; try again"
             )));
         }
-        let g = p.granularity_bytes;
-        if g < 512 || !g.is_power_of_two() || g > cb {
-            return Err(ControlError::Invalid(format!(
-                "granularity {g} bytes: must be a power of two from 512 bytes to the chunk size ({cb})"
-            )));
-        }
-        if p.buffer_bytes < 512 || !p.buffer_bytes.is_multiple_of(512) {
-            return Err(ControlError::Invalid(format!(
-                "buffer {} bytes: must be a positive multiple of 512",
-                p.buffer_bytes
-            )));
-        }
-        if p.rate_bytes_per_s == 0 {
-            return Err(ControlError::Invalid("rate must be positive".into()));
-        }
-        if !(0.0..=1.0).contains(&p.gamma) {
-            return Err(ControlError::Invalid(format!(
-                "gamma {} must lie in [0, 1]",
-                p.gamma
-            )));
-        }
-        if !(1..=MAX_COPY_WINDOW_CHUNKS).contains(&p.copy_window_chunks) {
-            return Err(ControlError::Invalid(format!(
-                "copy window {} chunks: must be 1 to {MAX_COPY_WINDOW_CHUNKS}",
-                p.copy_window_chunks
-            )));
-        }
+        p.validate(cb)?;
         if thick
             && vol.rec.migration_base_chunk.is_none()
             && let Some(other) = self.moved_pool(v.0)
@@ -816,16 +831,7 @@ impl Engine {
                 self.cfg.pools[other.0 as usize].name
             ));
         }
-        // A cached chunk needs one chunk on the destination, for its home copy.
-        let needed = (0..vol.chunks)
-            .filter(|&c| cache_drain::home_copy(vol, c).is_some_and(|(pl, _)| pl != p.to))
-            .count() as u64
-            // A logged chunk with no home chunk gets one (on the home pool) in the drain.
-            + if vol.rec.home_pool != p.to {
-                log_drain::logged_unmapped(vol, cb)
-            } else {
-                0
-            };
+        let needed = self.chunks_to_copy(v.0, p.to);
         // A thick volume needs a contiguous run instead (`thick_region_for_start`).
         if !thick && pool.alloc.available_chunks() < needed {
             return Err(ControlError::NoSpace {
