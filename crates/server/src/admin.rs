@@ -1119,6 +1119,11 @@ mod tests {
         assert_eq!(v["migration"]["scheme"], "lr", "{v}");
         assert_eq!(v["migration"]["phase"], "copying", "{v}");
         assert_eq!(v["migration"]["rate_bytes_per_s"], 5_000_000, "{v}");
+        assert_eq!(v["migration"]["copy_priority"], "equal", "{v}");
+        assert_eq!(v["migration"]["copy_window_chunks"], 4, "{v}");
+        let line = crate::admin_migrate::status_line(&v["migration"]);
+        assert!(line.contains("copy priority equal"), "{line}");
+        assert!(!line.contains("window"), "LR has no window: {line}");
         let v = ask(
             &mut engine,
             r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd"}"#,

@@ -204,6 +204,8 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
         "vm_write_bytes": s.vm_write_bytes,
         "ssd_write_bytes": s.ssd_write_bytes,
         "rate_bytes_per_s": m.rate_bytes_per_s,
+        "copy_priority": m.copy_priority.name(),
+        "copy_window_chunks": m.copy_window_chunks,
         "elapsed_s": end.saturating_sub(s.started_ns) as f64 / 1e9,
         "image_copy_s": s.image_copied_ns.map(|t| t.saturating_sub(s.started_ns) as f64 / 1e9),
         "eta_s": eta_s,
@@ -237,6 +239,13 @@ pub fn status_line(m: &Value) -> String {
         m["elapsed_s"].as_f64().unwrap_or(0.0),
         m["rate_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6,
     );
+    if let Some(prio) = m["copy_priority"].as_str() {
+        line += &format!(", copy priority {prio}");
+    }
+    // The window bounds DBT's copies only (the other schemes copy one chunk at a time).
+    if m["scheme"] == "dbt" {
+        line += &format!(", window {} chunk(s)", m["copy_window_chunks"]);
+    }
     if let Some(eta) = m["eta_s"].as_f64() {
         line += &format!(", ETA {eta:.1} s at the rate cap");
     }

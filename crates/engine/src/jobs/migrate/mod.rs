@@ -318,6 +318,10 @@ pub struct MigrationStatus {
     pub error: Option<String>,
     /// The copy rate cap now (`set_migration_rate` changes it).
     pub rate_bytes_per_s: u64,
+    /// Whether the copy yields to the VM's I/O or competes with it.
+    pub copy_priority: CopyPriority,
+    /// DBT's chunk copies in flight in its dirty passes and final copy.
+    pub copy_window_chunks: u32,
     pub stats: MigrationStats,
 }
 
@@ -1022,6 +1026,8 @@ impl Engine {
             gamma: j.params.gamma,
             error: j.error.clone(),
             rate_bytes_per_s: j.params.rate_bytes_per_s,
+            copy_priority: j.params.copy_priority,
+            copy_window_chunks: j.params.copy_window_chunks,
             stats: MigrationStats {
                 dirty_bytes: j.dirty.bytes(),
                 vm_requests_during: self.vols[j.vol as usize]
