@@ -28,3 +28,21 @@ pub fn skip(why: &str) {
     let test = thread.name().unwrap_or("<test>");
     let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
 }
+
+/// Serve device operation `op` on `disk` (one byte array for every pool, as the tests'
+/// rigs keep it): the data a read returns, or `None`.
+pub fn serve_on_disk(disk: &mut [u8], op: &tiervisor_engine::DeviceOp) -> Option<bytes::Bytes> {
+    use tiervisor_engine::DevKind;
+    let (o, n) = (op.offset_bytes as usize, op.len_bytes as usize);
+    assert!(o + n <= disk.len(), "{op:?} beyond the pool");
+    match op.kind {
+        DevKind::Read => return Some(bytes::Bytes::copy_from_slice(&disk[o..o + n])),
+        DevKind::Write => match &op.payload {
+            Some(p) => disk[o..o + n].copy_from_slice(p),
+            None => disk[o..o + n].fill(0),
+        },
+        DevKind::WriteZeroes | DevKind::Punch => disk[o..o + n].fill(0),
+        DevKind::Flush | DevKind::Discard => {}
+    }
+    None
+}

@@ -5,10 +5,12 @@
 //! The device here is a byte array per pool completing operations one at a time in
 //! order, so a completed write is durable and a power loss drops what is still queued.
 
+mod common;
+
 use bytes::Bytes;
 use tiervisor_engine::{
-    DevKind, DeviceCompletion, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug, Medium,
-    Outputs, Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, VmRequest,
+    DeviceCompletion, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug, Medium, Outputs,
+    Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, VmRequest,
     VolumeConfig, VolumeId,
 };
 use tiervisor_sim::shards::Sharded;
@@ -102,18 +104,7 @@ impl Rig {
         }
         let op = self.out.ops.remove(0);
         self.now += 10_000;
-        let (o, n) = (op.offset_bytes as usize, op.len_bytes as usize);
-        assert!(o + n <= self.disk.len(), "{op:?} beyond the pool");
-        let mut data = None;
-        match op.kind {
-            DevKind::Read => data = Some(Bytes::copy_from_slice(&self.disk[o..o + n])),
-            DevKind::Write => match &op.payload {
-                Some(p) => self.disk[o..o + n].copy_from_slice(p),
-                None => self.disk[o..o + n].fill(0),
-            },
-            DevKind::WriteZeroes | DevKind::Punch => self.disk[o..o + n].fill(0),
-            DevKind::Flush | DevKind::Discard => {}
-        }
+        let data = common::serve_on_disk(&mut self.disk, &op);
         let c = DeviceCompletion {
             id: op.id,
             result: Ok(()),

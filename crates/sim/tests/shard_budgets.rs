@@ -3,13 +3,15 @@
 //! with the fixed 1/N split; a shard whose buffer shrinks below what it holds drains it
 //! (nothing is dropped) before another shard may grow into the room.
 
+mod common;
+
 use std::path::Path;
 
 use bytes::Bytes;
 use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
-    DevKind, DeviceCompletion, EngineConfig, EngineState, Medium, Outputs, Placement, PoolConfig,
-    PoolId, Provisioning, ReqKind, SchedSpec, StartMode, VmRequest, VolumeConfig, VolumeId,
+    DeviceCompletion, EngineConfig, EngineState, Medium, Outputs, Placement, PoolConfig, PoolId,
+    Provisioning, ReqKind, SchedSpec, StartMode, VmRequest, VolumeConfig, VolumeId,
 };
 use tiervisor_sim::shards::Sharded;
 use tiervisor_sim::{RunOptions, Scenario, SimReport, Simulation};
@@ -159,17 +161,7 @@ impl Rig {
         }
         let op = self.out.ops.remove(0);
         self.now += 10_000;
-        let (o, n) = (op.offset_bytes as usize, op.len_bytes as usize);
-        let mut data = None;
-        match op.kind {
-            DevKind::Read => data = Some(Bytes::copy_from_slice(&self.disk[o..o + n])),
-            DevKind::Write => match &op.payload {
-                Some(p) => self.disk[o..o + n].copy_from_slice(p),
-                None => self.disk[o..o + n].fill(0),
-            },
-            DevKind::WriteZeroes | DevKind::Punch => self.disk[o..o + n].fill(0),
-            DevKind::Flush | DevKind::Discard => {}
-        }
+        let data = common::serve_on_disk(&mut self.disk, &op);
         let c = DeviceCompletion {
             id: op.id,
             result: Ok(()),

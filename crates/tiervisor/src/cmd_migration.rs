@@ -6,7 +6,9 @@ use clap::Args;
 use std::path::PathBuf;
 
 use tiervisor_engine::jobs::migrate::CopyPriority;
-use tiervisor_sim::reproduce::migration::{DowntimeRow, GAMMAS, MigrationOptions, MigrationResult};
+use tiervisor_sim::reproduce::migration::{
+    CostRow, DowntimeRow, GAMMAS, MigrationOptions, MigrationResult,
+};
 use tiervisor_sim::reproduce::migration_mix::MIX_SCHEMES;
 use tiervisor_sim::reproduce::points::BAND;
 
@@ -167,19 +169,7 @@ pub(crate) fn tables(r: &MigrationResult) -> String {
         "pair", "scheme", "l_IO", "l_time", "l_wear", g[0], g[1], g[2], "downtime ms"
     );
     for c in &r.cost {
-        let _ = writeln!(
-            s,
-            "{:<11} {:<7} {:>8.3} {:>9.2} {:>8.3} {:>10.3} {:>10.3} {:>10.3} {:>11.1}",
-            c.pair,
-            c.scheme,
-            c.lambda_io,
-            c.lambda_migration_time,
-            c.lambda_wear,
-            c.mc[0],
-            c.mc[1],
-            c.mc[2],
-            c.downtime_ms
-        );
+        let _ = writeln!(s, "{} {:>11.1}", cost_row(c), c.downtime_ms);
     }
     mix_tables(r, &mut s);
     window_tables(r, &mut s);
@@ -238,19 +228,23 @@ fn window_tables(r: &MigrationResult, s: &mut String) {
         "Migration cost (l_IO, l_time, l_wear, MC at each gamma):"
     );
     for c in &w.cost {
-        let _ = writeln!(
-            s,
-            "  {:<11} {:<7} {:>8.3} {:>9.2} {:>8.3} {:>10.3} {:>10.3} {:>10.3}",
-            c.pair,
-            c.scheme,
-            c.lambda_io,
-            c.lambda_migration_time,
-            c.lambda_wear,
-            c.mc[0],
-            c.mc[1],
-            c.mc[2]
-        );
+        let _ = writeln!(s, "  {}", cost_row(c));
     }
+}
+
+/// One migration-cost row: pair, scheme, the three lambdas and MC at each gamma.
+fn cost_row(c: &CostRow) -> String {
+    format!(
+        "{:<11} {:<7} {:>8.3} {:>9.2} {:>8.3} {:>10.3} {:>10.3} {:>10.3}",
+        c.pair,
+        c.scheme,
+        c.lambda_io,
+        c.lambda_migration_time,
+        c.lambda_wear,
+        c.mc[0],
+        c.mc[1],
+        c.mc[2]
+    )
 }
 
 /// Figure 15: total MC per VM for each single scheme, the Mix (lowest measured per pair)
