@@ -68,17 +68,22 @@ impl VolTab {
         self.in_flight.as_ref()?.volumes.get(i)
     }
 
-    /// The next table to write, if `volumes` and `loans` differ from the durable copy and
-    /// no write is in flight (then it is written once more when that one ends).
+    /// Whether a write is in flight; if so, the table is written once more when it ends.
+    fn defer_if_writing(&mut self) -> bool {
+        let writing = self.in_flight.is_some();
+        if writing {
+            self.again = true;
+        }
+        writing
+    }
+
+    /// The next table to write (none in flight), if `volumes` and `loans` differ from the
+    /// durable copy.
     fn begin_write(
         &mut self,
         volumes: Vec<VolumeRecord>,
         loans: Vec<LoanRecord>,
     ) -> Option<&VolumeTable> {
-        if self.in_flight.is_some() {
-            self.again = true;
-            return None;
-        }
         self.again = false;
         self.retry = false;
         if volumes == self.durable.volumes && loans == self.durable.loans {
@@ -122,6 +127,10 @@ impl Engine {
 
     /// Write the volume table if the volumes' records differ from its durable copy.
     pub(crate) fn write_volume_table(&mut self, now: u64, out: &mut Outputs) {
+        // The records are gathered only when they can be written now.
+        if self.voltab.defer_if_writing() {
+            return;
+        }
         let (volumes, loans) = (self.table_records(), self.loan_records());
         let Some(table) = self.voltab.begin_write(volumes, loans) else {
             return;
