@@ -29,6 +29,18 @@ pub fn skip(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
 }
 
+/// Serve `op` on `disk` and make its successful completion.
+pub fn complete_on_disk(
+    disk: &mut [u8],
+    op: &tiervisor_engine::DeviceOp,
+) -> tiervisor_engine::DeviceCompletion {
+    tiervisor_engine::DeviceCompletion {
+        id: op.id,
+        result: Ok(()),
+        data: serve_on_disk(disk, op),
+    }
+}
+
 /// Serve device operation `op` on `disk` (one byte array for every pool, as the tests'
 /// rigs keep it): the data a read returns, or `None`.
 pub fn serve_on_disk(disk: &mut [u8], op: &tiervisor_engine::DeviceOp) -> Option<bytes::Bytes> {

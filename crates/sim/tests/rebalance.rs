@@ -9,9 +9,9 @@ mod common;
 
 use bytes::Bytes;
 use tiervisor_engine::{
-    DeviceCompletion, EngineConfig, EngineEvent, EngineState, Errno, InjectedBug, Medium, Outputs,
-    Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, VmRequest,
-    VolumeConfig, VolumeId,
+    EngineConfig, EngineEvent, EngineState, Errno, InjectedBug, Medium, Outputs, Placement,
+    PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, VmRequest, VolumeConfig,
+    VolumeId,
 };
 use tiervisor_sim::shards::Sharded;
 
@@ -104,12 +104,7 @@ impl Rig {
         }
         let op = self.out.ops.remove(0);
         self.now += 10_000;
-        let data = common::serve_on_disk(&mut self.disk, &op);
-        let c = DeviceCompletion {
-            id: op.id,
-            result: Ok(()),
-            data,
-        };
+        let c = common::complete_on_disk(&mut self.disk, &op);
         self.s.device_done(self.now, c, &mut self.out);
         self.take_events();
         true

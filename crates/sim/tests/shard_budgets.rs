@@ -10,8 +10,8 @@ use std::path::Path;
 use bytes::Bytes;
 use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
-    DeviceCompletion, EngineConfig, EngineState, Medium, Outputs, Placement, PoolConfig, PoolId,
-    Provisioning, ReqKind, SchedSpec, StartMode, VmRequest, VolumeConfig, VolumeId,
+    EngineConfig, EngineState, Medium, Outputs, Placement, PoolConfig, PoolId, Provisioning,
+    ReqKind, SchedSpec, StartMode, VmRequest, VolumeConfig, VolumeId,
 };
 use tiervisor_sim::shards::Sharded;
 use tiervisor_sim::{RunOptions, Scenario, SimReport, Simulation};
@@ -161,12 +161,7 @@ impl Rig {
         }
         let op = self.out.ops.remove(0);
         self.now += 10_000;
-        let data = common::serve_on_disk(&mut self.disk, &op);
-        let c = DeviceCompletion {
-            id: op.id,
-            result: Ok(()),
-            data,
-        };
+        let c = common::complete_on_disk(&mut self.disk, &op);
         self.s.device_done(self.now, c, &mut self.out);
         if self.s.state() == EngineState::Ready {
             self.check();

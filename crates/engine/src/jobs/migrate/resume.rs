@@ -248,6 +248,19 @@ mod tests {
         assert!(decode_job(&mut Dec::new(&bad)).is_none());
     }
 
+    /// `p`'s job record with `base` in a sealed 84-byte slot, checked to decode to itself.
+    fn sealed_round_trip(p: &MigrationParams, base: Option<u64>) -> Vec<u8> {
+        let mut e = Enc::with_capacity(64);
+        encode_job(&mut e, Some(p), base);
+        e.pad_to(80);
+        let b = e.seal(84);
+        assert_eq!(
+            decode_job(&mut Dec::new(&b)).unwrap(),
+            (Some(p.clone()), base)
+        );
+        b
+    }
+
     /// The copy priority rides in the byte after the job (zero padding in older tables,
     /// so they read as background), for thin and thick jobs alike.
     #[test]
@@ -258,14 +271,7 @@ mod tests {
                 copy_priority: CopyPriority::Equal,
                 ..MigrationParams::new(PoolId(1))
             };
-            let mut e = Enc::with_capacity(64);
-            encode_job(&mut e, Some(&p), base);
-            e.pad_to(80);
-            let b = e.seal(84);
-            assert_eq!(
-                decode_job(&mut Dec::new(&b)).unwrap(),
-                (Some(p.clone()), base)
-            );
+            let b = sealed_round_trip(&p, base);
             // An unknown priority is not a job record.
             let at = if base.is_some() { 60 } else { 52 };
             let mut bad = b.clone();
@@ -284,14 +290,7 @@ mod tests {
                 copy_window_chunks: 3,
                 ..MigrationParams::new(PoolId(1))
             };
-            let mut e = Enc::with_capacity(64);
-            encode_job(&mut e, Some(&p), base);
-            e.pad_to(80);
-            let b = e.seal(84);
-            assert_eq!(
-                decode_job(&mut Dec::new(&b)).unwrap(),
-                (Some(p.clone()), base)
-            );
+            let b = sealed_round_trip(&p, base);
             let at = if base.is_some() { 61 } else { 53 };
             assert_eq!(b[at], 3);
             let mut old = b.clone();
