@@ -20,7 +20,7 @@
 //! (`Engine::budgets_in_force`) sum to at most the total, which `Sharded` checks after
 //! every step in DST ([`BudgetBroker::check`]).
 
-use crate::budgets::{BudgetDemand, ShardBudgets};
+use crate::budgets::state::{BudgetDemand, ShardBudgets};
 use crate::config::EngineConfig;
 use crate::control::Control;
 use crate::shard::ShardPlan;
@@ -163,7 +163,7 @@ impl BudgetBroker {
         let b = &mut self.busy[k];
         // Busy from a report that shows pressure or more than the floor's worth; busy
         // until a report shows nothing at all.
-        let next = |was: bool, u: &crate::budgets::Use, floor_bytes: u64| {
+        let next = |was: bool, u: &crate::budgets::state::Use, floor_bytes: u64| {
             u.pressed || u.bytes > floor_bytes || (was && u.bytes > 0)
         };
         let per_interval =
@@ -328,7 +328,7 @@ fn totals(cfg: &EngineConfig, initial: &[ShardBudgets]) -> ShardBudgets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budgets::Use;
+    use crate::budgets::state::Use;
     use crate::config::{Medium, PoolConfig, Provisioning, VolumeConfig};
     use crate::sched::SchedSpec;
     use crate::types::PoolId;

@@ -17,7 +17,11 @@
 //!   `EngineEvent::BudgetsSet` (a later command covers an earlier one), so the broker
 //!   never hands that room to another shard before it is free.
 
-use crate::config::EngineConfig;
+pub(crate) mod state;
+
+pub(crate) use state::Seen;
+pub use state::{BudgetDemand, ShardBudgets, Use};
+
 use crate::control::ControlError;
 use crate::engine::{Engine, EngineState};
 use crate::types::{EngineEvent, Outputs};
@@ -26,99 +30,6 @@ use crate::types::{EngineEvent, Outputs};
 /// shard waking beside a busy one gets its share within a fraction of a second; long
 /// enough that reports cost nothing beside the I/O they describe.
 pub const REPORT_INTERVAL_NS: u64 = 100_000_000;
-
-/// The divisible budgets of one shard (or, in the broker, their totals).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShardBudgets {
-    /// Per pool: the write buffer's size (0: the pool has none).
-    pub write_buffer_bytes: Vec<u64>,
-    pub tier_bytes_per_s: u64,
-    pub tier_max_moves: u32,
-    /// 0: the cleaner is uncapped (and stays so: nothing to divide).
-    pub clean_bytes_per_s: u64,
-}
-
-impl ShardBudgets {
-    /// The budgets `cfg` gives its engine.
-    pub fn of(cfg: &EngineConfig) -> ShardBudgets {
-        ShardBudgets {
-            write_buffer_bytes: (cfg.pools.iter())
-                .map(|p| p.write_buffer.map_or(0, |w| w.size_bytes))
-                .collect(),
-            tier_bytes_per_s: cfg.tiering.bytes_per_s,
-            tier_max_moves: cfg.tiering.max_moves,
-            clean_bytes_per_s: cfg.log.clean_bytes_per_s,
-        }
-    }
-
-    /// Componentwise maximum (what a shard may use while a shrink drains).
-    pub fn max(&self, o: &ShardBudgets) -> ShardBudgets {
-        ShardBudgets {
-            write_buffer_bytes: (self.write_buffer_bytes.iter())
-                .zip(&o.write_buffer_bytes)
-                .map(|(a, b)| *a.max(b))
-                .collect(),
-            tier_bytes_per_s: self.tier_bytes_per_s.max(o.tier_bytes_per_s),
-            tier_max_moves: self.tier_max_moves.max(o.tier_max_moves),
-            clean_bytes_per_s: self.clean_bytes_per_s.max(o.clean_bytes_per_s),
-        }
-    }
-}
-
-/// One budget's use in one interval.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Use {
-    /// Bytes that went through it: admitted to the buffer, moved between tiers, read by
-    /// the cleaner.
-    pub bytes: u64,
-    /// Work was held back by it.
-    pub pressed: bool,
-}
-
-impl Use {
-    fn active(&self) -> bool {
-        self.bytes > 0 || self.pressed
-    }
-}
-
-/// What a shard used of its budgets since its last report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BudgetDemand {
-    pub interval_ns: u64,
-    /// Per pool (pools without a buffer report nothing used).
-    pub write_buffer: Vec<Use>,
-    pub tier: Use,
-    pub clean: Use,
-}
-
-impl BudgetDemand {
-    pub fn active(&self) -> bool {
-        self.write_buffer.iter().any(Use::active) || self.tier.active() || self.clean.active()
-    }
-}
-
-/// Monotone counters the reports take differences of.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    wbuf_bytes: Vec<u64>,
-    wbuf_direct: Vec<u64>,
-    tier_bytes: u64,
-    tier_throttled: u64,
-    clean_bytes: u64,
-    clean_waits: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct BudgetMeter {
-    pub(crate) timer_at: Option<u64>,
-    last_report_ns: u64,
-    seen: Seen,
-    /// A command applied whose shrink is still draining: its seq and the budgets the
-    /// shard may still be using (the larger of the old and the new, componentwise).
-    draining: Option<(u64, ShardBudgets)>,
-    /// Commands taken since the start (`Engine::budget_commands`).
-    taken: u64,
-}
 
 impl Engine {
     fn budget_reporting(&self) -> bool {

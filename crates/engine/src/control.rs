@@ -7,7 +7,7 @@
 
 use crate::config::VolumeConfig;
 use crate::engine::Engine;
-use crate::jobs::migrate::MigrationParams;
+use crate::jobs::migrate::params::MigrationParams;
 use crate::sched::VolumeQos;
 use crate::types::{Outputs, PoolId, VolumeId};
 
@@ -76,7 +76,7 @@ pub enum Control {
     /// Configuration, not durable state: a restart begins at `ShardPlan`'s split.
     SetBudgets {
         seq: u64,
-        budgets: crate::budgets::ShardBudgets,
+        budgets: crate::budgets::state::ShardBudgets,
     },
 }
 

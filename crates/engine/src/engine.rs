@@ -120,7 +120,7 @@ pub struct Engine {
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
     pub(crate) loan_waits: crate::loan_wait::LoanWaits,
     /// Demand reports and budget changes between shards (`budgets.rs`).
-    pub(crate) budgets: crate::budgets::BudgetMeter,
+    pub(crate) budgets: crate::budgets::state::BudgetMeter,
     /// A volume being created at run time (`create.rs`).
     pub(crate) creations: crate::create::Creations,
     /// A volume being grown at run time (`resize.rs`).

@@ -193,7 +193,7 @@ pub struct VolumeRecord {
     pub journal_first_chunk: u64,
     pub journal_chunks: u32,
     /// The migration job running on the volume, resumed at mount (`jobs/migrate/resume.rs`).
-    pub migration: Option<crate::jobs::migrate::MigrationParams>,
+    pub migration: Option<crate::jobs::migrate::params::MigrationParams>,
     /// A thick volume's job: the first chunk of the new home region it reserved on the
     /// destination pool (`migration.to`), claimed at mount while the job is recorded.
     /// Encoded as a tagged job record; tables written before have none.
@@ -281,7 +281,11 @@ impl VolumeTable {
                 .u32(v.journal_chunks);
             encode_placement(&mut e, &v.placement);
             e.u16(v.fast_pool.map_or(u16::MAX, |p| p.0));
-            crate::jobs::migrate::encode_job(&mut e, v.migration.as_ref(), v.migration_base_chunk);
+            crate::jobs::migrate::params::encode_job(
+                &mut e,
+                v.migration.as_ref(),
+                v.migration_base_chunk,
+            );
             e.pad_to(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES - 1);
             e.u8(u8::from(v.deleted));
         }
@@ -341,7 +345,8 @@ impl VolumeTable {
                 u16::MAX => None,
                 p => Some(PoolId(p)),
             };
-            let (migration, migration_base_chunk) = crate::jobs::migrate::decode_job(&mut d)?;
+            let (migration, migration_base_chunk) =
+                crate::jobs::migrate::params::decode_job(&mut d)?;
             let deleted = *buf.get(VT_HEADER_BYTES + (i + 1) * VT_ENTRY_BYTES - 1)? != 0;
             volumes.push(VolumeRecord {
                 deleted,
@@ -643,12 +648,14 @@ mod tests {
                     journal_first_chunk: 5 + i as u64,
                     journal_chunks: 4,
                     // A running migration job is recorded with its parameters.
-                    migration: (i == 2 || i == 1).then(|| crate::jobs::migrate::MigrationParams {
-                        scheme: crate::jobs::migrate::SchemeChoice::Fixed(
-                            crate::jobs::migrate::Scheme::Slr,
-                        ),
-                        gamma: 0.3,
-                        ..crate::jobs::migrate::MigrationParams::new(PoolId(1))
+                    migration: (i == 2 || i == 1).then(|| {
+                        crate::jobs::migrate::params::MigrationParams {
+                            scheme: crate::jobs::migrate::params::SchemeChoice::Fixed(
+                                crate::jobs::migrate::params::Scheme::Slr,
+                            ),
+                            gamma: 0.3,
+                            ..crate::jobs::migrate::params::MigrationParams::new(PoolId(1))
+                        }
                     }),
                     // A thick volume's job also records its new home region.
                     migration_base_chunk: (i == 1).then_some(4242),

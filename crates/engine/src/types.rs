@@ -301,7 +301,7 @@ pub enum EngineEvent {
     /// What this shard used of its budgets since its last report (`budgets.rs`), for the
     /// driver's `BudgetBroker`; said only with `EngineConfig::budget_reports`.
     BudgetDemand {
-        demand: crate::budgets::BudgetDemand,
+        demand: crate::budgets::state::BudgetDemand,
     },
     /// `Control::SetBudgets { seq }` (and every one before it) is in force and whatever
     /// it took away is free: the broker may give it to another shard.

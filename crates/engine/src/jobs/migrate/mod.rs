@@ -22,6 +22,7 @@ mod cache_drain;
 mod cost;
 mod dirty;
 mod log_drain;
+pub(crate) mod params;
 mod pass;
 mod presync;
 mod resume;
@@ -31,180 +32,16 @@ mod thick;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use cost::{CostInputs, MigrationCost, predict_cost, predict_cost_for};
-pub(crate) use resume::{decode_job, encode_job};
+pub use params::{
+    CopyPriority, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme,
+    SchemeChoice,
+};
 
 use crate::bucket::TokenBucket;
 use crate::chunkmap::ChunkLoc;
 use crate::control::ControlError;
 use crate::engine::Engine;
 use crate::types::{Outputs, PoolId, VmRequest, VolumeId};
-
-/// How a migration routes the volume's requests while it copies (seed 004, section 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scheme {
-    /// Dirty block tracking: writes go to the source and mark a bitmap; passes recopy
-    /// dirty blocks; the last ones are copied with the volume paused.
-    Dbt,
-    /// IO mirroring: writes to copied chunks go to both pools and complete when both do.
-    Mirror,
-    /// Low redundancy: writes go to the destination; reads go by the bitmap.
-    Lr,
-    /// Source-based low redundancy: the uncopied region is served by the source, writes
-    /// to the copied region go to the destination.
-    Slr,
-    /// Asynchronous mirroring: like `Mirror`, but the duplicate does not hold the write.
-    Aio,
-}
-
-impl Scheme {
-    pub const ALL: [Scheme; 5] = [
-        Scheme::Dbt,
-        Scheme::Mirror,
-        Scheme::Lr,
-        Scheme::Slr,
-        Scheme::Aio,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Dbt => "dbt",
-            Scheme::Mirror => "mirror",
-            Scheme::Lr => "lr",
-            Scheme::Slr => "slr",
-            Scheme::Aio => "aio",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Scheme> {
-        Self::ALL.into_iter().find(|x| x.name() == s)
-    }
-}
-
-/// How the copy shares a disk the VM keeps busy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CopyPriority {
-    /// The VM's I/O first: the copy's operations wait in the pool's background queue
-    /// until the device idles or they have waited 100 ms, then take turns with the VM's
-    /// (`sched/classes.rs`). Least I/O penalty, longest copy under load.
-    #[default]
-    Background,
-    /// The copy's operations queue with the VM's in the pool's scheduler and compete as
-    /// equals, as seed 004's copy process did (section 3.1: the two "compete for IO
-    /// bandwidth"; its lambda_migration_time of 1-3 is that share).
-    Equal,
-}
-
-impl CopyPriority {
-    pub fn name(self) -> &'static str {
-        match self {
-            CopyPriority::Background => "background",
-            CopyPriority::Equal => "equal",
-        }
-    }
-    pub fn parse(s: &str) -> Result<CopyPriority, String> {
-        match s {
-            "background" => Ok(CopyPriority::Background),
-            "equal" => Ok(CopyPriority::Equal),
-            _ => Err(format!(
-                "unknown copy priority {s:?}; expected background or equal"
-            )),
-        }
-    }
-}
-
-/// A scheme or `auto` (pick by predicted migration cost).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SchemeChoice {
-    Fixed(Scheme),
-    Auto,
-}
-
-impl SchemeChoice {
-    pub fn parse(s: &str) -> Result<SchemeChoice, String> {
-        if s == "auto" {
-            return Ok(SchemeChoice::Auto);
-        }
-        Scheme::parse(s).map(SchemeChoice::Fixed).ok_or_else(|| {
-            format!("unknown migration scheme {s:?}; expected dbt, mirror, lr, slr, aio or auto")
-        })
-    }
-}
-
-/// What a migration is asked to do.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MigrationParams {
-    pub to: PoolId,
-    pub scheme: SchemeChoice,
-    /// Copy bandwidth cap (bytes read plus written counts once per byte copied).
-    pub rate_bytes_per_s: u64,
-    /// DBT's dirty-tracking unit: a power of two from 512 bytes (the paper's sector
-    /// bitmap) to the chunk size.
-    pub granularity_bytes: u64,
-    /// Largest single copy operation.
-    pub buffer_bytes: u64,
-    /// DBT pauses after this many passes even if the dirty set still shrinks.
-    pub dbt_max_passes: u32,
-    /// AIO: while more duplicates than this are unfinished, writes to the faster pool
-    /// wait `aio_delay_ns`.
-    pub aio_threshold: u32,
-    pub aio_delay_ns: u64,
-    /// Weight of SSD wear against I/O performance in the migration cost (for `auto`).
-    pub gamma: f64,
-    /// The copy's share of a disk the VM keeps busy.
-    pub copy_priority: CopyPriority,
-    /// Chunk copies DBT keeps in flight in its dirty passes and the pause's final copy,
-    /// 1 to [`MAX_COPY_WINDOW_CHUNKS`]: 1 is one chunk at a time (seed 004's single copy
-    /// process), 16 QEMU mirror's `MAX_IN_FLIGHT` (the default).
-    pub copy_window_chunks: u32,
-}
-
-impl MigrationParams {
-    pub fn new(to: PoolId) -> MigrationParams {
-        MigrationParams {
-            to,
-            scheme: SchemeChoice::Auto,
-            rate_bytes_per_s: 64 << 20,
-            granularity_bytes: 64 << 10,
-            buffer_bytes: 1 << 20,
-            dbt_max_passes: 8,
-            aio_threshold: 100,
-            aio_delay_ns: 1_000_000,
-            gamma: 0.5,
-            copy_priority: CopyPriority::Background,
-            copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
-        }
-    }
-
-    /// Refuse parameters no job can run with, for a system of `chunk_bytes` chunks.
-    pub(crate) fn validate(&self, chunk_bytes: u64) -> Result<(), ControlError> {
-        let (g, cb) = (self.granularity_bytes, chunk_bytes);
-        if g < 512 || !g.is_power_of_two() || g > cb {
-            return Err(ControlError::Invalid(format!(
-                "granularity {g} bytes: must be a power of two from 512 bytes to the chunk size ({cb})"
-            )));
-        }
-        if self.buffer_bytes < 512 || !self.buffer_bytes.is_multiple_of(512) {
-            return Err(ControlError::Invalid(format!(
-                "buffer {} bytes: must be a positive multiple of 512",
-                self.buffer_bytes
-            )));
-        }
-        if self.rate_bytes_per_s == 0 {
-            return Err(ControlError::Invalid("rate must be positive".into()));
-        }
-        if !(0.0..=1.0).contains(&self.gamma) {
-            return Err(ControlError::Invalid(format!(
-                "gamma {} must lie in [0, 1]",
-                self.gamma
-            )));
-        }
-        if !(1..=MAX_COPY_WINDOW_CHUNKS).contains(&self.copy_window_chunks) {
-            return Err(ControlError::Invalid(format!(
-                "copy window {} chunks: must be 1 to {MAX_COPY_WINDOW_CHUNKS}",
-                self.copy_window_chunks
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// Where a job is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -368,21 +205,6 @@ pub(crate) enum Progress {
     Copying,
     Copied,
 }
-
-/// The default of `MigrationParams::copy_window_chunks`: QEMU's mirror job keeps
-/// `MAX_IN_FLIGHT` 16 operations of at most 1 MiB (its default `buf-size` 16 MiB). One
-/// chunk at a time, DBT's dirty copies were one read and one write per dirty chunk end to
-/// end: at 30 GB under random writes that latency, not the rate cap, set the floor of the
-/// dirty set and so the pause (seed 004's Table 3 at window 1 and 16, BENCHMARKS.md). The
-/// first pass copies one chunk at a time whatever the window (whole chunks in
-/// `buffer_bytes` pieces, all in flight at once): the rate cap is what bounds it, and the
-/// schemes' "block being copied" rules name one chunk.
-pub const DEFAULT_COPY_WINDOW_CHUNKS: u32 = 16;
-
-/// The largest `copy_window_chunks`: each copy in flight holds up to a chunk of data in
-/// the server's buffers (64 MiB at 1 MiB chunks), and past the devices' queue depths
-/// more copies only queue in the scheduler.
-pub const MAX_COPY_WINDOW_CHUNKS: u32 = 64;
 
 /// A chunk copy in flight.
 #[derive(Clone, Copy, Debug)]
@@ -817,7 +639,7 @@ impl Engine {
                 "volume {name} has tier moves in flight; try again"
             )));
         }
-        p.validate(cb)?;
+        p.validate(cb).map_err(ControlError::Invalid)?;
         if thick
             && vol.rec.migration_base_chunk.is_none()
             && let Some(other) = self.moved_pool(v.0)
