@@ -100,36 +100,36 @@ pub struct Engine {
     /// Freed space waiting until reuse is safe, and the epochs of I/O in flight
     /// (`reclaim.rs`).
     pub(crate) reclaim: Reclaim,
-    pub(crate) voltab: crate::voltab::VolTab,
+    pub(crate) voltab: crate::voltab::state::VolTab,
     pub(crate) superblocks: Vec<Superblock>,
-    pub(crate) startup: Option<crate::mount::Startup>,
+    pub(crate) startup: Option<crate::mount::state::Startup>,
     pub(crate) commit_timer_at: Option<u64>,
     pub(crate) last_now_ns: u64,
     /// The bandwidth, cap and timer tier moves share (`tier_moves.rs`).
     pub(crate) tier: crate::tier_moves::TierMoves,
     /// The log on every pool, its appends and gather timer (`log/mod.rs`).
-    pub(crate) logs: crate::log::Logs,
+    pub(crate) logs: crate::log::state::Logs,
     /// The clean-stop marker an orderly stop writes last, and the volumes a stop lost
     /// writes of (`stopmark.rs`).
-    pub(crate) clean_stop: crate::stopmark::CleanStop,
+    pub(crate) clean_stop: crate::stopmark::state::CleanStop,
     /// Copies between pools in flight (tier moves, migrations).
-    pub(crate) copies: Slab<crate::jobs::copy::Copy>,
+    pub(crate) copies: Slab<crate::jobs::copy::state::Copy>,
     pub(crate) migrations: crate::jobs::migrate::Migrations,
     /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
-    pub(crate) loans: crate::loan::Loans,
+    pub(crate) loans: crate::loan::state::Loans,
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
-    pub(crate) loan_waits: crate::loan_wait::LoanWaits,
+    pub(crate) loan_waits: crate::loan_wait::state::LoanWaits,
     /// Demand reports and budget changes between shards (`budgets.rs`).
     pub(crate) budgets: crate::budgets::state::BudgetMeter,
     /// A volume being created at run time (`create.rs`).
-    pub(crate) creations: crate::create::Creations,
+    pub(crate) creations: crate::create::state::Creations,
     /// A volume being grown at run time (`resize.rs`).
-    pub(crate) resizes: crate::resize::Resizes,
-    pub(crate) deletes: crate::delete::Deletes,
+    pub(crate) resizes: crate::resize::state::Resizes,
+    pub(crate) deletes: crate::delete::state::Deletes,
     /// A defect DST injected (`inject.rs`); always `None` without the `inject-bugs` feature.
     pub(crate) bug: Option<InjectedBug>,
     /// Operations the write buffer answered, completed at the end of the entry point.
-    pub(crate) local: crate::wbuf::hook::LocalQueue,
+    pub(crate) local: crate::wbuf::local::LocalQueue,
 }
 
 impl Engine {
@@ -179,7 +179,7 @@ impl Engine {
             commit_timer_at: None,
             last_now_ns: 0,
             tier: crate::tier_moves::TierMoves::new(n_pools),
-            logs: crate::log::Logs::new(n_pools),
+            logs: crate::log::state::Logs::new(n_pools),
             clean_stop: Default::default(),
             copies: Slab::new(),
             migrations: Default::default(),
@@ -417,7 +417,7 @@ impl Engine {
 
     pub(crate) fn emit(&mut self, now: u64, key: usize, out: &mut Outputs) {
         self.emit_counted(key);
-        if let crate::wbuf::hook::EmitAction::Device = self.wbuf_emit(now, key) {
+        if let crate::wbuf::local::EmitAction::Device = self.wbuf_emit(now, key) {
             self.push_device_op(now, key, out);
         }
     }

@@ -22,23 +22,14 @@
 //! inside one extent, so every device operation maps to one contiguous physical range;
 //! `Engine::device_home` tells the driver where that is.
 
+pub(crate) mod state;
+
 use crate::control::ControlError;
 use crate::engine::{Engine, EngineState};
 use crate::layout::{DATA_START_BYTES, chunks_in};
 pub use crate::layout::{LoanKind, LoanRecord};
 use crate::types::{EngineEvent, Outputs, PoolId};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    Add(LoanRecord),
-    Remove(LoanRecord),
-}
-
-/// The loan records being made durable.
-#[derive(Default)]
-pub(crate) struct Loans {
-    pending: Vec<Change>,
-}
+pub(crate) use state::Change;
 
 impl Engine {
     /// The loans in the durable volume table.

@@ -17,59 +17,14 @@
 //! loan or a denial (an ask while another shard's loan of that pool is under way waits
 //! in the broker for its turn). All of it is decided in engine time, so a run replays.
 
+pub(crate) mod state;
+
 use crate::engine::{Engine, EngineState};
 use crate::inject::InjectedBug;
 use crate::types::{EngineEvent, Outputs, PoolId};
 use crate::volume::Waiter;
-
-/// After a denial (or an unanswered ask), how long a shard waits before asking again:
-/// writes meanwhile fail with ENOSPC at once, as without shards.
-pub const ASK_AGAIN_NS: u64 = 50_000_000;
-
-/// How long a write may wait for the answer to an ask. A loan is two FUA table writes
-/// and a few thread hops (milliseconds); this only bounds a lost answer, well inside a
-/// guest's I/O timeout (30 s for Linux SCSI disks).
-pub const ANSWER_WAIT_NS: u64 = 5_000_000_000;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Ask {
-    #[default]
-    Idle,
-    /// `SpaceLow` was said at this time; no answer yet.
-    Asked { at_ns: u64 },
-    /// Denied (or unanswered) at this time.
-    Denied { at_ns: u64 },
-}
-
-/// Per pool: this shard's ask for space and the write pieces waiting for its answer.
-#[derive(Default)]
-pub(crate) struct LoanWaits {
-    asks: Vec<Ask>,
-    /// (pool, volume, piece), in the order they came.
-    parked: Vec<(u16, u32, Waiter)>,
-    /// Write pieces that waited for a loan (each wait counted), for `Engine::loan_waits`.
-    waited: u64,
-}
-
-impl LoanWaits {
-    fn ask(&mut self, p: usize) -> &mut Ask {
-        if self.asks.len() <= p {
-            self.asks.resize(p + 1, Ask::Idle);
-        }
-        &mut self.asks[p]
-    }
-
-    /// When a waiting piece's ask times out (for `Engine::next_deadline`).
-    pub(crate) fn deadline(&self) -> Option<u64> {
-        (self.asks.iter().enumerate())
-            .filter(|(p, _)| self.parked.iter().any(|w| w.0 as usize == *p))
-            .filter_map(|(_, a)| match a {
-                Ask::Asked { at_ns } => Some(at_ns + ANSWER_WAIT_NS),
-                _ => None,
-            })
-            .min()
-    }
-}
+pub(crate) use state::Ask;
+pub use state::{ANSWER_WAIT_NS, ASK_AGAIN_NS};
 
 impl Engine {
     /// Write pieces that waited for a loan's answer so far, and those waiting now.

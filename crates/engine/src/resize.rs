@@ -21,57 +21,14 @@
 //! tail unmapped, or as the unflushed trims left it) or the new one. Thick volumes cannot
 //! grow or shrink: their home region is one contiguous run reserved at creation.
 
+pub(crate) mod state;
+
 use crate::config::Provisioning;
 use crate::control::ControlError;
 use crate::engine::{Engine, EngineState};
-use crate::layout::VolumeRecord;
 use crate::types::{EngineEvent, Outputs, VolumeId};
-
-/// The largest size a volume may grow to (1 PiB: 16 GiB of tables at 1 MiB chunks).
-pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
-
-/// The resize under way, if any (one at a time, like creations).
-#[derive(Default)]
-pub(crate) struct Resizes {
-    current: Option<Resize>,
-}
-
-struct Resize {
-    volume: usize,
-    new_size_bytes: u64,
-    shrink: Option<Shrink>,
-}
-
-/// A shrink waits for a checkpoint of the smaller map before the table says so.
-struct Shrink {
-    old_size_bytes: u64,
-    /// The volume's checkpoint count once a checkpoint begun after the shrink is durable.
-    checkpoints_needed: u64,
-    /// That checkpoint is durable: the table is being written with the new size.
-    recording: bool,
-}
-
-impl Resizes {
-    /// The volume being resized and its new size, if any.
-    pub(crate) fn in_progress(&self) -> Option<(usize, u64)> {
-        self.current.as_ref().map(|r| (r.volume, r.new_size_bytes))
-    }
-
-    /// The record the volume table should hold for volume `v`: its new size while a
-    /// resize of it is being written.
-    pub(crate) fn record_for(&self, v: usize, rec: &VolumeRecord) -> VolumeRecord {
-        let mut rec = rec.clone();
-        if let Some(r) = &self.current
-            && r.volume == v
-        {
-            rec.size_bytes = match &r.shrink {
-                Some(s) if !s.recording => s.old_size_bytes,
-                _ => r.new_size_bytes,
-            };
-        }
-        rec
-    }
-}
+pub use state::MAX_VOLUME_BYTES;
+pub(crate) use state::{Resize, Shrink};
 
 impl Engine {
     /// Start growing a thin volume to `size_bytes`; `EngineEvent::VolumeResized` says when

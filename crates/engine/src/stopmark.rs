@@ -14,28 +14,10 @@
 //! (not clean) or, while the marker is being written, the stop's first checkpoint (not
 //! clean): the marker can only be wrong in the cautious direction.
 
+pub(crate) mod state;
+
 use crate::engine::Engine;
 use crate::types::{Outputs, VolumeId};
-
-/// The marker's state in a running engine.
-#[derive(Debug, Default)]
-pub(crate) struct CleanStop {
-    /// The stop is writing the marker: checkpoints from now on carry it.
-    marking: bool,
-    /// Volumes whose marker checkpoint failed. Their data was durable before it was
-    /// written (the marker waits for that), so nothing is lost; but a failed write may
-    /// still have landed (whole or torn), so the next mount may find the marker or not.
-    pub(crate) unmarked: Vec<String>,
-    /// Volumes whose final commit failed at the stop: writes they acknowledged are lost,
-    /// as after a crash, and they stay unclean.
-    pub(crate) lost: Vec<String>,
-}
-
-impl CleanStop {
-    pub(crate) fn marking(&self) -> bool {
-        self.marking
-    }
-}
 
 impl Engine {
     /// Stopping and idle with buffers flushed: checkpoint every volume whose data is all

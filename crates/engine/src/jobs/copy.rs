@@ -4,60 +4,13 @@
 //! A copy knows nothing of chunk states or maps; whoever starts one keeps writes away from
 //! the range (or tracks them) for as long as it needs the copy to be exact.
 
+pub(crate) mod state;
+
 use bytes::Bytes;
 
 use crate::engine::{Engine, OpSpec, Owner};
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
-
-/// Who a copy works for; its completion is handed back there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CopyFor {
-    /// A tier move of chunk `chunk` of volume `vol` (see `tiering.rs`).
-    TierMove {
-        vol: u32,
-        chunk: u64,
-    },
-    /// A piece of the live storage migration of volume `vol`'s chunk `chunk`.
-    Migration {
-        vol: u32,
-        chunk: u64,
-    },
-    /// `cache` placement: a fill (slow -> fast) or a writeback (fast -> slow) of a chunk.
-    CacheFill {
-        vol: u32,
-        chunk: u64,
-    },
-    CacheClean {
-        vol: u32,
-        chunk: u64,
-    },
-    /// A live migration's write-back of a logged range into its home chunk.
-    LogDrain {
-        vol: u32,
-        chunk: u64,
-    },
-}
-
-impl CopyFor {
-    fn vol(self) -> u32 {
-        match self {
-            CopyFor::TierMove { vol, .. }
-            | CopyFor::Migration { vol, .. }
-            | CopyFor::CacheFill { vol, .. }
-            | CopyFor::CacheClean { vol, .. }
-            | CopyFor::LogDrain { vol, .. } => vol,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Copy {
-    pub for_: CopyFor,
-    pub dst: (PoolId, u64),
-    pub len_bytes: u64,
-    /// The read is done and the write is in flight.
-    pub writing: bool,
-}
+pub(crate) use state::{Copy, CopyFor};
 
 impl Engine {
     /// Start copying `len_bytes` from `src` to `dst` (pool, device offset).

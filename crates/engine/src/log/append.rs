@@ -5,6 +5,7 @@ use std::mem;
 
 use bytes::{Bytes, BytesMut};
 
+use super::state::{Append, LogOutcome};
 use super::{BufPiece, COLD, HOT, RamPiece, Segment};
 use crate::config::LogMode;
 use crate::engine::{Engine, OpSpec, Owner};
@@ -12,31 +13,6 @@ use crate::inject::InjectedBug;
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 use crate::volume::{CommitPhase, Waiter};
-
-/// What became of a write piece offered to the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LogOutcome {
-    /// Buffered and acknowledged.
-    Logged,
-    /// Waiting for buffer room; it will be retried.
-    Parked,
-    /// Not for the log: write it at home.
-    Home,
-}
-
-/// An append in flight.
-#[derive(Debug)]
-pub(crate) struct Append {
-    pub vol: u32,
-    pub pool: u16,
-    pub stream: usize,
-    pub id: u64,
-    pub pieces: Vec<BufPiece>,
-    /// Times it was written in place after an error.
-    pub retries: u32,
-    /// `bitvisor` mode: requests that complete when it lands.
-    pub acks: Vec<usize>,
-}
 
 /// A failed append is first written again where it is (write errors are usually
 /// transient and leave the mapping valid); after this many it moves.

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 
 use super::COLD;
+use super::state::Clean;
 use crate::config::CleanerPolicy;
 use crate::engine::{Engine, OpSpec, Owner};
 use crate::overlay::Overlay;
@@ -13,22 +14,6 @@ use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 
 /// Segments fuller than this are not worth cleaning (moving them frees too little).
 const CLEAN_MAX_UTILIZATION: f64 = 0.9;
-
-/// One segment being cleaned.
-#[derive(Debug)]
-pub(crate) struct Clean {
-    pub group: u64,
-    pub owner: u32,
-    /// (lba, device offset, length, data read)
-    pub pieces: Vec<(u64, u64, u64, Option<Bytes>)>,
-    /// Device reads: (device offset, length, first piece, pieces covered).
-    pub reads: Vec<(u64, u64, usize, usize)>,
-    /// The victim's live bytes when its pieces were listed: if unchanged when the copy
-    /// is placed, no VM write or trim touched them meanwhile.
-    pub live_bytes: u64,
-    pub pending: u32,
-    pub failed: bool,
-}
 
 impl Engine {
     /// Start cleaning if the pool is short of free segments.

@@ -25,9 +25,8 @@ mod cleaner;
 mod livemap;
 pub(crate) mod nospace;
 mod recover;
+pub(crate) mod state;
 pub(crate) mod vol;
-
-use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -38,133 +37,8 @@ use crate::overlay::Overlay;
 use crate::reclaim::Freed;
 use crate::types::PoolId;
 
-pub(crate) use append::LogOutcome;
-pub(crate) use cleaner::Clean;
+pub(crate) use state::{COLD, HOT, LogOutcome, Piece, RamPiece, ReadPart, Segment};
 pub(crate) use vol::*;
-
-/// Stream of VM writes.
-pub(crate) const HOT: usize = 0;
-/// Stream of data the cleaner copies forward.
-pub(crate) const COLD: usize = 1;
-
-/// One logged piece, as the segment summary keeps it for the cleaner.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Piece {
-    pub lba: u64,
-    pub seg_off: u32,
-    pub len: u32,
-}
-
-#[derive(Debug)]
-pub(crate) struct Segment {
-    pub owner: u32,
-    /// Chunks of the group this segment holds (all of them unless rebuilt at mount).
-    pub held: u64,
-    /// Bytes handed out so far; the next append lands here.
-    pub written_bytes: u64,
-    /// Bytes the overlay still references.
-    pub live_bytes: u64,
-    /// A stream appends here.
-    pub open: bool,
-    pub last_write_ns: u64,
-    pub cleaning: bool,
-    /// A read failed while cleaning: leave it alone.
-    pub clean_failed: bool,
-    /// Cleaning could not copy everything (no room): wait for a segment to be freed.
-    pub stuck: bool,
-    pub summary: Vec<Piece>,
-    /// Its live sectors (kept with `live_bytes`).
-    pub live: livemap::LiveMap,
-}
-
-/// Data acknowledged to the VM whose append has not landed yet.
-#[derive(Debug)]
-pub(crate) struct RamPiece {
-    pub len: u64,
-    pub data: Option<Bytes>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub(crate) struct LogStats {
-    pub user_writes: u64,
-    pub user_bytes: u64,
-    pub appends: u64,
-    pub append_bytes: u64,
-    pub cleaner_read_bytes: u64,
-    pub cleaner_bytes: u64,
-    pub segments_opened: u64,
-    pub segments_cleaned: u64,
-    pub segments_freed: u64,
-    pub home_fallbacks: u64,
-    pub relocations: u64,
-    pub cleaner_waits: u64,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct PoolLog {
-    pub segments: BTreeMap<u64, Segment>,
-    pub ram: BTreeMap<u64, RamPiece>,
-    pub stats: LogStats,
-    pub clean: Option<Clean>,
-    pub next_group: u64,
-    /// The cleaner's bandwidth budget, and when it waits for it.
-    pub clean_bucket: crate::bucket::TokenBucket,
-    pub clean_wait_at: Option<u64>,
-}
-
-/// The log on every pool: each pool's segment table and the data its appends carry, the
-/// appends in flight, the gather timer and what waits for space. Indexes as the pools do.
-#[derive(Debug, Default)]
-pub(crate) struct Logs {
-    pools: Vec<PoolLog>,
-    pub(crate) appends: slab::Slab<append::Append>,
-    /// When the gather timer next fires.
-    pub(crate) gather_at: Option<u64>,
-    /// Appends and commits waiting for space (`nospace.rs`).
-    pub(crate) nospace: nospace::NoSpace,
-}
-
-impl Logs {
-    pub(crate) fn new(n_pools: usize) -> Self {
-        Logs {
-            pools: (0..n_pools).map(|_| PoolLog::default()).collect(),
-            ..Default::default()
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.pools.len()
-    }
-
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, PoolLog> {
-        self.pools.iter()
-    }
-
-    pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, PoolLog> {
-        self.pools.iter_mut()
-    }
-}
-
-impl std::ops::Index<usize> for Logs {
-    type Output = PoolLog;
-    fn index(&self, pool: usize) -> &PoolLog {
-        &self.pools[pool]
-    }
-}
-
-impl std::ops::IndexMut<usize> for Logs {
-    fn index_mut(&mut self, pool: usize) -> &mut PoolLog {
-        &mut self.pools[pool]
-    }
-}
-
-/// How a piece of a read is served.
-#[derive(Clone, Debug)]
-pub(crate) enum ReadPart {
-    Dev,
-    /// From an append not yet on the device (`None` when data is not tracked).
-    Ram(Option<Bytes>),
-}
 
 impl Engine {
     pub(crate) fn seg_chunks(&self) -> u64 {

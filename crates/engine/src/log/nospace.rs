@@ -15,55 +15,11 @@
 //! for such segments started the commit again at once, which failed again at once: an
 //! endless loop at one instant (DST seed 53 with `TIERVISOR_DST_SPACE=1`, 24 GiB).
 
-use std::collections::BTreeSet;
 use std::mem;
 
-use super::append::Append;
+use super::state::Append;
 use crate::engine::{Engine, EngineState};
 use crate::types::Outputs;
-
-#[derive(Debug, Default)]
-pub(crate) struct NoSpace {
-    parked: Vec<Append>,
-    retry_at: Option<u64>,
-    /// Volumes whose last commit round failed (cleared when one succeeds).
-    failed_commits: BTreeSet<u32>,
-    /// Volumes warned that the metadata pool has no room for their checkpoint (cleared
-    /// when one of their commits succeeds, so the warning comes once per spell).
-    no_room_warned: BTreeSet<u32>,
-}
-
-impl NoSpace {
-    /// When the parked appends are next tried (for `Engine::next_deadline`).
-    pub(crate) fn retry_at(&self) -> Option<u64> {
-        self.retry_at
-    }
-
-    /// Whether appends to `pool` wait for space.
-    pub(crate) fn pool_waits(&self, pool: u16) -> bool {
-        self.parked.iter().any(|a| a.pool == pool)
-    }
-
-    /// Note how volume `v`'s commit round ended.
-    pub(crate) fn commit_ended(&mut self, v: u32, ok: bool) {
-        if ok {
-            self.failed_commits.remove(&v);
-            self.no_room_warned.remove(&v);
-        } else {
-            self.failed_commits.insert(v);
-        }
-    }
-
-    /// Volume `v` found no room for a checkpoint: true the first time in a spell.
-    pub(crate) fn no_room_began(&mut self, v: u32) -> bool {
-        self.no_room_warned.insert(v)
-    }
-
-    /// Whether volume `v`'s commits wait for the commit timer (its last one failed).
-    pub(crate) fn commit_backs_off(&self, v: u32) -> bool {
-        self.failed_commits.contains(&v)
-    }
-}
 
 impl Engine {
     /// Keep `a`, which failed with ENOSPC, for a retry after the commit interval.

@@ -26,74 +26,10 @@ use crate::shard::ShardId;
 use crate::stats::VolumeStats;
 use crate::types::{DevKind, EngineEvent, Errno, IoClass, Outputs, PoolId, VolumeId};
 use crate::volume::Volume;
-
-const TAG_WRITE: u32 = 0;
-const TAG_SB: u32 = 1 << 24;
-const TAG_VT: u32 = 2 << 24;
-const TAG_JR: u32 = 3 << 24;
-const TAG_CK: u32 = 4 << 24;
-/// Zeroing (and so allocating) a new thick volume's home region; the index is the volume's.
-const TAG_THICK: u32 = 5 << 24;
-const TAG_INDEX: u32 = (1 << 24) - 1;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Mount: new thick volumes' home regions are zeroed (so allocated) before the volume
-    /// table records them, so a region that cannot be allocated leaves nothing behind.
-    Allocating,
-    Writing,
-    /// Metadata written; flushing every pool so it is durable before we say ready.
-    Flushing,
-    /// Format: the metadata pool's superblock, written last, completes the format.
-    CommitMeta,
-    /// Format: the other pools' superblocks marked complete.
-    CommitOthers,
-    Superblocks,
-    VolumeTable,
-    Journals,
-    Checkpoints,
-}
-
-#[derive(Default)]
-struct ChainRead {
-    next: Option<(PoolId, u64)>,
-    index: u32,
-    payload: Vec<u8>,
-    chunks: Vec<(PoolId, u64)>,
-}
-
-/// A startup operation, kept so it can be retried.
-struct StartupOp {
-    pool: PoolId,
-    kind: DevKind,
-    off: u64,
-    len: u64,
-    payload: Option<Bytes>,
-    tag: u32,
-    attempts: u32,
-}
-
-/// Attempts per startup operation before the format or mount fails.
-const STARTUP_ATTEMPTS: u32 = 4;
-
-pub(crate) struct Startup {
-    retry: std::collections::BTreeMap<usize, StartupOp>,
-    phase: Phase,
-    outstanding: u32,
-    error: Option<String>,
-    formatting: bool,
-    /// Started with [`StartMode::Mount`]: blank pools are refused, not formatted.
-    mount_only: bool,
-    superblocks: Vec<Option<Bytes>>,
-    voltab: Option<Bytes>,
-    regions: Vec<Option<Bytes>>,
-    headers: Vec<JournalHeader>,
-    chains: Vec<ChainRead>,
-    /// Mount: the volumes the configuration adds (indexes into `vols`).
-    created: Vec<usize>,
-    /// Operations that failed for space, waiting for the next attempt (`space.rs`).
-    space: space::SpaceWait,
-}
+pub(crate) use state::{
+    ChainRead, Phase, STARTUP_ATTEMPTS, Startup, StartupOp, TAG_CK, TAG_INDEX, TAG_JR, TAG_SB,
+    TAG_THICK, TAG_VT, TAG_WRITE,
+};
 
 /// The CRC a fresh journal chain starts from: unique per system and volume, so blocks
 /// left by an earlier format of the same device never continue it.
@@ -122,6 +58,7 @@ fn chain_seed(system_uuid: &[u8; 16], volume_id: u32) -> u32 {
 mod provision;
 mod recover;
 mod space;
+pub(crate) mod state;
 
 impl Engine {
     /// Bring the pools up. Completion is reported by `EngineEvent::Ready` or `Failed`.

@@ -20,23 +20,6 @@ use crate::types::{EngineEvent, Errno, Outputs};
 /// The longest wait between two attempts of a start waiting for space.
 pub(crate) const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 
-#[derive(Default)]
-pub(super) struct SpaceWait {
-    parked: Vec<StartupOp>,
-    retry_at: Option<u64>,
-    backoff_ns: u64,
-    /// A spell is on: warned, and not yet over (an operation of it succeeded).
-    in_spell: bool,
-    /// Attempts that failed for space, over the whole start.
-    pub(super) failures: u64,
-}
-
-impl SpaceWait {
-    pub(super) fn retry_at(&self) -> Option<u64> {
-        self.retry_at
-    }
-}
-
 /// Whether a startup operation that failed with `result` waits for space.
 pub(super) fn waits_for_space(op: &StartupOp, result: Result<(), Errno>) -> bool {
     result == Err(Errno::NoSpc) && op.tag & !TAG_INDEX != TAG_THICK

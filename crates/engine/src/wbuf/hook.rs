@@ -14,37 +14,13 @@
 //!   [`BACKGROUND_WRITEBACK_OPS`] at a time, so a FLUSH of one volume does not queue
 //!   behind a burst of another volume's write-backs.
 
-use std::collections::VecDeque;
-
 use bytes::{Bytes, BytesMut};
 
+use super::local::{EmitAction, Local};
 use super::{BACKGROUND_WRITEBACK_OPS, Fill, Flight, PendingFlush, WriteBuffer};
 use crate::devop::{OpSpec, Owner};
 use crate::engine::Engine;
 use crate::types::{DevKind, DeviceCompletion, Errno, IoClass, OpId, Outputs, PoolId};
-
-/// A device operation the engine completes itself.
-pub(crate) enum Local {
-    /// An absorbed write: never reached the scheduler or the device.
-    Absorbed(usize),
-    /// Dispatched, but answered from RAM (a read covered by the buffer, a failed FLUSH).
-    Served {
-        key: usize,
-        result: Result<(), Errno>,
-        data: Option<Bytes>,
-    },
-}
-
-#[derive(Default)]
-pub(crate) struct LocalQueue(pub VecDeque<Local>);
-
-/// What the buffer did with an operation the scheduler dispatched.
-pub(crate) enum EmitAction {
-    /// Send it to the device.
-    Device,
-    /// Held (parked, or completed locally): do not send.
-    Held,
-}
 
 impl Engine {
     fn wbuf(&mut self, pool: usize) -> &mut WriteBuffer {

@@ -17,6 +17,7 @@
 //! space is not reused while data destined for it is still only in RAM (`reclaim.rs`).
 
 pub(crate) mod hook;
+pub(crate) mod local;
 
 use std::collections::{BTreeMap, BTreeSet};
 
