@@ -22,6 +22,7 @@ pub(crate) mod state;
 pub(crate) use state::Seen;
 pub use state::{BudgetDemand, ShardBudgets, Use};
 
+use crate::config::EngineConfig;
 use crate::control::ControlError;
 use crate::engine::{Engine, EngineState};
 use crate::types::{EngineEvent, Outputs};
@@ -30,6 +31,20 @@ use crate::types::{EngineEvent, Outputs};
 /// shard waking beside a busy one gets its share within a fraction of a second; long
 /// enough that reports cost nothing beside the I/O they describe.
 pub const REPORT_INTERVAL_NS: u64 = 100_000_000;
+
+impl ShardBudgets {
+    /// The budgets `cfg` gives its engine.
+    pub fn of(cfg: &EngineConfig) -> ShardBudgets {
+        ShardBudgets {
+            write_buffer_bytes: (cfg.pools.iter())
+                .map(|p| p.write_buffer.map_or(0, |w| w.size_bytes))
+                .collect(),
+            tier_bytes_per_s: cfg.tiering.bytes_per_s,
+            tier_max_moves: cfg.tiering.max_moves,
+            clean_bytes_per_s: cfg.log.clean_bytes_per_s,
+        }
+    }
+}
 
 impl Engine {
     fn budget_reporting(&self) -> bool {

@@ -377,7 +377,7 @@ pub struct EngineConfig {
     pub log: LogConfig,
     /// Which shard of the system this engine is (`shard.rs`); recorded in every slice's
     /// superblock, so a system is never mounted with another shard count.
-    pub shard: crate::shard::ShardId,
+    pub shard: crate::shard::id::ShardId,
     /// A shard reports its use of the budgets that span volumes (`budgets.rs`) for a
     /// driver that runs a `BudgetBroker`; off, each keeps `ShardPlan`'s fixed 1/N.
     pub budget_reports: bool,
@@ -406,7 +406,7 @@ impl Default for EngineConfig {
             flush_takes_queue_slot: true,
             tiering: TieringConfig::default(),
             log: LogConfig::default(),
-            shard: crate::shard::ShardId::default(),
+            shard: crate::shard::id::ShardId::default(),
             budget_reports: false,
         }
     }
@@ -449,12 +449,12 @@ impl EngineConfig {
             return err("the metadata pool does not exist".into());
         }
         let sh = self.shard;
-        if sh.count == 0 || sh.count > crate::shard::MAX_SHARDS || sh.index >= sh.count {
+        if sh.count == 0 || sh.count > crate::shard::id::MAX_SHARDS || sh.index >= sh.count {
             return err(format!(
                 "shard {} of {}: expected a count of 1..={} and an index below it",
                 sh.index,
                 sh.count,
-                crate::shard::MAX_SHARDS
+                crate::shard::id::MAX_SHARDS
             ));
         }
         if self.journal_bytes < 64 * 1024 || !self.journal_bytes.is_multiple_of(4096) {
@@ -480,7 +480,7 @@ impl EngineConfig {
                     p.name
                 ));
             }
-            let min = crate::layout::DATA_START_BYTES + 4 * self.chunk_bytes;
+            let min = crate::layout::offsets::DATA_START_BYTES + 4 * self.chunk_bytes;
             if p.capacity_bytes < min {
                 return err(format!(
                     "pool {} is too small ({} bytes, need at least {min})",

@@ -956,3 +956,18 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// Give this engine a defect (DST and tests only; not part of the configuration).
+    /// Call it after `Engine::new`, before `start`; a restarted engine needs it again.
+    #[cfg(feature = "inject-bugs")]
+    pub fn inject_bug(&mut self, bug: Option<InjectedBug>) {
+        self.bug = bug;
+    }
+
+    /// Whether this engine was given defect `b`.
+    #[inline]
+    pub(crate) fn bug_is(&self, b: InjectedBug) -> bool {
+        cfg!(feature = "inject-bugs") && self.bug == Some(b)
+    }
+}

@@ -1,10 +1,8 @@
 //! Deliberate defects, for proving that deterministic simulation testing catches them.
-//! They are not configuration: an engine gets one only through [`Engine::inject_bug`],
+//! They are not configuration: an engine gets one only through `Engine::inject_bug`,
 //! which exists only with the `inject-bugs` cargo feature (enabled by tiervisor-sim for
 //! DST, and by the engine's own tests). Without the feature every check compiles to
 //! `false`, so a production engine cannot carry one.
-
-use crate::engine::Engine;
 
 /// A defect DST (or an engine test) must catch. Add one here: a variant, its name, its
 /// place in `all()` (CI DST must catch it) or its own list, and a check `bug_is(..)` at the
@@ -280,20 +278,5 @@ impl InjectedBug {
             .chain(Self::device())
             .chain(Self::wakeup())
             .find(|b| b.name() == s)
-    }
-}
-
-impl Engine {
-    /// Give this engine a defect (DST and tests only; not part of the configuration).
-    /// Call it after `Engine::new`, before `start`; a restarted engine needs it again.
-    #[cfg(feature = "inject-bugs")]
-    pub fn inject_bug(&mut self, bug: Option<InjectedBug>) {
-        self.bug = bug;
-    }
-
-    /// Whether this engine was given defect `b`.
-    #[inline]
-    pub(crate) fn bug_is(&self, b: InjectedBug) -> bool {
-        cfg!(feature = "inject-bugs") && self.bug == Some(b)
     }
 }

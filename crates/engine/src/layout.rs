@@ -9,18 +9,16 @@
 //! ```
 //! Every structure carries a magic number, a version and a CRC32C.
 
+pub(crate) mod offsets;
+
 use crate::codec::{Dec, Enc, sealed_ok};
 use crate::config::{CachePolicy, Medium, Placement, Provisioning};
 use crate::types::PoolId;
 
-pub const BLOCK_BYTES: u64 = 4096;
-pub const SUPERBLOCK_OFFSET: u64 = 0;
-/// A second copy, written when a pool is formatted and never again: it stands in if the
-/// primary is torn while a format marks it complete.
-pub const SUPERBLOCK_BACKUP_OFFSET: u64 = BLOCK_BYTES;
-pub const VOLTAB_SLOT_BYTES: u64 = 64 * 1024;
-pub const VOLTAB_OFFSETS: [u64; 2] = [64 * 1024, 128 * 1024];
-pub const DATA_START_BYTES: u64 = 1 << 20;
+pub use offsets::{
+    BLOCK_BYTES, DATA_START_BYTES, SUPERBLOCK_BACKUP_OFFSET, SUPERBLOCK_OFFSET, VOLTAB_OFFSETS,
+    VOLTAB_SLOT_BYTES,
+};
 pub const FORMAT_VERSION: u32 = 2;
 
 const SB_MAGIC: &[u8; 8] = b"TVPOOL01";
@@ -57,7 +55,7 @@ pub struct Superblock {
     /// The shard whose slice of the pool this is (`shard.rs`). Stored after the fields
     /// above, where superblocks written before sharding hold zeros: those read as shard 0
     /// of 1, so no format version change was needed.
-    pub shard: crate::shard::ShardId,
+    pub shard: crate::shard::id::ShardId,
 }
 
 impl Superblock {
@@ -120,8 +118,8 @@ impl Superblock {
         let shard_index = d.u16().ok_or_else(bad)?;
         let shard = match d.u16().ok_or_else(bad)? {
             // Written before sharding existed (zeros): the whole pool is one shard.
-            0 => crate::shard::ShardId::default(),
-            count => crate::shard::ShardId {
+            0 => crate::shard::id::ShardId::default(),
+            count => crate::shard::id::ShardId {
                 index: shard_index,
                 count,
             },
@@ -577,7 +575,7 @@ mod tests {
             chunk_bytes: 1 << 20,
             meta_pool: 0,
             complete: true,
-            shard: crate::shard::ShardId { index: 2, count: 3 },
+            shard: crate::shard::id::ShardId { index: 2, count: 3 },
         };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
@@ -605,7 +603,7 @@ mod tests {
             chunk_bytes: 1 << 20,
             meta_pool: 0,
             complete: true,
-            shard: crate::shard::ShardId { index: 1, count: 2 },
+            shard: crate::shard::id::ShardId { index: 1, count: 2 },
         };
         let mut b = sb.encode();
         // The shard fields follow `complete`; zero them as an old build left them.
@@ -616,7 +614,7 @@ mod tests {
         let crc = crc32c::crc32c(&b[..n - 4]);
         b[n - 4..].copy_from_slice(&crc.to_le_bytes());
         let old = Superblock::decode(&b).unwrap();
-        assert_eq!(old.shard, crate::shard::ShardId { index: 0, count: 1 });
+        assert_eq!(old.shard, crate::shard::id::ShardId { index: 0, count: 1 });
     }
 
     #[test]

@@ -6,25 +6,12 @@
 //!
 //! [`Engine`]: crate::Engine
 
+pub(crate) mod id;
+
+pub use id::{MAX_SHARDS, ShardId};
+
 use crate::config::{ConfigError, EngineConfig};
-use crate::layout::DATA_START_BYTES;
-
-/// Which shard an engine is, of how many. `count == 1` is an unsharded system.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShardId {
-    pub index: u16,
-    pub count: u16,
-}
-
-impl Default for ShardId {
-    fn default() -> Self {
-        ShardId { index: 0, count: 1 }
-    }
-}
-
-/// Most shards a system may have (a slice per shard per pool, each with its own
-/// superblock and, on the metadata pool, its own volume table and journals).
-pub const MAX_SHARDS: u16 = 64;
+use crate::layout::offsets::DATA_START_BYTES;
 
 /// One shard's byte range of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,13 +12,8 @@ use crate::overlay::Overlay;
 use crate::stats::VolumeStats;
 use crate::types::{Errno, PoolId, VolumeId};
 
-/// A piece of a request parked until its chunk is free.
-#[derive(Clone, Copy, Debug)]
-pub struct Waiter {
-    pub req: usize,
-    pub start: u64,
-    pub end: u64,
-}
+pub(crate) mod waiter;
+pub use waiter::Waiter;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkState {

@@ -2,8 +2,6 @@
 //! and reports, as plain data the event types and the broker can name without the engine
 //! (issue 11's import cycle).
 
-use crate::config::EngineConfig;
-
 /// The divisible budgets of one shard (or, in the broker, their totals).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShardBudgets {
@@ -16,18 +14,6 @@ pub struct ShardBudgets {
 }
 
 impl ShardBudgets {
-    /// The budgets `cfg` gives its engine.
-    pub fn of(cfg: &EngineConfig) -> ShardBudgets {
-        ShardBudgets {
-            write_buffer_bytes: (cfg.pools.iter())
-                .map(|p| p.write_buffer.map_or(0, |w| w.size_bytes))
-                .collect(),
-            tier_bytes_per_s: cfg.tiering.bytes_per_s,
-            tier_max_moves: cfg.tiering.max_moves,
-            clean_bytes_per_s: cfg.log.clean_bytes_per_s,
-        }
-    }
-
     /// Componentwise maximum (what a shard may use while a shrink drains).
     pub fn max(&self, o: &ShardBudgets) -> ShardBudgets {
         ShardBudgets {

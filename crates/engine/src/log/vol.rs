@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::volume::Waiter;
+use crate::volume::waiter::Waiter;
 use bytes::Bytes;
 
 #[derive(Clone, Debug)]
