@@ -1009,7 +1009,7 @@ fn aio_duplicates_of_a_chunk_land_in_order() {
     );
 }
 
-/// A job started on a volume whose first write is still allocating its chunk on the
+/// A job started on a volume whose first writes are still allocating their chunks on the
 /// source finds nothing to copy and pauses at once; the allocation then lands in the
 /// region it counted as copied, and an LR write waiting behind it goes to the destination
 /// with the rest of the chunk never copied. The pivot must copy what the drain made
@@ -1027,15 +1027,18 @@ fn a_chunk_allocated_on_the_source_while_the_pivot_drains_is_copied() {
         let mut r = Rig::new(config(1 << 20));
         let mut reference = vec![0u8; (CHUNKS * MIB) as usize];
         r.hold = true;
-        let writes = [
-            (MIB + 300 * 1024, 300 * 1024, 51u8),
-            (MIB + 40 * 1024, 800 * 1024, 52),
-        ];
+        // Three chunks, not in address order: the pause's sweep must find each.
         let mut ids = vec![];
-        for (off, len, seed) in writes {
-            let d = pattern(seed, len);
-            ids.push(r.submit(VOL, ReqKind::Write, off, Some(&d), len as u64));
-            reference[off as usize..off as usize + len].copy_from_slice(&d);
+        for (i, c) in [4u64, 1, 3].into_iter().enumerate() {
+            let writes = [
+                (c * MIB + 300 * 1024, 300 * 1024, 51u8 + 2 * i as u8),
+                (c * MIB + 40 * 1024, 800 * 1024, 52 + 2 * i as u8),
+            ];
+            for (off, len, seed) in writes {
+                let d = pattern(seed, len);
+                ids.push(r.submit(VOL, ReqKind::Write, off, Some(&d), len as u64));
+                reference[off as usize..off as usize + len].copy_from_slice(&d);
+            }
         }
         let write_ops = r.held.len();
         start(&mut r, params(s));
@@ -1050,7 +1053,11 @@ fn a_chunk_allocated_on_the_source_while_the_pivot_drains_is_copied() {
         finish(&mut r);
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
         check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
-        assert_eq!(pools(&r)[1], Some(SSD), "{s:?}: {:?}", pools(&r));
+        let p = pools(&r);
+        assert!(
+            [1, 3, 4].iter().all(|&c| p[c] == Some(SSD)),
+            "{s:?}: {p:?}"
+        );
         r.engine.check_invariants().unwrap();
         r.crash_and_mount();
         check_ref(&mut r, VOL, &reference, &format!("{s:?} after a crash"));

@@ -27,6 +27,7 @@ mod pass;
 mod presync;
 mod resume;
 mod route;
+mod sweep;
 mod thick;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -241,6 +242,8 @@ pub(crate) struct Job {
     pub cursor: u64,
     /// Chunks to (re)visit after the cursor passed them (busy then, or newly allocated).
     pub late: BTreeSet<u64>,
+    /// The pause's sweep for chunks left uncopied (`sweep.rs`).
+    pub left: sweep::LeftSweep,
     /// Chunk copies in flight: one in the first pass and a cancel's copy back, up to
     /// `params.copy_window_chunks` in DBT's dirty passes and the final copy, never two of one
     /// chunk (an older copy landing last would leave stale data with its bits clear).
@@ -366,6 +369,13 @@ impl Migrations {
 }
 
 impl Job {
+    /// Chunk `c` must be copied (again): the only way a chunk becomes `Uncopied` after the
+    /// job's start, so that the pause's sweep (`sweep.rs`) passes it again.
+    pub(crate) fn mark_uncopied(&mut self, c: u64) {
+        self.progress[c as usize] = Progress::Uncopied;
+        self.left.back_to(c);
+    }
+
     /// Whether a copy of chunk `c` is in flight.
     pub(crate) fn copying_chunk(&self, c: u64) -> bool {
         self.copying.iter().any(|cp| cp.chunk == c)
@@ -528,6 +538,7 @@ impl Engine {
             dirty: dirty::DirtyMap::new(chunks, self.cfg.chunk_bytes, params.granularity_bytes),
             cursor: 0,
             late: BTreeSet::new(),
+            left: sweep::LeftSweep::default(),
             copying: Vec::new(),
             bucket: TokenBucket::default(),
             parked: VecDeque::new(),

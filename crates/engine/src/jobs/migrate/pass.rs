@@ -80,6 +80,7 @@ impl Engine {
                 }
                 let job = self.migrations.jobs.get_mut(&v).expect("exists");
                 job.cursor = 0;
+                job.left.restart();
                 // A write in flight at the pause may have allocated a chunk on the source
                 // in the region already copied (`migration_chunk_allocated`): it is copied
                 // now, or the pivot would switch to a destination chunk never filled.
@@ -271,22 +272,17 @@ impl Engine {
 
     /// While paused: a chunk still uncopied (allocated on the source behind the copy by
     /// a write in flight at the pause). Unmapped ones and those on the destination have
-    /// nothing to copy. Nothing is in flight once drained, so none is busy.
+    /// nothing to copy. Nothing is in flight once drained, so none is busy. A sweep from
+    /// where the last call stopped (`sweep.rs`), not a scan from chunk 0 per copy.
     fn next_left_uncopied(&mut self, v: u32) -> Option<u64> {
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         let vol = &self.vols[v as usize];
         let to = job.params.to;
-        for c in 0..job.progress.len() as u64 {
-            if job.progress[c as usize] != Progress::Uncopied {
-                continue;
-            }
-            job.late.remove(&c);
-            match vol.resolve(vol.map.get(c), c) {
-                Some((p, _)) if p != to => return Some(c),
-                _ => job.progress[c as usize] = Progress::Copied,
-            }
-        }
-        None
+        let late = &mut job.late;
+        job.left.next(&mut job.progress, |c| {
+            late.remove(&c);
+            matches!(vol.resolve(vol.map.get(c), c), Some((p, _)) if p != to)
+        })
     }
 
     /// DBT: the next chunk with dirty blocks: Ok(chunk), Err if only busy ones are left. A
@@ -521,7 +517,7 @@ impl Engine {
                 .get_or_insert(format!("copying chunk {c} failed (I/O error)"));
             job.cancel_wanted = true;
             if job.progress[c as usize] == Progress::Copying {
-                job.progress[c as usize] = Progress::Uncopied;
+                job.mark_uncopied(c);
             }
         } else if cp.back {
             self.copied_back(now, v, c);

@@ -412,7 +412,7 @@ impl Engine {
             return;
         }
         if on != Some(job.params.to) && job.progress[c as usize] == Progress::Copied {
-            job.progress[c as usize] = Progress::Uncopied;
+            job.mark_uncopied(c);
             job.late.insert(c);
         }
     }
