@@ -1054,10 +1054,7 @@ fn a_chunk_allocated_on_the_source_while_the_pivot_drains_is_copied() {
         assert_eq!(phase(&r), MigrationPhase::Done, "{s:?}");
         check_ref(&mut r, VOL, &reference, &format!("{s:?} after the pivot"));
         let p = pools(&r);
-        assert!(
-            [1, 3, 4].iter().all(|&c| p[c] == Some(SSD)),
-            "{s:?}: {p:?}"
-        );
+        assert!([1, 3, 4].iter().all(|&c| p[c] == Some(SSD)), "{s:?}: {p:?}");
         r.engine.check_invariants().unwrap();
         r.crash_and_mount();
         check_ref(&mut r, VOL, &reference, &format!("{s:?} after a crash"));
