@@ -66,14 +66,14 @@ mod tests {
 
     /// What the sweep replaced: the scan from chunk 0 on every call.
     fn scan_from_zero(progress: &mut [Progress], to_copy: impl Fn(u64) -> bool) -> Option<u64> {
-        for c in 0..progress.len() {
-            if progress[c] != Progress::Uncopied {
+        for (c, p) in progress.iter_mut().enumerate() {
+            if *p != Progress::Uncopied {
                 continue;
             }
             if to_copy(c as u64) {
                 return Some(c as u64);
             }
-            progress[c] = Progress::Copied;
+            *p = Progress::Copied;
         }
         None
     }
@@ -86,7 +86,7 @@ mod tests {
     fn the_sweep_finds_what_the_scan_from_zero_found() {
         let n = 4096u64;
         // Chunks with data off the destination: every third; the rest have nothing.
-        let has_data = |c: u64| c % 3 == 0;
+        let has_data = |c: u64| c.is_multiple_of(3);
         let mut a = vec![Progress::Uncopied; n as usize];
         let mut b = a.clone();
         // A few already copied.
@@ -120,7 +120,7 @@ mod tests {
             }
         }
         let expect: Vec<u64> = (0..n)
-            .filter(|&c| has_data(c) && c % 7 != 0)
+            .filter(|&c| has_data(c) && !c.is_multiple_of(7))
             .chain([12, 999, 1500].into_iter().filter(|&c| has_data(c)))
             .collect();
         let mut sorted_found = found.clone();
