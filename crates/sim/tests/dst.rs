@@ -2,6 +2,7 @@
 //! and the checker is not blind: each deliberately broken engine is caught.
 
 use tiervisor_engine::InjectedBug;
+use tiervisor_sim::dst;
 use tiervisor_sim::dst::{DstConfig, Faults, run_range, run_seed};
 
 const CI_SEEDS: u64 = 256;
@@ -152,6 +153,13 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.ncq_served,
         s.ncq_reordered
     );
+    // A third of those make the HDD pool an array of queueing drives (`dst/ncq.rs`).
+    assert!(
+        s.array_seeds > CI_SEEDS / 48,
+        "seeds with an array of queueing drives: {} of {} NCQ seeds",
+        s.array_seeds,
+        s.ncq_seeds
+    );
     // Half the seeds run live storage migrations with every scheme.
     assert!(
         s.migration_pivots > CI_SEEDS / 4,
@@ -251,6 +259,29 @@ fn mirror_acks_early_is_caught_within_its_seed_range() {
 #[test]
 fn aio_unordered_dups_is_caught_within_its_seed_range() {
     assert_caught(InjectedBug::AioUnorderedDups, 5 * CI_SEEDS, 6 * CI_SEEDS);
+}
+
+/// `ncq-jumps-flush` in an array (each member's FLUSH no barrier): the per-member check
+/// catches it. The array's FLUSH as a whole rarely completes ahead of an older command (the
+/// engine seldom flushes with writes in flight), so the array seeds of the CI set are run
+/// with the bug until one fails at a member.
+#[test]
+fn ncq_jumps_flush_is_caught_at_an_array_member() {
+    let arrays: Vec<u64> = (0..CI_SEEDS)
+        .filter(|&s| dst::hdd_array(s).is_some())
+        .collect();
+    assert!(arrays.len() > 8, "array seeds in the CI set: {arrays:?}");
+    let caught = arrays.iter().find_map(|&seed| {
+        run_seed(&DstConfig {
+            seed,
+            steps: CI_STEPS,
+            faults: Faults::Latent,
+            bug: Some(InjectedBug::NcqJumpsFlush),
+        })
+        .err()
+    });
+    let f = caught.expect("no array seed caught ncq-jumps-flush");
+    assert!(f.message.contains("array member"), "{}", f.message);
 }
 
 /// Seeds `from..to` catch `bug`, and the replay command reproduces the failure exactly.

@@ -16,7 +16,14 @@ mod space;
 mod status;
 
 pub use device::Faults;
+pub use ncq::ArrayShape;
 pub use runner::{DstConfig, DstFailure, DstStats, SCHED_WAIT_BOUND_NS, run_seed};
+
+/// The array seed `seed`'s HDD pool is, if any (`ncq.rs`): its drives queue (NCQ) and it
+/// drew an array.
+pub fn hdd_array(seed: u64) -> Option<ArrayShape> {
+    ncq::NcqDrive::draw(seed).and(ncq::NcqDrive::draw_array(seed))
+}
 
 /// Run seeds `[from, to)` on `jobs` threads; stops at the first failure (lowest seed).
 pub fn run_range(
@@ -97,6 +104,7 @@ pub fn run_range(
                             t.ncq_seeds += st.ncq_seeds;
                             t.ncq_served += st.ncq_served;
                             t.ncq_reordered += st.ncq_reordered;
+                            t.array_seeds += st.array_seeds;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -25,7 +25,7 @@ use tiervisor_engine::{
 };
 
 use super::device::{DataDevice, Faults, below};
-use super::ncq::{HDD_POOL, NcqDrive};
+use super::ncq::{HDD_POOL, NcqDrive, Started};
 use super::pattern::{SECTOR, Seen, decode, sector_data};
 use super::probe::{Follow, Probe};
 use super::reference::RefDisk;
@@ -131,6 +131,8 @@ pub struct DstStats {
     pub ncq_seeds: u64,
     pub ncq_served: u64,
     pub ncq_reordered: u64,
+    /// NCQ seeds whose HDD pool was an array of queueing drives (`ncq.rs`).
+    pub array_seeds: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -169,6 +171,9 @@ struct ReqInfo {
 
 const EV_DEV: u8 = 0;
 const EV_WAKE: u8 = 1;
+/// A part of an operation at one member of an array (`ncq.rs`): payload
+/// `Started::part_payload`.
+const EV_PART: u8 = 2;
 
 struct Sim {
     /// Print every request, device operation and crash (TIERVISOR_DST_TRACE=1).
@@ -655,6 +660,7 @@ impl Sim {
         let ncq = match ncq_depth {
             Some(_) => Some(NcqDrive::new(
                 engine_cfg.pools[HDD_POOL].capacity_bytes,
+                NcqDrive::draw_array(cfg.seed),
                 cfg.bug == Some(InjectedBug::NcqJumpsFlush),
             )?),
             None => None,
@@ -1093,6 +1099,20 @@ impl Sim {
         self.heap.push(Reverse((t, self.seq, kind, payload)));
     }
 
+    /// Queue the completions of what the queueing drive (or an array's members) started.
+    fn push_started(&mut self, started: Vec<Started>) {
+        for st in started {
+            match st {
+                Started::Whole { id, done_ns } => self.push(done_ns, EV_DEV, id),
+                Started::Part {
+                    id,
+                    member,
+                    done_ns,
+                } => self.push(done_ns, EV_PART, Started::part_payload(id, member)),
+            }
+        }
+    }
+
     fn latency_ns(&mut self) -> u64 {
         let mut l = 5_000 + below(&mut self.rng, 2_000_000);
         if self.cfg.faults >= Faults::Crash && below(&mut self.rng, 300) == 0 {
@@ -1123,9 +1143,7 @@ impl Sim {
                 // The drive queues it and serves one command at a time.
                 let started = q.issue(self.now_ns, &op);
                 self.in_flight_ops.insert(id, op);
-                if let Some((first, done)) = started {
-                    self.push(done, EV_DEV, first);
-                }
+                self.push_started(started);
                 continue;
             }
             let t = self.now_ns + self.latency_ns();
@@ -1450,10 +1468,9 @@ impl Sim {
             let Some(op) = self.in_flight_ops.remove(&payload) else {
                 return Ok(true);
             };
-            if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL)
-                && let Some((next, done)) = q.complete(self.now_ns, payload)?
-            {
-                self.push(done, EV_DEV, next);
+            if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL) {
+                let next = q.complete(self.now_ns, payload)?;
+                self.push_started(next);
             }
             let meta = op.pool.0 == self.engine_cfg.meta_pool.0;
             let fail = self.errors_allowed()
@@ -1490,6 +1507,17 @@ impl Sim {
                 },
                 &mut out,
             );
+        } else if kind == EV_PART {
+            // A member's part: the operation completes (an EV_DEV now) with its last part.
+            let (id, member) = (payload >> 6, (payload & 63) as usize);
+            if let Some(q) = self.ncq.as_mut() {
+                let (whole, next) = q.part_done(self.now_ns, id, member)?;
+                if whole {
+                    self.push(self.now_ns, EV_DEV, id);
+                }
+                self.push_started(next);
+            }
+            return Ok(true);
         } else {
             self.wakeups.fired(t);
             self.engine.tick(self.now_ns, &mut out);
@@ -1997,6 +2025,7 @@ impl Sim {
             self.stats.ncq_seeds = 1;
             self.stats.ncq_served = st.served;
             self.stats.ncq_reordered = st.reordered;
+            self.stats.array_seeds = u64::from(q.array().is_some());
         }
         if let Some(p) = &self.probe {
             self.stats.probe_seeds = 1;
