@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The engine's import cycle, per file (issue 11): which files form one strongly connected
 set when a file depends on every file it names a path in (`crate::a::b`, `use super::..`;
-`#[cfg(test)] mod tests` and comments left out). Lines marked E hold an `impl Engine` block.
+`#[cfg(test)]` modules and comments left out). Lines marked E hold an `impl Engine` block.
 
     scripts/engine-import-cycle.py [crates/engine/src]
 """
@@ -14,6 +14,23 @@ for f in glob.glob(root+'/**/*.rs',recursive=True):
     if parts[-1] in('mod','lib'): parts=parts[:-1]
     files['::'.join(parts) or 'lib']=open(f).read()
 names=set(files)
+def strip_test_mods(s):
+    # drop every `#[cfg(test)] [pub(..)] mod NAME { ... }` (brace-matched): test code
+    out=[];i=0
+    pat=re.compile(r'#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{')
+    while True:
+        m=pat.search(s,i)
+        if not m: out.append(s[i:]); break
+        out.append(s[i:m.start()])
+        depth=0;j=m.end()-1
+        while j<len(s):
+            if s[j]=='{': depth+=1
+            elif s[j]=='}':
+                depth-=1
+                if depth==0: break
+            j+=1
+        i=j+1
+    return ''.join(out)
 def resolve(path, cur):
     # path like a::b::c ; find longest module prefix
     segs=path.split('::')
@@ -23,8 +40,8 @@ def resolve(path, cur):
     return None
 g={}
 for n,s in files.items():
-    s=re.sub(r'#\[cfg\(test\)\]\s*mod tests\s*\{.*','',s,flags=re.S)
     s=re.sub(r'//.*','',s)  # a path named in a comment is no dependency
+    s=strip_test_mods(s)
     deps=set()
     for m in re.finditer(r'crate::((?:[a-z_0-9]+::)*[A-Za-z_0-9]+)',s):
         r=resolve(m.group(1),n)
@@ -48,6 +65,10 @@ for n,s in files.items():
             if x:
                 r=resolve((par+'::' if par else '')+x,n)
                 if r: deps.add(r)
+    # a child module named by a relative path (`route::Dup` in jobs/migrate/mod.rs)
+    for m in re.finditer(r'(?<![:\w])([a-z_][a-z_0-9]*)::', s):
+        child=(n+'::' if n!='lib' else '')+m.group(1)
+        if child in names: deps.add(child)
     deps.discard(n); deps.discard('lib')
     # a module depending on its own parent's item path resolves to parent: keep
     g[n]=deps

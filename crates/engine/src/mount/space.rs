@@ -13,7 +13,7 @@
 //! whole size, and a filesystem without room for it is a configuration to change, which
 //! the start reports at once (`thick_zeroing_failed`).
 
-use super::{StartupOp, TAG_INDEX, TAG_THICK};
+use super::state::{StartupOp, TAG_INDEX, TAG_THICK};
 use crate::engine::Engine;
 use crate::types::{EngineEvent, Errno, Outputs};
 

@@ -19,8 +19,9 @@
 
 use std::collections::BTreeMap;
 
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler, VolumeQos};
 use super::flowq::{FlowId, FlowQueue, flow_of};
-use super::{Dispatch, Params, QueuedOp, Registration, Scheduler, VolumeQos};
+use super::params::Params;
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "bfq",

@@ -19,9 +19,10 @@
 //! the shadow cache without prefetch. tiervisor adds `write_expire_ms` (5 s, as
 //! deadline's): a write older than that goes ahead of reads, so writes cannot starve.
 
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
 use super::cats_table::optimal_order;
+use super::params::Params;
 use super::sorted::SortedQueue;
-use super::{Dispatch, Params, QueuedOp, Registration, Scheduler};
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "cats",

@@ -14,8 +14,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
 use super::flowq::{FlowId, FlowQueue, flow_of};
-use super::{Dispatch, Params, QueuedOp, Registration, Scheduler};
+use super::params::Params;
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "cfq",

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Dispatch, QueuedOp, Scheduler, VolumeQos};
+use super::api::{Dispatch, QueuedOp, Scheduler, VolumeQos};
 
 /// Background operations never wait longer than this for an idle device.
 pub const BACKGROUND_MAX_WAIT_NS: u64 = 100_000_000;

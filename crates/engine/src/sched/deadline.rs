@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound::{Excluded, Unbounded};
 
-use super::{Dispatch, Params, QueuedOp, Registration, Scheduler};
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
+use super::params::Params;
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "deadline",

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Dispatch, QueuedOp, Registration, Scheduler};
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "fifo",

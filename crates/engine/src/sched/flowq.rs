@@ -2,7 +2,7 @@
 //! order served as a circular scan from where the queue last was, unless the oldest has
 //! waited past its FIFO expiry; plus the count the queue has on the device.
 
-use super::QueuedOp;
+use super::api::QueuedOp;
 use super::sorted::SortedQueue;
 
 /// Which queue a request belongs to: its volume, and whether it is synchronous (reads;

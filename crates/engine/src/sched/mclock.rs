@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Dispatch, QueuedOp, Registration, Scheduler, VolumeQos};
+use super::api::{Dispatch, QueuedOp, Registration, Scheduler, VolumeQos};
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "mclock",

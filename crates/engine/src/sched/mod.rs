@@ -18,6 +18,11 @@ mod mclock;
 mod sorted;
 mod spec;
 
+pub(crate) mod api;
+mod params;
+mod registry;
+
+pub use api::{Dispatch, NO_VOLUME, QueuedOp, Registration, Scheduler, VolumeQos};
 pub use bfq::{Bfq, BfqParams};
 pub(crate) use cats::ShadowCache;
 pub use cats::{Cats, CatsParams};
@@ -27,110 +32,6 @@ pub use deadline::{Deadline, DeadlineParams};
 pub use fifo::Fifo;
 pub use kyber::{Kyber, KyberParams};
 pub use mclock::MClock;
-pub use spec::{ParamValue, Params, SchedSpec, SpecError};
-
-use crate::types::IoClass;
-
-/// A queued device operation as a scheduler sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueuedOp {
-    /// Engine-internal handle; schedulers only carry it.
-    pub key: usize,
-    pub offset_bytes: u64,
-    pub len_bytes: u64,
-    pub is_write: bool,
-    pub class: IoClass,
-    /// Volume index, or [`NO_VOLUME`] for engine-wide work.
-    pub volume: u32,
-    pub arrival_ns: u64,
-}
-
-/// `QueuedOp::volume` of engine-wide work (startup I/O, discards of freed space).
-pub const NO_VOLUME: u32 = u32::MAX;
-
-/// What a scheduler wants the device to do next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dispatch {
-    Op(QueuedOp),
-    /// Nothing to do.
-    Idle,
-    /// Keep the device idle until this time, then ask again (e.g. anticipation).
-    WaitUntil(u64),
-}
-
-/// A volume's quality-of-service settings, for schedulers that honour them (mClock,
-/// BFQ). Zero means "not set" for reservation and limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct VolumeQos {
-    /// IOPS the volume is guaranteed while it has requests queued.
-    pub reservation_iops: u32,
-    /// IOPS the volume never exceeds (0: no limit).
-    pub limit_iops: u32,
-    /// Share of the remaining capacity, 1..=1000.
-    pub weight: u32,
-}
-
-impl Default for VolumeQos {
-    fn default() -> Self {
-        VolumeQos {
-            reservation_iops: 0,
-            limit_iops: 0,
-            weight: 100,
-        }
-    }
-}
-
-pub trait Scheduler: Send {
-    fn name(&self) -> &'static str;
-    fn add(&mut self, now_ns: u64, op: QueuedOp);
-    fn dispatch(&mut self, now_ns: u64) -> Dispatch;
-    fn completed(&mut self, now_ns: u64, op: &QueuedOp);
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// A volume's QoS changed (or was set at start). Schedulers without per-volume
-    /// shares ignore it.
-    fn set_volume_qos(&mut self, _volume: u32, _qos: VolumeQos) {}
-    /// Whether it shares the device between foreground and background work itself
-    /// (tier migration, unhurried cleaning). If not, [`Classes`] holds background work
-    /// until the scheduler is idle or the work has waited [`BACKGROUND_MAX_WAIT_NS`].
-    fn schedules_background(&self) -> bool {
-        false
-    }
-}
-
-/// One entry of the scheduler registry.
-pub struct Registration {
-    pub name: &'static str,
-    /// Other names accepted for it (the kernel's, say).
-    pub aliases: &'static [&'static str],
-    /// One line for `--help` and error messages.
-    pub about: &'static str,
-    /// Build from parameters; every key the scheduler knows is taken from `params`, and
-    /// keys left over are reported as unknown by the caller.
-    pub build: fn(&mut Params) -> Result<Box<dyn Scheduler>, String>,
-}
-
-/// Every scheduler tiervisor has. Register a new one here.
-pub static SCHEDULERS: &[Registration] = &[
-    fifo::REGISTRATION,
-    deadline::REGISTRATION,
-    cfq::REGISTRATION,
-    mclock::REGISTRATION,
-    bfq::REGISTRATION,
-    kyber::REGISTRATION,
-    cats::REGISTRATION,
-];
-
-/// The registry entry for a name or alias.
-pub fn lookup(name: &str) -> Option<&'static Registration> {
-    SCHEDULERS
-        .iter()
-        .find(|r| r.name == name || r.aliases.contains(&name))
-}
-
-/// The names of every registered scheduler.
-pub fn names() -> Vec<&'static str> {
-    SCHEDULERS.iter().map(|r| r.name).collect()
-}
+pub use params::{ParamValue, Params, SpecError};
+pub use registry::{SCHEDULERS, lookup, names};
+pub use spec::SchedSpec;

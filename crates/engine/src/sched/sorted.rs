@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::QueuedOp;
+use super::api::QueuedOp;
 
 #[derive(Default)]
 pub(super) struct SortedQueue {
@@ -60,7 +60,7 @@ impl SortedQueue {
 #[cfg(test)]
 pub(super) mod testing {
     //! Helpers the scheduler tests share.
-    use super::super::{Dispatch, QueuedOp, Scheduler};
+    use super::super::api::{Dispatch, QueuedOp, Scheduler};
     use crate::types::IoClass;
 
     pub fn op(key: usize, sector: u64, is_write: bool, volume: u32, arrival_ns: u64) -> QueuedOp {
