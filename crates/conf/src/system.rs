@@ -42,6 +42,9 @@ pub struct EngineKeys<'a> {
     pub log: Option<&'a LogToml>,
     /// How shards share the budgets that span volumes: `"demand"` (default) or `"fixed"`.
     pub shard_budgets: Option<&'a Spanned<String>>,
+    /// How shards share a pool's device under a weighted scheduler: `"pool"` (default)
+    /// or `"local"`.
+    pub shard_qos: Option<&'a Spanned<String>>,
 }
 
 /// One pool's shared keys. The driver says what medium and capacity the pool has (from
@@ -140,6 +143,22 @@ pub fn resolve(
             }
         },
     };
+    // Pool: a broker gives each shard a share of every pool's device by its volumes'
+    // weights and reservations (engine::device_share); local: each shard's scheduler
+    // orders only its own volumes and the device serves the shards as they come.
+    let shard_qos = match engine.shard_qos {
+        None => true,
+        Some(s) => match s.get_ref().as_str() {
+            "pool" => true,
+            "local" => false,
+            o => {
+                return src.err(
+                    s.span(),
+                    format!("shard_qos {o:?}: expected \"pool\" or \"local\""),
+                );
+            }
+        },
+    };
     let mut pool_cfgs: Vec<PoolConfig> = Vec::with_capacity(pools.len());
     for p in pools {
         pool_cfgs.push(pool(src, p, chunk_bytes, &pool_cfgs)?);
@@ -179,6 +198,7 @@ pub fn resolve(
         tiering: TieringToml::resolve(engine.tiering, src)?,
         log: LogToml::resolve(engine.log, src)?,
         budget_reports,
+        shard_qos,
         ..EngineConfig::default()
     })
 }

@@ -53,6 +53,12 @@ pub struct BudgetBroker {
     /// DST's `budget-overcommit`: busy shards split the whole total (forgetting the
     /// idle shards' floors) and grow without waiting for the others' shrinks.
     overcommit: bool,
+    /// Budgets move by demand (`shard_budgets = "demand"`); else the plan's split holds
+    /// and reports only feed the device shares.
+    moves: bool,
+    /// Each shard's share of each pool's device (`share_broker.rs`), from the same
+    /// reports.
+    shares: crate::share_broker::ShareBroker,
 }
 
 impl BudgetBroker {
@@ -91,7 +97,19 @@ impl BudgetBroker {
             floors,
             next_seq: 1,
             overcommit: false,
+            moves: cfg.budget_reports,
+            shares: crate::share_broker::ShareBroker::new(cfg, n),
         }
+    }
+
+    /// The device shares it decided last.
+    pub fn shares(&self) -> &crate::share_broker::ShareBroker {
+        &self.shares
+    }
+
+    /// DST's `share-overcommit` defect (`ShareBroker::inject_overcommit`).
+    pub fn inject_share_overcommit(&mut self) {
+        self.shares.inject_overcommit();
     }
 
     /// DST's `budget-overcommit` defect (see the field).
@@ -101,6 +119,7 @@ impl BudgetBroker {
 
     /// Every engine was thrown away (a power loss): they start again at the plan's split.
     pub fn reset(&mut self) {
+        self.shares.reset();
         self.confirmed = self.initial.clone();
         for s in &mut self.sent {
             s.clear();
@@ -135,7 +154,14 @@ impl BudgetBroker {
             return Vec::new();
         }
         match e {
-            EngineEvent::BudgetDemand { demand } => self.demand(k, demand),
+            EngineEvent::BudgetDemand { demand } => {
+                let mut steps = self.shares.on_demand(k, demand);
+                if self.moves {
+                    self.demand(k, demand);
+                    steps.extend(self.round());
+                }
+                return steps;
+            }
             EngineEvent::BudgetsSet { seq } => {
                 if let Some(i) = self.sent[k].iter().rposition(|(s, _)| s == seq) {
                     self.confirmed[k] = self.sent[k][i].1.clone();

@@ -48,7 +48,9 @@ impl ShardBudgets {
 
 impl Engine {
     fn budget_reporting(&self) -> bool {
-        self.cfg.budget_reports && self.cfg.shard.count > 1 && self.state == EngineState::Ready
+        (self.cfg.budget_reports || self.cfg.shard_qos)
+            && self.cfg.shard.count > 1
+            && self.state == EngineState::Ready
     }
 
     /// The budgets this shard may be using now: the configured ones, or while a shrink
@@ -109,7 +111,7 @@ impl Engine {
         let c = self.budget_counters();
         let s = &self.budgets.seen;
         let d = |a: u64, b: Option<&u64>| a.saturating_sub(b.copied().unwrap_or(0));
-        let demand = BudgetDemand {
+        let mut demand = BudgetDemand {
             interval_ns: now.saturating_sub(self.budgets.last_report_ns).max(1),
             write_buffer: (0..self.pools.len())
                 .map(|p| Use {
@@ -125,7 +127,11 @@ impl Engine {
                 bytes: c.clean_bytes - s.clean_bytes,
                 pressed: c.clean_waits > s.clean_waits,
             },
+            pools: Vec::new(),
         };
+        if self.cfg.shard_qos {
+            demand.pools = self.pool_service();
+        }
         self.budgets.seen = c;
         self.budgets.last_report_ns = now;
         if demand.active() {

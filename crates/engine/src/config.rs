@@ -381,6 +381,11 @@ pub struct EngineConfig {
     /// A shard reports its use of the budgets that span volumes (`budgets.rs`) for a
     /// driver that runs a `BudgetBroker`; off, each keeps `ShardPlan`'s fixed 1/N.
     pub budget_reports: bool,
+    /// Shards share each pool's device by their volumes' weights and reservations
+    /// (`device_share.rs`): they report their service per pool and take the driver's
+    /// shares, gating dispatch by them. Off, each shard's scheduler orders only its own
+    /// volumes (`shard_qos = "local"`).
+    pub shard_qos: bool,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -408,6 +413,7 @@ impl Default for EngineConfig {
             log: LogConfig::default(),
             shard: crate::shard::id::ShardId::default(),
             budget_reports: false,
+            shard_qos: false,
         }
     }
 }

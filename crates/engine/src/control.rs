@@ -79,6 +79,12 @@ pub enum Control {
         seq: u64,
         budgets: crate::budgets::state::ShardBudgets,
     },
+    /// This shard's share of each pool's device from the driver's broker
+    /// (`share_broker.rs`), one per pool: in force at the next dispatch. Configuration,
+    /// not durable state: a restart begins with open gates.
+    SetDeviceShares {
+        shares: Vec<crate::device_share::state::DeviceShare>,
+    },
 }
 
 /// Why a command was refused (nothing changed).

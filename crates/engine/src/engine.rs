@@ -63,6 +63,9 @@ pub(crate) struct Pool {
     pub throttle: Option<crate::throttle::Throttle>,
     /// The host write-back buffer (`direct` pools; disabled otherwise).
     pub wbuf: crate::wbuf::WriteBuffer,
+    /// This shard's share of the pool's device and the gate holding it to it
+    /// (`device_share.rs`; open unless the driver's broker sets a rate).
+    pub share: crate::device_share::state::PoolShare,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +164,7 @@ impl Engine {
                         .as_ref()
                         .map(|t| crate::throttle::Throttle::new(t, p.capacity_bytes)),
                     wbuf: crate::wbuf::WriteBuffer::new(p.write_buffer),
+                    share: crate::device_share::state::PoolShare::new(p.queue_depth),
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -370,6 +374,7 @@ impl Engine {
             let p = &mut self.pools[pool.0 as usize];
             p.sched.add(now, q, lane);
             if lane == Lane::Foreground {
+                p.share.queued(q.volume);
                 // A scheduler idling for a request (CFQ's, BFQ's, CATS's anticipation)
                 // must see the arrival now, not when its wait runs out.
                 p.wait_until = None;
@@ -379,8 +384,15 @@ impl Engine {
         key
     }
 
-    /// Dispatch from a pool's scheduler while the device has room.
+    /// Dispatch from a pool's scheduler while the device has room (and the pool's
+    /// device share lets it: `device_share.rs`).
     pub(crate) fn pump(&mut self, now: u64, pool: usize, out: &mut Outputs) {
+        self.pump_inner(now, pool, out);
+        let p = &mut self.pools[pool];
+        p.share.dispatch_stopped(p.sched.scheduler_len() > 0);
+    }
+
+    fn pump_inner(&mut self, now: u64, pool: usize, out: &mut Outputs) {
         if let Some(t) = self.pools[pool].wait_until {
             if now < t {
                 return;
@@ -388,8 +400,17 @@ impl Engine {
             self.pools[pool].wait_until = None;
         }
         while self.slots_taken(pool) < self.pools[pool].cfg.queue_depth {
+            let p = &mut self.pools[pool];
+            if !p.sched.is_empty()
+                && let Some(t) = p.share.closed_until(now)
+            {
+                p.share.gate_waits += 1;
+                p.wait_until = Some(t);
+                break;
+            }
             match self.pools[pool].sched.dispatch(now) {
                 Dispatch::Op(q) => {
+                    self.pools[pool].share.take(now);
                     if self.ops[q.key].lane == Lane::Foreground {
                         let p = &mut self.pools[pool];
                         p.sched_wait_max_ns = p.sched_wait_max_ns.max(now - q.arrival_ns);
@@ -539,6 +560,7 @@ impl Engine {
         }
         if op.kind != DevKind::Flush {
             self.pools[pool].sched.completed(now, &op.queued, op.lane);
+            self.pools[pool].share.completed();
         }
         let mut result = c.result;
         if let Err(errno) = result {

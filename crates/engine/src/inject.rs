@@ -74,6 +74,11 @@ pub enum InjectedBug {
     /// the others' shrinks: the shards' budgets sum to more than the total. Not an
     /// engine defect: the driver's broker carries it.
     BudgetOvercommit,
+    /// The device-share broker (`share_broker.rs`) gives reservations on top of a weight
+    /// split of everything left after the floors, not of what the reservations leave:
+    /// a pool's shares sum to more than the device. Not an engine defect: the driver's
+    /// broker carries it.
+    ShareOvercommit,
     /// A volume grown at run time serves (and announces) its new size at once, before the
     /// volume table recording it is durable, so a crash shrinks it under written data.
     ResizeBeforeDurable,
@@ -200,6 +205,7 @@ impl InjectedBug {
             InjectedBug::CreateSkipsTable => "create-skips-table",
             InjectedBug::ShardOverlap => "shard-overlap",
             InjectedBug::BudgetOvercommit => "budget-overcommit",
+            InjectedBug::ShareOvercommit => "share-overcommit",
             InjectedBug::ResizeBeforeDurable => "resize-before-durable",
             InjectedBug::ShrinkTableFirst => "shrink-table-first",
             InjectedBug::DeleteBeforeDurable => "delete-before-durable",
@@ -234,12 +240,13 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 4] {
+    pub fn shard() -> [InjectedBug; 5] {
         [
             InjectedBug::ShardOverlap,
             InjectedBug::LentKept,
             InjectedBug::LoanWaitDrops,
             InjectedBug::BudgetOvercommit,
+            InjectedBug::ShareOvercommit,
         ]
     }
     /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by

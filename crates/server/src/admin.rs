@@ -795,6 +795,32 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         shard(&|s| s.budget_commands as f64),
     );
+    let share = |f: &dyn Fn(&crate::server::DeviceShareFigure) -> f64| {
+        (server.shards.iter())
+            .flat_map(|s| {
+                (s.device_shares.iter())
+                    .map(move |d| (format!("shard=\"{}\",pool=\"{}\"", s.shard, d.pool), f(d)))
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "tiervisor_shard_device_share",
+        "Each shard's share of each pool's device (issue 12; 0 until the broker sets it).",
+        "gauge",
+        share(&|d| d.share),
+    );
+    family(
+        "tiervisor_shard_device_gate_iops",
+        "Operations per second each shard's gate lets through to a pool (0: open).",
+        "gauge",
+        share(&|d| f64::from(d.gate_iops)),
+    );
+    family(
+        "tiervisor_shard_device_gate_waits_total",
+        "Times a shard's dispatch to a pool waited at its device-share gate.",
+        "counter",
+        share(&|d| d.gate_waits as f64),
+    );
     family(
         "tiervisor_protocol_errors_total",
         "Connections closed for protocol violations.",

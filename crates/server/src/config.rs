@@ -75,6 +75,9 @@ struct RawConfig {
     threads: Option<Spanned<u64>>,
     /// How shards share the budgets that span volumes: "demand" (default) or "fixed".
     shard_budgets: Option<Spanned<String>>,
+    /// How shards share a pool's device under a weighted scheduler: "pool" (default) or
+    /// "local".
+    shard_qos: Option<Spanned<String>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
     log: Option<LogToml>,
@@ -305,6 +308,7 @@ impl ServerConfig {
                 tiering: raw.tiering.as_ref(),
                 log: raw.log.as_ref(),
                 shard_budgets: raw.shard_budgets.as_ref(),
+                shard_qos: raw.shard_qos.as_ref(),
             },
             &raw.pools
                 .iter()

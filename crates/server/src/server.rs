@@ -79,6 +79,21 @@ pub struct ShardFigures {
     pub write_buffer_bytes: u64,
     pub tier_bytes_per_s: u64,
     pub budget_commands: u64,
+    /// Per pool, its share of the pool's device and the gate holding it there
+    /// (`shard_qos = "pool"`, issue 12; engine::device_share).
+    pub device_shares: Vec<DeviceShareFigure>,
+}
+
+/// One shard's share of one pool's device.
+#[derive(Default, Clone, Debug, serde::Serialize)]
+pub struct DeviceShareFigure {
+    pub pool: String,
+    /// 0..=1; the shards' shares of a pool sum to 1 once the broker set them (0: never).
+    pub share: f64,
+    /// Operations per second the gate lets through; 0: open.
+    pub gate_iops: u32,
+    /// Times dispatch waited at the gate since start.
+    pub gate_waits: u64,
 }
 
 /// The shards: one, inline in the front's loop; or several, each on its own thread.

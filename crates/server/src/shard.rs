@@ -964,6 +964,16 @@ impl Shard {
             write_buffer_bytes: budgets.write_buffer_bytes.iter().sum(),
             tier_bytes_per_s: budgets.tier_bytes_per_s,
             budget_commands: self.engine.budget_commands(),
+            device_shares: (self.engine.config().pools.iter())
+                .zip(self.engine.device_shares())
+                .zip(self.engine.device_gate_waits())
+                .map(|((p, d), waits)| crate::server::DeviceShareFigure {
+                    pool: p.name.clone(),
+                    share: f64::from(d.share_ppm) / 1e6,
+                    gate_iops: d.gate_iops,
+                    gate_waits: waits,
+                })
+                .collect(),
         }];
         s
     }

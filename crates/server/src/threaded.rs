@@ -492,7 +492,9 @@ impl Threads {
         for c in &refused {
             let board = &self.board;
             match c {
-                Control::SetBudgets { .. } => steps.extend(self.budgets.on_refused(k, c)),
+                Control::SetBudgets { .. } | Control::SetDeviceShares { .. } => {
+                    steps.extend(self.budgets.on_refused(k, c))
+                }
                 _ => steps.extend(self.broker.on_refused(k, n, c, |j, p| board.room(j, p))),
             }
         }

@@ -1026,6 +1026,9 @@ impl Simulation {
                     .write_buffer_bytes
                     .iter()
                     .sum(),
+                gate_waits: (self.engine.engines()[k as usize].device_gate_waits())
+                    .iter()
+                    .sum(),
             })
             .collect()
     }

@@ -253,6 +253,8 @@ pub struct ShardReport {
     /// buffer (summed over pools) it had at the end.
     pub budget_commands: u64,
     pub write_buffer_bytes: u64,
+    /// Times its dispatch waited at a pool's device-share gate (`shard_qos = "pool"`).
+    pub gate_waits: u64,
 }
 
 /// One live storage migration: seed 004's metrics, times from the workloads' start.
@@ -397,18 +399,19 @@ impl SimReport {
         if !self.shards.is_empty() {
             let _ = writeln!(
                 s,
-                "\n{:<6} {:>12} {:>12} {:>8} {:>9}  volumes",
-                "shard", "requests", "device ops", "budgets", "wbuf MiB"
+                "\n{:<6} {:>12} {:>12} {:>8} {:>9} {:>10}  volumes",
+                "shard", "requests", "device ops", "budgets", "wbuf MiB", "gate waits"
             );
             for r in &self.shards {
                 let _ = writeln!(
                     s,
-                    "{:<6} {:>12} {:>12} {:>8} {:>9.1}  {}",
+                    "{:<6} {:>12} {:>12} {:>8} {:>9.1} {:>10}  {}",
                     r.shard,
                     r.requests,
                     r.device_ops,
                     r.budget_commands,
                     r.write_buffer_bytes as f64 / (1 << 20) as f64,
+                    r.gate_waits,
                     r.volumes.join(" ")
                 );
             }

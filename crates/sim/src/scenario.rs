@@ -70,6 +70,9 @@ struct RawScenario {
     shards: Option<Spanned<u16>>,
     /// How shards share the budgets that span volumes: "demand" (default) or "fixed".
     shard_budgets: Option<Spanned<String>>,
+    /// How shards share a pool's device under a weighted scheduler: "pool" (default) or
+    /// "local".
+    shard_qos: Option<Spanned<String>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
@@ -590,6 +593,7 @@ impl Scenario {
                 tiering: raw.tiering.as_ref(),
                 log: raw.log.as_ref(),
                 shard_budgets: raw.shard_budgets.as_ref(),
+                shard_qos: raw.shard_qos.as_ref(),
             },
             &raw.pools
                 .iter()

@@ -83,6 +83,9 @@ impl Sharded {
         if bug == Some(InjectedBug::BudgetOvercommit) {
             budgets.inject_overcommit();
         }
+        if bug == Some(InjectedBug::ShareOvercommit) {
+            budgets.inject_share_overcommit();
+        }
         let mut s = Sharded {
             budgets,
             budget_steps: vec![0; n],
@@ -180,6 +183,11 @@ impl Sharded {
         self.cfg.budget_reports
     }
 
+    /// Per shard and pool: its device share and gate in force (`Engine::device_shares`).
+    pub fn device_shares(&self) -> Vec<Vec<tiervisor_engine::device_share::DeviceShare>> {
+        self.engines.iter().map(|e| e.device_shares()).collect()
+    }
+
     /// Budget commands the broker sent each shard (`Control::SetBudgets`).
     pub fn budget_steps(&self) -> &[u64] {
         &self.budget_steps
@@ -274,7 +282,9 @@ impl Sharded {
                 EngineEvent::BudgetDemand { .. } | EngineEvent::BudgetsSet { .. }
             ) {
                 for (j, c) in self.budgets.on_event(k, &e) {
-                    self.budget_steps[j as usize] += 1;
+                    if matches!(c, Control::SetBudgets { .. }) {
+                        self.budget_steps[j as usize] += 1;
+                    }
                     self.loan_steps.push((due, j, c));
                 }
                 continue;
@@ -315,7 +325,9 @@ impl Sharded {
                 let due = now + self.loan_delay_ns;
                 let shards = self.plan.shards();
                 let more = match c {
-                    Control::SetBudgets { .. } => self.budgets.on_refused(j, &c),
+                    Control::SetBudgets { .. } | Control::SetDeviceShares { .. } => {
+                        self.budgets.on_refused(j, &c)
+                    }
                     _ => self.broker.on_refused(j, shards, &c, room),
                 };
                 for (j, c) in more {
@@ -653,6 +665,9 @@ impl Sharded {
         if !one {
             let in_force: Vec<_> = self.engines.iter().map(|e| e.budgets_in_force()).collect();
             BudgetBroker::check(self.budgets.totals(), &in_force)?;
+            // Each pool's device shares, as the broker decided them last, are the whole
+            // device, with exactly one gate open where any is set.
+            self.budgets.shares().check()?;
         }
         Ok(())
     }

@@ -635,6 +635,25 @@ fn print_shards(v: &serde_json::Value) {
             n("tier_bytes_per_s") as f64 / (1 << 20) as f64,
             n("budget_commands"),
         );
+        // Each pool's device share, once the broker set one (issue 12).
+        for d in s["device_shares"].as_array().into_iter().flatten() {
+            let share = d["share"].as_f64().unwrap_or(0.0);
+            if share == 0.0 {
+                continue;
+            }
+            let gate = d["gate_iops"].as_u64().unwrap_or(0);
+            println!(
+                "  device share {:<8} {:.3}, gate {}; {} waits at the gate",
+                d["pool"].as_str().unwrap_or("?"),
+                share,
+                if gate == 0 {
+                    "open".to_string()
+                } else {
+                    format!("{gate} IOPS")
+                },
+                d["gate_waits"].as_u64().unwrap_or(0),
+            );
+        }
     }
 }
 

@@ -252,3 +252,128 @@ fn a_throttled_pool_serves_at_the_model_speed_and_reports_k() {
     drop(s);
     srv.term();
 }
+
+/// QoS across shards (issue 12): `light` (weight 1) on shard 0 and `heavy` (weight 9) on
+/// shard 1 of one mClock pool at queue depth 1, each with 8 writes in flight. With
+/// `shard_qos = "pool"` (the default) the front's broker gives shard 0 a tenth of the
+/// pool's device and gates it there, so `heavy` completes several times what `light`
+/// does, and `ctl stat` and Prometheus show each shard's share; with `"local"` each shard
+/// orders only its own volume and they go about even.
+#[test]
+fn weights_hold_across_two_shards_and_ctl_stat_shows_the_shares() {
+    for qos in ["pool", "local"] {
+        let d = TempDir::new("qos-shards");
+        let conf = d.path().join("shards.toml");
+        let volume = |name: &str, keys: &str| {
+            format!(
+                "[[volume]]\nname = \"{name}\"\nsize = \"32m\"\npool = \"disk\"\nprovisioning = \"thick\"\n{keys}\n"
+            )
+        };
+        std::fs::write(
+            &conf,
+            format!(
+                "chunk = \"1m\"\njournal = \"4m\"\nshard_qos = \"{qos}\"\n\n[[pool]]\nname = \"disk\"\npath = \"disk.pool\"\nsize = \"192m\"\nkind = \"hdd\"\nqueue_depth = 1\nscheduler = \"mclock\"\n\n{}{}",
+                volume("light", "weight = 1"),
+                volume("heavy", "weight = 9"),
+            ),
+        )
+        .unwrap();
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let srv = ServerProc::start(
+            d.path(),
+            &[
+                "--threads",
+                "2",
+                "--config",
+                conf.to_str().unwrap(),
+                "--metrics",
+                &format!("127.0.0.1:{port}"),
+            ],
+        );
+        assert!(
+            srv.log().contains("shard 0 owns light; shard 1 owns heavy"),
+            "{}",
+            srv.log()
+        );
+        let from = Instant::now() + Duration::from_secs(1);
+        let to = from + Duration::from_secs(3);
+        let (light, heavy, stat, metrics) = std::thread::scope(|t| {
+            let run = |name: &'static str| {
+                let addr = srv.addr.clone();
+                t.spawn(move || {
+                    let mut s = handshake(&addr, name);
+                    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    write_rate_between(&mut s, 8, 32 * 256, from, to)
+                })
+            };
+            let (light, heavy) = (run("light"), run("heavy"));
+            // Mid-run: the shares in force.
+            std::thread::sleep(from + Duration::from_millis(1500) - Instant::now());
+            let stat = run_json_stat(d.path());
+            let metrics = scrape(port);
+            (light.join().unwrap(), heavy.join().unwrap(), stat, metrics)
+        });
+        eprintln!("shard_qos {qos}: light {light:.0} IOPS, heavy {heavy:.0}");
+        let shares: Vec<(f64, u64)> = (stat["server"]["shards"].as_array().unwrap().iter())
+            .map(|s| {
+                let d = &s["device_shares"][0];
+                (
+                    d["share"].as_f64().unwrap(),
+                    d["gate_iops"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        if qos == "pool" {
+            assert!(
+                heavy > 4.0 * light,
+                "light {light:.0} IOPS, heavy {heavy:.0}"
+            );
+            assert!(
+                (0.05..=0.2).contains(&shares[0].0) && shares[0].1 > 0,
+                "light's shard: {shares:?}"
+            );
+            assert!(
+                (shares[0].0 + shares[1].0 - 1.0).abs() < 1e-6 && shares[1].1 == 0,
+                "{shares:?}"
+            );
+            assert!(
+                metrics.contains("tiervisor_shard_device_share{shard=\"0\",pool=\"disk\"} 0.")
+                    && metrics.contains(
+                        "tiervisor_shard_device_gate_iops{shard=\"1\",pool=\"disk\"} 0\n"
+                    ),
+                "{metrics}"
+            );
+            let text = run(Command::new(bin())
+                .args(["ctl", "stat", "--data-dir"])
+                .arg(d.path()));
+            assert!(text.contains("device share disk"), "{text}");
+        } else {
+            assert!(
+                heavy < 2.0 * light,
+                "light {light:.0} IOPS, heavy {heavy:.0}"
+            );
+            assert_eq!(shares, vec![(0.0, 0), (0.0, 0)]);
+        }
+        srv.term();
+    }
+}
+
+fn run_json_stat(dir: &std::path::Path) -> serde_json::Value {
+    let out = run(Command::new(bin())
+        .args(["ctl", "stat", "--json", "--data-dir"])
+        .arg(dir));
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    body
+}

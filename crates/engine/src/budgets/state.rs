@@ -52,11 +52,17 @@ pub struct BudgetDemand {
     pub write_buffer: Vec<Use>,
     pub tier: Use,
     pub clean: Use,
+    /// Per pool, what its volumes asked of and got from the device (`device_share.rs`;
+    /// empty without `EngineConfig::shard_qos`).
+    pub pools: Vec<crate::device_share::state::PoolService>,
 }
 
 impl BudgetDemand {
     pub fn active(&self) -> bool {
-        self.write_buffer.iter().any(Use::active) || self.tier.active() || self.clean.active()
+        self.write_buffer.iter().any(Use::active)
+            || self.tier.active()
+            || self.clean.active()
+            || self.pools.iter().any(|p| p.active())
     }
 }
 

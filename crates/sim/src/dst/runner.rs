@@ -323,6 +323,14 @@ fn draw_budgets(seed: u64) -> bool {
     std::env::var_os("TIERVISOR_DST_NO_BUDGETS").is_none() && below(&mut r, 3) != 0
 }
 
+/// Whether a sharded seed shares each weighted pool's device across its shards by weight
+/// (`shard_qos`, `engine::share_broker`) in two thirds of the seeds (unless
+/// `TIERVISOR_DST_NO_SHARES=1`).
+fn draw_shares(seed: u64) -> bool {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5a4e_u64.rotate_left(40));
+    std::env::var_os("TIERVISOR_DST_NO_SHARES").is_none() && below(&mut r, 3) != 0
+}
+
 fn forced_shards() -> Option<u16> {
     std::env::var("TIERVISOR_DST_SHARDS")
         .ok()
@@ -593,6 +601,7 @@ impl Sim {
             }
         }
         engine_cfg.budget_reports = shards > 1 && draw_budgets(cfg.seed);
+        engine_cfg.shard_qos = shards > 1 && draw_shares(cfg.seed);
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
         }
