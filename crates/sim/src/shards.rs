@@ -64,6 +64,9 @@ pub struct Sharded {
     budgets: BudgetBroker,
     /// Budget commands sent, per shard (counted with several shards).
     budget_steps: Vec<u64>,
+    /// Device-share commands sent (`Control::SetDeviceShares`), and of them those that
+    /// set a gate.
+    share_steps: (u64, u64),
 }
 
 impl Sharded {
@@ -89,6 +92,7 @@ impl Sharded {
         let mut s = Sharded {
             budgets,
             budget_steps: vec![0; n],
+            share_steps: (0, 0),
             names: cfg.volumes.iter().map(|v| v.name.clone()).collect(),
             plan,
             cfg: cfg.clone(),
@@ -188,6 +192,16 @@ impl Sharded {
         self.engines.iter().map(|e| e.device_shares()).collect()
     }
 
+    /// Whether the shards share each weighted pool's device (`shard_qos`).
+    pub fn shard_qos(&self) -> bool {
+        self.cfg.shard_qos
+    }
+
+    /// Device-share commands the broker sent, and of them those that set a gate.
+    pub fn share_steps(&self) -> (u64, u64) {
+        self.share_steps
+    }
+
     /// Budget commands the broker sent each shard (`Control::SetBudgets`).
     pub fn budget_steps(&self) -> &[u64] {
         &self.budget_steps
@@ -282,8 +296,13 @@ impl Sharded {
                 EngineEvent::BudgetDemand { .. } | EngineEvent::BudgetsSet { .. }
             ) {
                 for (j, c) in self.budgets.on_event(k, &e) {
-                    if matches!(c, Control::SetBudgets { .. }) {
-                        self.budget_steps[j as usize] += 1;
+                    match &c {
+                        Control::SetBudgets { .. } => self.budget_steps[j as usize] += 1,
+                        Control::SetDeviceShares { shares } => {
+                            self.share_steps.0 += 1;
+                            self.share_steps.1 += u64::from(shares.iter().any(|s| s.gate_iops > 0));
+                        }
+                        _ => {}
                     }
                     self.loan_steps.push((due, j, c));
                 }

@@ -95,6 +95,9 @@ pub fn run_range(
                             t.loan_waits += st.loan_waits;
                             t.budget_seeds += st.budget_seeds;
                             t.budget_steps += st.budget_steps;
+                            t.share_seeds += st.share_seeds;
+                            t.share_steps += st.share_steps;
+                            t.gated_steps += st.gated_steps;
                             t.volumes_resized += st.volumes_resized;
                             t.volumes_shrunk += st.volumes_shrunk;
                             t.volumes_deleted += st.volumes_deleted;

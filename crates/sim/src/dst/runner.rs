@@ -114,6 +114,11 @@ pub struct DstStats {
     /// budget commands their brokers sent.
     pub budget_seeds: u64,
     pub budget_steps: u64,
+    /// Sharded seeds that share weighted pools' devices (`shard_qos`), the device-share
+    /// commands their brokers sent, and of them those that set a gate.
+    pub share_seeds: u64,
+    pub share_steps: u64,
+    pub gated_steps: u64,
     /// Volumes grown or shrunk while running and announced (`Control::ResizeVolume`),
     /// and of them the shrinks.
     pub volumes_resized: u64,
@@ -2025,6 +2030,10 @@ impl Sim {
         if self.engine.shards() > 1 && self.engine.budget_reports() {
             self.stats.budget_seeds = 1;
             self.stats.budget_steps = self.engine.budget_steps().iter().sum();
+        }
+        if self.engine.shards() > 1 && self.engine.shard_qos() {
+            self.stats.share_seeds = 1;
+            (self.stats.share_steps, self.stats.gated_steps) = self.engine.share_steps();
         }
         self.stats.volumes_resized = self.resizes.as_ref().map_or(0, |r| r.resized);
         self.stats.volumes_shrunk = self.resizes.as_ref().map_or(0, |r| r.shrunk);
