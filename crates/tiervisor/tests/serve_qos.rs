@@ -257,8 +257,8 @@ fn a_throttled_pool_serves_at_the_model_speed_and_reports_k() {
 /// shard 1 of one mClock pool at queue depth 1, each with 8 writes in flight. With
 /// `shard_qos = "pool"` (the default) the front's broker gives shard 0 a tenth of the
 /// pool's device and gates it there, so `heavy` completes several times what `light`
-/// does, and `ctl stat` and Prometheus show each shard's share; with `"local"` each shard
-/// orders only its own volume and they go about even.
+/// does (1:8.8 and 1:10.9 measured), and `ctl stat` and Prometheus show each shard's
+/// share; with `"local"` no share or gate is set.
 #[test]
 fn weights_hold_across_two_shards_and_ctl_stat_shows_the_shares() {
     for qos in ["pool", "local"] {
@@ -351,10 +351,9 @@ fn weights_hold_across_two_shards_and_ctl_stat_shows_the_shares() {
                 .arg(d.path()));
             assert!(text.contains("device share disk"), "{text}");
         } else {
-            assert!(
-                heavy < 2.0 * light,
-                "light {light:.0} IOPS, heavy {heavy:.0}"
-            );
+            // No shares, no gates: each shard runs as fast as its thread gets a CPU
+            // (52,414 and 49,586 IOPS in one run, 16,979 and 123,231 in another: whichever
+            // thread the kernel favours on two shared cores), so no ratio is asserted.
             assert_eq!(shares, vec![(0.0, 0), (0.0, 0)]);
         }
         srv.term();
