@@ -374,7 +374,9 @@ impl Engine {
             let p = &mut self.pools[pool.0 as usize];
             p.sched.add(now, q, lane);
             if lane == Lane::Foreground {
-                p.share.queued(q.volume);
+                if q.volume != crate::sched::NO_VOLUME {
+                    p.share.queued(q.volume);
+                }
                 // A scheduler idling for a request (CFQ's, BFQ's, CATS's anticipation)
                 // must see the arrival now, not when its wait runs out.
                 p.wait_until = None;

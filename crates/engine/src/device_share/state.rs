@@ -100,10 +100,10 @@ impl PoolShare {
         }
     }
 
+    /// Volume `volume` queued foreground work (engine-wide work is not counted: the
+    /// caller leaves it out).
     pub(crate) fn queued(&mut self, volume: u32) {
-        if volume != crate::sched::NO_VOLUME {
-            self.queued_by.insert(volume);
-        }
+        self.queued_by.insert(volume);
     }
 
     pub(crate) fn dispatch_stopped(&mut self, work_left: bool) {
@@ -199,7 +199,6 @@ mod tests {
         let r = g.report(qos);
         assert_eq!((r.active_weight, r.served), (0, 1), "got all it asked");
         g.queued(1);
-        g.queued(crate::sched::NO_VOLUME);
         g.queued(2);
         g.dispatch_stopped(true);
         let r = g.report(qos);
