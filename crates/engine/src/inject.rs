@@ -36,6 +36,9 @@ pub enum InjectedBug {
     /// DBT: writes to copied blocks are not marked dirty, so the pivot switches in stale
     /// destination data.
     DbtMissesDirty,
+    /// DBT: a dirty chunk copied whole (`coalesce_runs`) is copied only up to the start
+    /// of its last dirty run, so the pivot switches in stale data there.
+    DbtCoalesceSkipsLastRun,
     /// Mirror: acknowledge a copied-region write once the source has it, before its
     /// destination copy lands, and pivot without waiting for those copies.
     MirrorAcksEarly,
@@ -167,9 +170,10 @@ impl InjectedBug {
     /// catches all but `aio-unordered-dups`, which seeds 1280..1536 catch
     /// (`crates/sim/tests/dst.rs` says why); `tests/migration.rs` catches every one at the
     /// engine level (docs/TESTING.md).
-    pub fn migration() -> [InjectedBug; 10] {
+    pub fn migration() -> [InjectedBug; 11] {
         [
             InjectedBug::DbtMissesDirty,
+            InjectedBug::DbtCoalesceSkipsLastRun,
             InjectedBug::MirrorAcksEarly,
             InjectedBug::LrReadsSource,
             InjectedBug::SlrWritesSource,
@@ -193,6 +197,7 @@ impl InjectedBug {
             InjectedBug::StatusMissesLog => "status-misses-log",
             InjectedBug::NoSpaceAsEio => "enospc-as-eio",
             InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
+            InjectedBug::DbtCoalesceSkipsLastRun => "dbt-coalesce-skips-last-run",
             InjectedBug::MirrorAcksEarly => "mirror-acks-early",
             InjectedBug::LrReadsSource => "lr-reads-source",
             InjectedBug::SlrWritesSource => "slr-writes-source",

@@ -1120,6 +1120,14 @@ mod tests {
                 "copy_window_chunks = 65: expected 1 to 64",
             ),
             (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "coalesce_runs": 65537}"#,
+                "coalesce_runs = 65537: expected 0 (never) to 65536",
+            ),
+            (
+                r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "coalesce_runs": -2}"#,
+                "coalesce_runs = -2: expected a whole number",
+            ),
+            (
                 r#"{"cmd": "migrate", "action": "cancel", "volume": "thin"}"#,
                 "volume thin is not migrating",
             ),
@@ -1140,16 +1148,21 @@ mod tests {
 
         let v = ask(
             &mut engine,
-            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5, "copy_priority": "equal", "copy_window_chunks": 4}"#,
+            r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd", "scheme": "lr", "rate_mb_s": 5, "copy_priority": "equal", "copy_window_chunks": 4, "coalesce_runs": 9}"#,
         );
         assert_eq!(v["migration"]["scheme"], "lr", "{v}");
         assert_eq!(v["migration"]["phase"], "copying", "{v}");
         assert_eq!(v["migration"]["rate_bytes_per_s"], 5_000_000, "{v}");
         assert_eq!(v["migration"]["copy_priority"], "equal", "{v}");
         assert_eq!(v["migration"]["copy_window_chunks"], 4, "{v}");
+        assert_eq!(v["migration"]["coalesce_runs"], 9, "{v}");
         let line = crate::admin_migrate::status_line(&v["migration"]);
         assert!(line.contains("copy priority equal"), "{line}");
         assert!(!line.contains("window"), "LR has no window: {line}");
+        assert!(
+            !line.contains("whole"),
+            "LR has no whole-chunk copies: {line}"
+        );
         let v = ask(
             &mut engine,
             r#"{"cmd": "migrate", "action": "start", "volume": "thin", "to": "ssd"}"#,

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 use tiervisor_engine::jobs::migrate::{
-    CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, MigrationStatus, SchemeChoice,
+    CopyPriority, MAX_COALESCE_RUNS, MAX_COPY_WINDOW_CHUNKS, MigrationParams, MigrationStatus,
+    SchemeChoice,
 };
 use tiervisor_engine::{Control, Engine, Outputs, PoolId, VolumeId};
 
@@ -124,6 +125,18 @@ fn start_params(req: &Value, engine: &Engine) -> Result<MigrationParams, String>
                 )
             })?;
     }
+    if let Some(n) = whole("coalesce_runs")? {
+        p.coalesce_runs = Some(
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n <= MAX_COALESCE_RUNS)
+                .ok_or_else(|| {
+                    format!(
+                        "migrate start: coalesce_runs = {n}: expected 0 (never) to {MAX_COALESCE_RUNS}"
+                    )
+                })?,
+        );
+    }
     match &req["gamma"] {
         Value::Null => {}
         v => {
@@ -206,6 +219,8 @@ pub fn status_json(engine: &Engine, now: u64, m: &MigrationStatus) -> Value {
         "rate_bytes_per_s": m.rate_bytes_per_s,
         "copy_priority": m.copy_priority.name(),
         "copy_window_chunks": m.copy_window_chunks,
+        "coalesce_runs": m.coalesce_runs,
+        "whole_chunk_copies": s.whole_chunk_copies,
         "elapsed_s": end.saturating_sub(s.started_ns) as f64 / 1e9,
         "image_copy_s": s.image_copied_ns.map(|t| t.saturating_sub(s.started_ns) as f64 / 1e9),
         "eta_s": eta_s,
@@ -245,6 +260,15 @@ pub fn status_line(m: &Value) -> String {
     // The window bounds DBT's copies only (the other schemes copy one chunk at a time).
     if m["scheme"] == "dbt" {
         line += &format!(", window {} chunk(s)", m["copy_window_chunks"]);
+        match m["coalesce_runs"].as_u64() {
+            Some(0) | None => line += ", no whole-chunk copies",
+            Some(n) => {
+                line += &format!(
+                    ", whole chunk from {n} dirty runs ({} so far)",
+                    m["whole_chunk_copies"]
+                )
+            }
+        }
     }
     if let Some(eta) = m["eta_s"].as_f64() {
         line += &format!(", ETA {eta:.1} s at the rate cap");

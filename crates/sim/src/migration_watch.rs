@@ -92,6 +92,7 @@ impl MigrationWatch {
             ssd_write_bytes: st.ssd_write_bytes,
             passes: st.pass,
             aio_delays: st.aio_delays,
+            whole_chunk_copies: st.whole_chunk_copies,
             iops_before: self.rate(vol, 0, start),
             iops_during: end.and_then(|e| self.rate(vol, start, e)),
             gamma: s.gamma,

@@ -288,6 +288,8 @@ pub struct MigrationReport {
     pub ssd_write_bytes: u64,
     pub passes: u32,
     pub aio_delays: u64,
+    /// DBT's dirty chunks copied whole (`coalesce_runs`).
+    pub whole_chunk_copies: u64,
     /// The volume's VM requests per second before the migration started (None when it
     /// started with the workloads) and during it (None when it did not finish).
     pub iops_before: Option<f64>,

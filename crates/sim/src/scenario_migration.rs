@@ -15,6 +15,8 @@
 //! gamma = 0.5           # wear against I/O performance, for `auto` and the cost
 //! copy_priority = "background"  # or "equal": the copy queues with the VM's I/O (seed 004's)
 //! copy_window_chunks = 16       # DBT's dirty copies in flight, 1 to 64 (1: seed 004's)
+//! coalesce_runs = 4             # DBT copies a chunk whole from this many dirty runs (0: never;
+//!                               # default 4 into an HDD, 0 into an SSD)
 //! ```
 //! The engine checks the rest (thin, pinned volumes; granularity a divisor of the chunk)
 //! when the migration starts; a refusal fails the run with its reason.
@@ -23,7 +25,7 @@ use serde::Deserialize;
 use tiervisor_conf::{SizeVal, Source, Spanned};
 use tiervisor_engine::PoolId;
 use tiervisor_engine::jobs::migrate::{
-    CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, SchemeChoice,
+    CopyPriority, MAX_COALESCE_RUNS, MAX_COPY_WINDOW_CHUNKS, MigrationParams, SchemeChoice,
 };
 
 use super::{PoolSpec, ScenarioError, VolumeSpec};
@@ -44,6 +46,7 @@ pub(super) struct RawMigration {
     gamma: Option<Spanned<f64>>,
     copy_priority: Option<Spanned<String>>,
     copy_window_chunks: Option<Spanned<u32>>,
+    coalesce_runs: Option<Spanned<u32>>,
 }
 
 /// A migration the run starts.
@@ -136,6 +139,18 @@ pub(super) fn migration(
             );
         }
         params.copy_window_chunks = *w.get_ref();
+    }
+    if let Some(n) = &m.coalesce_runs {
+        if *n.get_ref() > MAX_COALESCE_RUNS {
+            return cx.err(
+                n.span(),
+                format!(
+                    "coalesce_runs = {}: expected 0 (never) to {MAX_COALESCE_RUNS}",
+                    n.get_ref()
+                ),
+            );
+        }
+        params.coalesce_runs = Some(*n.get_ref());
     }
     let at_ns = match &m.at_s {
         Some(a) if !(a.get_ref().is_finite() && *a.get_ref() >= 0.0) => {

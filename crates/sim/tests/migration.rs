@@ -328,3 +328,43 @@ fn a_scenario_copy_window_is_parsed_and_bounded() {
         );
     }
 }
+
+/// `coalesce_runs` is read from a scenario (absent: unset, the engine's default by the
+/// destination's medium; 0: never); a negative count or one past the bound is refused with
+/// the key's name.
+#[test]
+fn a_scenario_coalesce_runs_is_parsed() {
+    let with = |n: &str| {
+        scenario("ssd", "hdd", "dbt", 0.5, 100).replace(
+            "rate_mb_s = 32\n",
+            &format!("rate_mb_s = 32\ncoalesce_runs = {n}\n"),
+        )
+    };
+    let sc = Scenario::parse("m.toml", &with("0"), Path::new(".")).unwrap();
+    assert_eq!(sc.migrations[0].params.coalesce_runs, Some(0));
+    let sc = Scenario::parse("m.toml", &with("12"), Path::new(".")).unwrap();
+    assert_eq!(sc.migrations[0].params.coalesce_runs, Some(12));
+    let plain = scenario("ssd", "hdd", "dbt", 0.5, 100);
+    let sc = Scenario::parse("m.toml", &plain, Path::new(".")).unwrap();
+    // Unset: the engine sets it by the destination's medium when the job starts.
+    assert_eq!(sc.migrations[0].params.coalesce_runs, None);
+    // A negative count: the TOML reader's error, with the line; past the bound: the key.
+    let line = with("-1")
+        .lines()
+        .position(|l| l.starts_with("coalesce_runs"))
+        .unwrap()
+        + 1;
+    for (bad, want) in [
+        ("-1", format!("m.toml:{line}: invalid value: integer `-1`")),
+        (
+            "65537",
+            "coalesce_runs = 65537: expected 0 (never) to 65536".into(),
+        ),
+    ] {
+        let e = Scenario::parse("m.toml", &with(bad), Path::new("."))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(&want), "{bad}: {e}");
+    }
+}

@@ -44,6 +44,10 @@ pub enum MigrateCmd {
         /// QEMU mirror's; 1 copies one chunk at a time, as seed 004's copy process).
         #[arg(long)]
         copy_window: Option<u32>,
+        /// DBT copies a dirty chunk whole (one read, one write) once its dirty blocks form
+        /// this many separate runs or more; 0 never (seed 004's copy). Default 4.
+        #[arg(long)]
+        coalesce_runs: Option<u32>,
         /// Show progress until the job is over, then its report (non-zero exit unless done).
         #[arg(long)]
         wait: bool,
@@ -107,6 +111,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
             max_passes,
             copy_priority,
             copy_window,
+            coalesce_runs,
             wait,
             target,
         } => {
@@ -123,6 +128,7 @@ pub fn run(cmd: MigrateCmd) -> Result<(), Failure> {
                 "dbt_max_passes": max_passes,
                 "copy_priority": copy_priority,
                 "copy_window_chunks": copy_window,
+                "coalesce_runs": coalesce_runs,
             });
             let v = ask(&target, req)?;
             let m = &v["migration"];

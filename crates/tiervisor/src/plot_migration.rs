@@ -252,6 +252,7 @@ mod tests {
             copy_window_chunks: 1,
             tiervisor: WindowRows {
                 copy_window_chunks: 16,
+                coalesce_runs: None,
                 table3: vec![],
                 downtime: vec![],
                 share: vec![],

@@ -1731,6 +1731,10 @@ impl Sim {
             // one chunk at a time (seed 004's), 2, QEMU's 16, and the bound.
             p.copy_window_chunks =
                 [1, 2, 16, MAX_COPY_WINDOW_CHUNKS][(p.aio_delay_ns / 3 % 4) as usize];
+            // DBT's whole-chunk copies, from that value again (independent of both above):
+            // never (seed 004's), every dirty chunk, from 2 runs, and by the destination's
+            // medium (4 into an HDD, never into an SSD).
+            p.coalesce_runs = [Some(0), Some(1), Some(2), None][(p.aio_delay_ns / 12 % 4) as usize];
             // A `cache` volume's start is asked in every migrating seed (`cache_migrations`),
             // another tiered volume's only where tiered volumes migrate.
             let res = if cache && !self.cache_migrations {

@@ -13,9 +13,11 @@
 //! The paper's rows copy DBT's dirty blocks one chunk at a time
 //! ([`PAPER_COPY_WINDOW_CHUNKS`]): its copy was one process with one "copy address
 //! offset" shared with the driver (section 6), and it states no copies in parallel.
-//! tiervisor's default window (16 chunk copies in flight, QEMU mirror's) is its own
-//! mechanism: DBT's rows with it are reported apart ([`WindowRows`]), beside the paper's
-//! numbers but not counted as reproducing them.
+//! They also copy each dirty run as an operation of its own, as a sector bitmap's copy
+//! does ([`PAPER_COALESCE_RUNS`]). tiervisor's defaults (16 chunk copies in flight, QEMU
+//! mirror's, and a chunk with 4 dirty runs or more copied whole) are its own mechanism:
+//! DBT's rows with them are reported apart ([`WindowRows`]), beside the paper's numbers
+//! but not counted as reproducing them.
 
 use std::path::Path;
 
@@ -35,6 +37,8 @@ pub const GAMMAS: [f64; 3] = [0.0, 0.5, 1.0];
 
 /// DBT's copy window in the paper's rows: one chunk copy at a time.
 pub const PAPER_COPY_WINDOW_CHUNKS: u32 = 1;
+/// DBT's whole-chunk copies in the paper's rows: none (every dirty run is copied alone).
+pub const PAPER_COALESCE_RUNS: u32 = 0;
 
 /// A source and destination pool pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -180,6 +184,12 @@ pub struct MigrationOptions {
     /// DBT's chunk copies in flight in the paper's rows ([`PAPER_COPY_WINDOW_CHUNKS`]);
     /// tiervisor's rows use the engine's default.
     pub copy_window_chunks: u32,
+    /// DBT's `coalesce_runs` in the paper's rows ([`PAPER_COALESCE_RUNS`]); None: the
+    /// engine's default by the destination's medium.
+    pub coalesce_runs: Option<u32>,
+    /// DBT's `coalesce_runs` in tiervisor's rows (None: the engine's default by the
+    /// destination's medium, 4 into an HDD and never into an SSD).
+    pub tiervisor_coalesce_runs: Option<u32>,
     pub jobs: usize,
 }
 
@@ -191,6 +201,8 @@ impl Default for MigrationOptions {
             rate_mb_s: 64,
             copy_priority: CopyPriority::Equal,
             copy_window_chunks: PAPER_COPY_WINDOW_CHUNKS,
+            coalesce_runs: Some(PAPER_COALESCE_RUNS),
+            tiervisor_coalesce_runs: None,
             jobs: 2,
         }
     }
@@ -208,6 +220,8 @@ struct Run {
     alone_on: &'static str,
     /// DBT's copy window (chunks).
     window: u32,
+    /// DBT's `coalesce_runs` (0: never; None: by the destination's medium).
+    coalesce: Option<u32>,
 }
 
 /// The workload runs until the migration ends (the run stops then): at 30 GB the copy
@@ -248,11 +262,13 @@ pub fn scenario_text(
     }
     if let Some(sc) = scheme {
         s += &format!(
-            "[[migration]]\nvolume = \"vm\"\nto = \"dst\"\nscheme = \"{sc}\"\nat_s = {}\nrate_mb_s = {}\ngranularity = \"512\"\ncopy_priority = \"{}\"\ncopy_window_chunks = {}\n",
+            "[[migration]]\nvolume = \"vm\"\nto = \"dst\"\nscheme = \"{sc}\"\nat_s = {}\nrate_mb_s = {}\ngranularity = \"512\"\ncopy_priority = \"{}\"\ncopy_window_chunks = {}\n{}",
             if load.is_some() { 0.5 } else { 0.0 },
             o.rate_mb_s,
             o.copy_priority.name(),
-            o.copy_window_chunks
+            o.copy_window_chunks,
+            o.coalesce_runs
+                .map_or(String::new(), |n| format!("coalesce_runs = {n}\n"))
         );
     }
     s
@@ -265,6 +281,7 @@ fn job_params(o: &MigrationOptions) -> MigrationParams {
         granularity_bytes: 512,
         copy_priority: o.copy_priority,
         copy_window_chunks: o.copy_window_chunks,
+        coalesce_runs: o.coalesce_runs,
         ..MigrationParams::new(tiervisor_engine::PoolId(1))
     }
 }
@@ -273,6 +290,7 @@ fn run_one(r: Run, o: &MigrationOptions) -> Result<SimReport, String> {
     let o = MigrationOptions {
         image_mib: r.image_mib,
         copy_window_chunks: r.window,
+        coalesce_runs: r.coalesce,
         ..*o
     };
     let text = scenario_text(r.pair, r.load, r.scheme, r.alone_on, &o);
@@ -432,12 +450,16 @@ pub struct OrderCheck {
     pub detail: String,
 }
 
-/// DBT with tiervisor's copy window (its own mechanism, QEMU mirror's, not the paper's):
+/// DBT with tiervisor's copy window and whole-chunk copies (its own mechanism, not the
+/// paper's):
 /// the same experiments as the paper's DBT rows, each beside the paper's number and the
 /// ratio, reported apart and not counted as reproducing the paper.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct WindowRows {
     pub copy_window_chunks: u32,
+    /// DBT copies a dirty chunk whole from this many dirty runs (None: the engine's
+    /// default by the destination's medium).
+    pub coalesce_runs: Option<u32>,
     pub table3: Vec<Table3Row>,
     pub downtime: Vec<DowntimeRow>,
     pub share: Vec<ShareRow>,
@@ -565,6 +587,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
                     scheme: Some(scheme),
                     alone_on: "src",
                     window: paper_w,
+                    coalesce: o.coalesce_runs,
                 });
             }
         }
@@ -576,6 +599,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
                 scheme: Some(scheme),
                 alone_on: "src",
                 window: paper_w,
+                coalesce: o.coalesce_runs,
             });
         }
         // The window changes only DBT's dirty passes and final copy: tiervisor's rows
@@ -594,6 +618,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
                     scheme: Some("dbt"),
                     alone_on: "src",
                     window: ours_w,
+                    coalesce: o.tiervisor_coalesce_runs,
                 });
             }
         }
@@ -604,6 +629,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
             scheme: Some("mirror"),
             alone_on: "src",
             window: paper_w,
+            coalesce: o.coalesce_runs,
         });
         runs.push(Run {
             pair,
@@ -612,6 +638,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
             scheme: None,
             alone_on: pair.best(),
             window: paper_w,
+            coalesce: o.coalesce_runs,
         });
     }
     let reports = run_parallel(runs.clone(), o.jobs, |r| run_one(r, o))?;
@@ -632,6 +659,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
     let (mut downtime, mut share, mut cost) = (Vec::new(), Vec::new(), Vec::new());
     let mut window = WindowRows {
         copy_window_chunks: ours_w,
+        coalesce_runs: o.tiervisor_coalesce_runs,
         table3: Vec::new(),
         downtime: Vec::new(),
         share: Vec::new(),

@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use cost::{CostInputs, MigrationCost, predict_cost, predict_cost_for};
 pub use params::{
-    CopyPriority, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme,
-    SchemeChoice,
+    CopyPriority, DEFAULT_COALESCE_RUNS, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COALESCE_RUNS,
+    MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme, SchemeChoice, default_coalesce_runs,
 };
 
 use crate::bucket::TokenBucket;
@@ -123,6 +123,8 @@ pub struct MigrationStats {
     pub dirty_bytes: u64,
     pub pass: u32,
     pub aio_delays: u64,
+    /// DBT's dirty chunks copied whole (`MigrationParams::coalesce_runs`).
+    pub whole_chunk_copies: u64,
     /// Chunks whose data the copy wrote to the destination (first copies; not the ones
     /// it passed because they were unmapped, already there, or all written by the VM).
     pub chunks_copied: u64,
@@ -160,6 +162,8 @@ pub struct MigrationStatus {
     pub copy_priority: CopyPriority,
     /// DBT's chunk copies in flight in its dirty passes and final copy.
     pub copy_window_chunks: u32,
+    /// DBT copies a chunk whole from this many dirty runs (0: never).
+    pub coalesce_runs: u32,
     pub stats: MigrationStats,
 }
 
@@ -437,6 +441,11 @@ impl Engine {
             return Err(ControlError::Busy("the volume is being deleted".into()));
         }
         let (scheme, why) = self.check_migration(v, &params)?;
+        let mut params = params;
+        if params.coalesce_runs.is_none() {
+            let dst = self.pools[params.to.0 as usize].cfg.medium;
+            params.coalesce_runs = Some(default_coalesce_runs(dst));
+        }
         let vi = v.0;
         let params_to = params.to;
         let mut job = self.new_job(now, vi, params, scheme, why);
@@ -861,6 +870,7 @@ impl Engine {
             rate_bytes_per_s: j.params.rate_bytes_per_s,
             copy_priority: j.params.copy_priority,
             copy_window_chunks: j.params.copy_window_chunks,
+            coalesce_runs: j.params.coalesce_runs.unwrap_or(0),
             stats: MigrationStats {
                 dirty_bytes: j.dirty.bytes(),
                 vm_requests_during: self.vols[j.vol as usize]

@@ -15,6 +15,32 @@ use crate::types::PoolId;
 /// schemes' "block being copied" rules name one chunk.
 pub const DEFAULT_COPY_WINDOW_CHUNKS: u32 = 16;
 
+/// `MigrationParams::coalesce_runs` into an HDD when the job does not say. Each dirty run
+/// DBT copies is a write of its own, and into an HDD each pays a rotation, so a chunk
+/// dirtied in many places costs many rotations where one sequential chunk write would do.
+/// Measured (`reproduce migration --table3-image-mib 1024 --tiervisor-coalesce-runs N`,
+/// BENCHMARKS.md) for N = 0, 1, 2, 4, 8, 16 with the window of 16: SSD to HDD's pause in
+/// Table 3's experiment 16.3 s without, 7.2-7.5 s with any N; in Table 5's 2.48 s
+/// without, 1.36 s at 4 (1.45-2.25 s at the others); lambda_migration_time 9.13 without,
+/// 5.0 at 4 (4.9-5.8); HDD to HDD as without from 4 up (its pause 39 ms against 56 ms at 2).
+pub const DEFAULT_COALESCE_RUNS: u32 = 4;
+
+/// The largest `coalesce_runs` (a 1 MiB chunk at 512-byte tracking has at most 1,024
+/// runs; the bound leaves room for larger chunks).
+pub const MAX_COALESCE_RUNS: u32 = 1 << 16;
+
+/// `coalesce_runs` when the job does not say: [`DEFAULT_COALESCE_RUNS`] into an HDD, never
+/// into an SSD. Into an SSD a 4 KiB write costs a few tens of microseconds, and whole
+/// chunks only add writes: at 1 GiB with the window of 16, SSD to SSD's pause went from
+/// 0.7 ms to 2.3-3.7 s (the passes' longer copies let more be dirtied), its SSD bytes per
+/// VM byte from 1.5 to 3.8-6.5, and HDD to SSD's Table 6 share from 0.55 to 1.4-26.5.
+pub fn default_coalesce_runs(dst: crate::config::Medium) -> u32 {
+    match dst {
+        crate::config::Medium::Hdd => DEFAULT_COALESCE_RUNS,
+        crate::config::Medium::Ssd => 0,
+    }
+}
+
 /// The largest `copy_window_chunks`: each copy in flight holds up to a chunk of data in
 /// the server's buffers (64 MiB at 1 MiB chunks), and past the devices' queue depths
 /// more copies only queue in the scheduler.
@@ -135,6 +161,12 @@ pub struct MigrationParams {
     /// 1 to [`MAX_COPY_WINDOW_CHUNKS`]: 1 is one chunk at a time (seed 004's single copy
     /// process), 16 QEMU mirror's `MAX_IN_FLIGHT` (the default).
     pub copy_window_chunks: u32,
+    /// DBT copies a dirty chunk whole (one read and one write of the chunk) rather than
+    /// run by run when its dirty blocks form at least this many separate runs, in its
+    /// dirty passes and the pause's final copy; 0 never (seed 004's copy, and jobs
+    /// recorded before this existed). None: by the destination's medium, set when the
+    /// job starts ([`default_coalesce_runs`]).
+    pub coalesce_runs: Option<u32>,
 }
 
 impl MigrationParams {
@@ -151,7 +183,14 @@ impl MigrationParams {
             gamma: 0.5,
             copy_priority: CopyPriority::Background,
             copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
+            coalesce_runs: None,
         }
+    }
+
+    /// Whether DBT copies a chunk whose dirty blocks form `runs` runs whole.
+    pub(crate) fn coalesces(&self, runs: usize) -> bool {
+        self.coalesce_runs
+            .is_some_and(|n| n > 0 && runs >= n as usize)
     }
 
     /// Refuse parameters no job can run with, for a system of `chunk_bytes` chunks.
@@ -174,6 +213,11 @@ impl MigrationParams {
         if !(0.0..=1.0).contains(&self.gamma) {
             return Err(format!("gamma {} must lie in [0, 1]", self.gamma));
         }
+        if let Some(n) = self.coalesce_runs.filter(|&n| n > MAX_COALESCE_RUNS) {
+            return Err(format!(
+                "coalesce runs {n}: must be 0 (never) to {MAX_COALESCE_RUNS}"
+            ));
+        }
         if !(1..=MAX_COPY_WINDOW_CHUNKS).contains(&self.copy_window_chunks) {
             return Err(format!(
                 "copy window {} chunks: must be 1 to {MAX_COPY_WINDOW_CHUNKS}",
@@ -186,11 +230,11 @@ impl MigrationParams {
 
 /// Encode a volume's recorded job: a tag byte (0: none; 1: a job; 2: a thick volume's
 /// job, followed after the parameters by the first chunk of the new home region it
-/// reserved), then the copy priority (0 background, 1 equal) and the copy window in chunks
-/// (a byte). Tags 0 and 1 are what tables written before thick migration hold; the
-/// priority and window bytes are the entry's zero padding in tables written before them,
-/// and so read as background and, for the window, as the default (what those jobs ran
-/// with).
+/// reserved), then the copy priority (0 background, 1 equal), the copy window in chunks
+/// (a byte) and DBT's `coalesce_runs` (a u32). Tags 0 and 1 are what tables written
+/// before thick migration hold; the priority, window and coalescing bytes are the entry's
+/// zero padding in tables written before them, and so read as background, for the window
+/// as the default, and as no coalescing (what those jobs ran with).
 pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk: Option<u64>) {
     let Some(p) = job else {
         e.u8(0);
@@ -219,6 +263,9 @@ pub(crate) fn encode_job(e: &mut Enc, job: Option<&MigrationParams>, base_chunk:
     });
     // Validated at the start to 1..=MAX_COPY_WINDOW_CHUNKS, which fits a byte.
     e.u8(u8::try_from(p.copy_window_chunks).unwrap_or(u8::MAX));
+    // Set at the start (`Engine::try_start_migration`); an unset one is recorded as the
+    // largest count, which reads back as unset.
+    e.u32(p.coalesce_runs.unwrap_or(u32::MAX));
 }
 
 /// A decoded job record: the job's parameters, and a thick volume's new region.
@@ -249,6 +296,7 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
         gamma: f64::from_bits(d.u64()?),
         copy_priority: CopyPriority::Background,
         copy_window_chunks: DEFAULT_COPY_WINDOW_CHUNKS,
+        coalesce_runs: Some(0),
     };
     let base = if thick { Some(d.u64()?) } else { None };
     params.copy_priority = match d.u8()? {
@@ -259,6 +307,11 @@ pub(crate) fn decode_job(d: &mut Dec) -> Option<Decoded> {
     params.copy_window_chunks = match d.u8()? {
         0 => DEFAULT_COPY_WINDOW_CHUNKS,
         w => u32::from(w).min(MAX_COPY_WINDOW_CHUNKS),
+    };
+    // Zero in tables written before: those jobs copied dirty runs one by one.
+    params.coalesce_runs = match d.u32()? {
+        u32::MAX => None,
+        n => Some(n),
     };
     Some((Some(params), base))
 }
@@ -286,6 +339,8 @@ mod tests {
     fn an_old_job_record_decodes_and_a_thin_job_is_written_as_before() {
         let p = MigrationParams {
             scheme: SchemeChoice::Fixed(Scheme::Lr),
+            // What an old record reads as: no coalescing.
+            coalesce_runs: Some(0),
             ..MigrationParams::new(PoolId(3))
         };
         let old = old_format(&p);
@@ -365,6 +420,31 @@ mod tests {
                 q.map(|q| q.copy_window_chunks),
                 Some(DEFAULT_COPY_WINDOW_CHUNKS)
             );
+        }
+    }
+
+    /// DBT's `coalesce_runs` rides in the four bytes after the window; zero (older
+    /// tables) reads as no coalescing, what those jobs did.
+    #[test]
+    fn the_coalescing_is_recorded_after_the_window() {
+        for base in [None, Some(77)] {
+            let p = MigrationParams {
+                scheme: SchemeChoice::Fixed(Scheme::Dbt),
+                coalesce_runs: Some(300),
+                ..MigrationParams::new(PoolId(1))
+            };
+            let b = sealed_round_trip(&p, base);
+            let at = if base.is_some() { 62 } else { 54 };
+            assert_eq!(b[at..at + 4], 300u32.to_le_bytes());
+            let mut old = b.clone();
+            old[at..at + 4].fill(0);
+            let (q, _) = decode_job(&mut Dec::new(&old)).unwrap();
+            assert_eq!(q.map(|q| q.coalesce_runs), Some(Some(0)));
+            let unset = MigrationParams {
+                coalesce_runs: None,
+                ..p.clone()
+            };
+            sealed_round_trip(&unset, base);
         }
     }
 }

@@ -336,14 +336,30 @@ impl Engine {
     }
 
     /// What to copy of chunk `c` now: the whole chunk (first pass) or DBT's dirty blocks
-    /// (clearing them), less ranges whose newest data is on the destination already
-    /// (`Moved` entries an interrupted LR or SLR job left, which a DBT job adopts: a
-    /// dirty block that holds one must not copy the older source data over it).
-    fn ranges_to_copy(&mut self, v: u32, c: u64) -> Ranges {
+    /// (clearing them; returned too, to be marked again if the copy must wait), less
+    /// ranges whose newest data is on the destination already (`Moved` entries an
+    /// interrupted LR or SLR job left, which a DBT job adopts: a dirty block that holds
+    /// one must not copy the older source data over it). Dirty blocks that form
+    /// `coalesce_runs` runs or more are copied as the whole chunk: one read and one write
+    /// instead of one per run. Copying the clean blocks again is safe: the source holds
+    /// their newest data as it does the dirty blocks' (DBT writes only to the source, and
+    /// a chunk with writes in flight is not copied), so the destination gets what it has.
+    fn ranges_to_copy(&mut self, v: u32, c: u64) -> (Ranges, Ranges) {
         let cb = self.cfg.chunk_bytes;
+        let bug = self.bug_is(InjectedBug::DbtCoalesceSkipsLastRun);
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
-        let want = if job.progress[c as usize] == Progress::Copied {
-            job.dirty.take(c)
+        let mut taken = Ranges::new();
+        let want: Ranges = if job.progress[c as usize] == Progress::Copied {
+            taken = job.dirty.take(c);
+            if job.params.coalesces(taken.len()) {
+                match taken.last() {
+                    // The injected bug: the copy stops where the last run starts.
+                    Some(&(last, _)) if bug => smallvec![(0, last)],
+                    _ => smallvec![(0, cb)],
+                }
+            } else {
+                taken.clone()
+            }
         } else {
             smallvec![(0, cb)]
         };
@@ -368,7 +384,7 @@ impl Engine {
                 r.push((pos, off + len - pos));
             }
         }
-        r
+        (r, taken)
     }
 
     /// Start copying chunk `c` (or its dirty blocks) to the destination. `limited`: the
@@ -383,22 +399,21 @@ impl Engine {
         out: &mut Outputs,
     ) -> bool {
         let cb = self.cfg.chunk_bytes;
-        let ranges = self.ranges_to_copy(v, c);
+        let (ranges, taken) = self.ranges_to_copy(v, c);
         let bytes: u64 = ranges.iter().map(|r| r.1).sum();
         let job = self.migrations.jobs.get_mut(&v).expect("exists");
         if limited && let Err(at) = job.take_rate(now, cb, bytes) {
-            // Not now: put the chunk back in line.
-            if job.progress[c as usize] == Progress::Copied {
-                for &(off, len) in &ranges {
-                    // Ranges may stop short of a block edge (a `Moved` range).
-                    job.dirty.mark(c, off, len);
-                }
+            // Not now: put the chunk back in line, with the dirty blocks it had (not the
+            // whole chunk a coalesced copy would have copied).
+            for &(off, len) in &taken {
+                job.dirty.mark(c, off, len);
             }
             job.cursor = job.cursor.min(c);
             self.migration_wake_at(at);
             return false;
         }
         let recopy = job.progress[c as usize] == Progress::Copied;
+        job.stats.whole_chunk_copies += u64::from(job.params.coalesces(taken.len()));
         if bytes == 0 {
             // Everything of the chunk was written to the destination already.
             let first = job.progress[c as usize] != Progress::Copied;
