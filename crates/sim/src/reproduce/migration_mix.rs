@@ -12,7 +12,9 @@
 
 use serde::Serialize;
 use tiervisor_engine::config::Medium;
-use tiervisor_engine::jobs::migrate::{MigrationCost, MigrationParams, Scheme, predict_cost_for};
+use tiervisor_engine::jobs::migrate::{
+    AUTO_SCHEMES, MigrationCost, MigrationParams, Scheme, predict_cost_for,
+};
 
 use super::migration::{CostRow, Pair};
 
@@ -86,7 +88,7 @@ fn auto_pick(pair: Pair, write_share: f64, gamma: f64, job: &MigrationParams) ->
         gamma,
         ..job.clone()
     };
-    Scheme::ALL
+    AUTO_SCHEMES
         .into_iter()
         .map(|s| (s, predict_cost_for(s, src, dst, write_share, &p).mc))
         .fold(

@@ -93,6 +93,13 @@ fn random_write_ns(m: Medium) -> f64 {
     }
 }
 
+/// The schemes `auto` picks from: seed 004's Mix "adaptively mix[es] our proposed three
+/// designs" (abstract, section 7.4), LR, SLR and AIO; DBT and IO Mirroring are the
+/// baselines its evaluation shows they beat. (With DBT a candidate, the model's DBT
+/// prediction, 2-4 times below the measured lambda_migration_time at every pool pair,
+/// made `auto` pick it out of an SSD at gamma 0.1: measured MC 7.1 against SLR's 1.96.)
+pub const AUTO_SCHEMES: [Scheme; 3] = [Scheme::Lr, Scheme::Slr, Scheme::Aio];
+
 /// Predict a scheme's cost moving a volume with write share `w` from `src` to `dst`, with
 /// the copy in the background (tiervisor's default; the paper's orderings).
 pub fn predict_cost(scheme: Scheme, src: Medium, dst: Medium, w: f64, gamma: f64) -> MigrationCost {
@@ -121,8 +128,9 @@ pub fn predict_cost_for(
     w: f64,
     p: &MigrationParams,
 ) -> MigrationCost {
-    let mut c = predict_background(scheme, src, dst, w, p.gamma);
-    if p.copy_priority == CopyPriority::Equal && scheme == Scheme::Aio && speed(dst) < speed(src) {
+    let equal = p.copy_priority == CopyPriority::Equal;
+    let mut c = predict_with(scheme, src, dst, w, p.gamma, equal);
+    if equal && scheme == Scheme::Aio && speed(dst) < speed(src) {
         let backlog_ns = f64::from(p.aio_threshold) * random_write_ns(dst);
         let op_at_cap_ns = p.buffer_bytes as f64 * 1e9 / p.rate_bytes_per_s.max(1) as f64;
         c = MigrationCost::from_factors(
@@ -135,12 +143,14 @@ pub fn predict_cost_for(
     c
 }
 
-fn predict_background(
+/// The model; `equal`: the copy queues with the VM's requests (`copy_priority = equal`).
+fn predict_with(
     scheme: Scheme,
     src: Medium,
     dst: Medium,
     w: f64,
     gamma: f64,
+    equal: bool,
 ) -> MigrationCost {
     let (s, d) = (speed(src), speed(dst));
     let best = s.max(d);
@@ -164,12 +174,24 @@ fn predict_background(
     };
     // A disk that is also an end of the copy stream serves random requests at half speed
     // and slows the copy (seeks); an SSD does neither.
-    let t: f64 = parts
-        .iter()
-        .map(|&(sh, m)| sh / (speed(m) * (0.8 - 0.3 * hdd(m))))
-        .sum();
+    let time_of = |&(sh, m): &(f64, Medium)| sh / (speed(m) * (0.8 - 0.3 * hdd(m)));
+    let t: f64 = parts.iter().map(time_of).sum();
     let perf = 1.0 / t;
-    let on_disk: f64 = parts.iter().map(|&(sh, m)| sh * hdd(m)).sum();
+    // How busy the VM keeps the disks the copy uses, which slows the copy. As the VM's
+    // equal the copy's operations wait in the disk's queue behind the VM's, so what counts
+    // is the share of the VM's *time* spent on a disk, not of its requests: a VM that sends
+    // an eighth of its requests to an HDD (SLR out of an SSD, w = 0.25) spends 70 % of its
+    // time there, and with its requests outstanding there the disk is as busy as under LR
+    // (62 % of the requests, 96 % of the time). Measured (`reproduce migration`, `equal`):
+    // lambda_migration_time 2.23 (SLR), 2.48 (LR), 2.18 (mirror) out of an SSD, against
+    // 1.19, 1.88, 1.31 predicted by the request share, and 2.04, 2.38, 2.17 by the time
+    // share (BENCHMARKS.md). In the background the request share stays: the paper's
+    // orderings, which the model was built to, were not measured again that way.
+    let on_disk: f64 = if equal {
+        parts.iter().map(|p| time_of(p) * hdd(p.1)).sum::<f64>() / t
+    } else {
+        parts.iter().map(|&(sh, m)| sh * hdd(m)).sum()
+    };
     // Extra writes to the destination: DBT's recopies (worse into a slower pool), the
     // mirrored half of the writes; LR skips what it wrote.
     let extra = match scheme {
@@ -210,7 +232,7 @@ impl Engine {
         } else {
             wb as f64 / (rb + wb) as f64
         };
-        let mut costs: Vec<(f64, Scheme)> = Scheme::ALL
+        let mut costs: Vec<(f64, Scheme)> = AUTO_SCHEMES
             .iter()
             .map(|&s| (predict_cost_for(s, sm, dm, w, p).mc, s))
             .collect();
@@ -323,8 +345,8 @@ mod tests {
     /// 1 MiB operations, threshold 100) that is 100 x 5.54 ms against 16.4 ms per
     /// operation at the cap, so its predicted lambda_migration_time grows by about 34
     /// (measured in `reproduce migration`: 20.4, BENCHMARKS.md), and `auto` no longer
-    /// picks it at the gammas of Figure 15. Every other scheme and pair, and AIO in the
-    /// background, predict as before.
+    /// picks it at the gammas of Figure 15. Between SSDs (no disk) every other scheme
+    /// predicts as in the background.
     #[test]
     fn an_equal_copy_waits_behind_aios_duplicates_on_a_slower_destination() {
         use Medium::{Hdd, Ssd};
@@ -370,16 +392,62 @@ mod tests {
             );
         }
         for s in Scheme::ALL {
-            for (src, dst) in [(Ssd, Ssd), (Hdd, Ssd), (Ssd, Hdd), (Hdd, Hdd)] {
-                if (s, src, dst) == (Scheme::Aio, Ssd, Hdd) {
-                    continue;
-                }
-                assert_eq!(
-                    predict_cost_for(s, src, dst, 0.25, &p(0.5, CopyPriority::Equal)),
-                    predict_cost_for(s, src, dst, 0.25, &p(0.5, CopyPriority::Background)),
-                    "{s:?} {src:?} {dst:?}"
-                );
-            }
+            assert_eq!(
+                predict_cost_for(s, Ssd, Ssd, 0.25, &p(0.5, CopyPriority::Equal)),
+                predict_cost_for(s, Ssd, Ssd, 0.25, &p(0.5, CopyPriority::Background)),
+                "{s:?}"
+            );
         }
+    }
+
+    /// As the VM's equal the copy waits behind the VM's requests on a disk for as long as
+    /// the VM spends there, whatever share of its requests that is: out of an SSD at a
+    /// write share of 0.25 SLR sends 12.5 % of its requests to the HDD and spends 70 % of
+    /// its time there (its disk demand 0.125 / 0.05 = 2.5 against the SSD's 0.875 / 0.8),
+    /// LR 62.5 % and 96 %; mirror as SLR. lambda_migration_time is 1 + 1.5 x that share
+    /// plus the scheme's extra writes (measured 2.23, 2.48, 2.18: BENCHMARKS.md). `auto`
+    /// then picks among seed 004's three designs as measured: SLR at gamma 0.1 (it was
+    /// SLR), LR at 0.5 (it was SLR, measured MC 1.77 against LR's 1.22) and at 0.8.
+    #[test]
+    fn an_equal_copy_waits_as_long_as_the_vm_spends_on_the_disk() {
+        use Medium::{Hdd, Ssd};
+        let p = |gamma, copy_priority| MigrationParams {
+            gamma,
+            copy_priority,
+            rate_bytes_per_s: 64_000_000,
+            ..MigrationParams::new(crate::types::PoolId(1))
+        };
+        let time =
+            |s, prio| predict_cost_for(s, Ssd, Hdd, 0.25, &p(0.5, prio)).lambda_migration_time;
+        let slr_share = 2.5 / (0.875 / 0.8 + 2.5);
+        let lr_share = 12.5 / (0.375 / 0.8 + 12.5);
+        for (s, share, extra, request_share) in [
+            (Scheme::Slr, slr_share, 0.0, 0.125),
+            (Scheme::Lr, lr_share, -0.0625, 0.625),
+            (Scheme::Mirror, slr_share, 0.125, 0.125),
+        ] {
+            let eq = time(s, CopyPriority::Equal);
+            assert!(
+                (eq - (1.0 + 1.5 * share + extra)).abs() < 1e-9,
+                "{s:?}: {eq}"
+            );
+            let bg = time(s, CopyPriority::Background);
+            assert!(
+                (bg - (1.0 + 1.5 * request_share + extra)).abs() < 1e-9,
+                "{s:?}: {bg}"
+            );
+        }
+        let pick = |g| {
+            AUTO_SCHEMES
+                .into_iter()
+                .min_by(|&a, &b| {
+                    let c = |s| predict_cost_for(s, Ssd, Hdd, 0.25, &p(g, CopyPriority::Equal)).mc;
+                    c(a).total_cmp(&c(b))
+                })
+                .unwrap()
+        };
+        assert_eq!(pick(0.1), Scheme::Slr);
+        assert_eq!(pick(0.5), Scheme::Lr);
+        assert_eq!(pick(0.8), Scheme::Lr);
     }
 }

@@ -32,7 +32,7 @@ mod thick;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-pub use cost::{CostInputs, MigrationCost, predict_cost, predict_cost_for};
+pub use cost::{AUTO_SCHEMES, CostInputs, MigrationCost, predict_cost, predict_cost_for};
 pub use params::{
     CopyPriority, DEFAULT_COALESCE_RUNS, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COALESCE_RUNS,
     MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme, SchemeChoice, default_coalesce_runs,
