@@ -18,6 +18,7 @@ pub struct TieringToml {
     hysteresis_pct: Option<u32>,
     writeback_percent: Option<Spanned<u32>>,
     sequential_cutoff: Option<Spanned<SizeVal>>,
+    keep_home: Option<bool>,
 }
 
 impl TieringToml {
@@ -49,6 +50,7 @@ impl TieringToml {
                 Some(b) => src.size(b, "sequential_cutoff")?,
                 None => d.sequential_cutoff_bytes,
             },
+            keep_home: t.keep_home.unwrap_or(d.keep_home),
         })
     }
 }

@@ -136,6 +136,10 @@ pub struct TieringConfig {
     /// `cache` volumes with the bcache policy: a request in a sequential stream longer
     /// than this bypasses the cache (bcache's `sequential_cutoff`, default 4 MiB).
     pub sequential_cutoff_bytes: u64,
+    /// `hot` volumes (and directed moves of pinned ones): a promotion copies the chunk and
+    /// keeps its slow-pool copy while the fast copy stays clean, so demoting a clean chunk
+    /// is a journalled remap, not a copy back (`tier_home.rs`).
+    pub keep_home: bool,
 }
 
 impl Default for TieringConfig {
@@ -149,6 +153,7 @@ impl Default for TieringConfig {
             hysteresis_pct: 50,
             writeback_percent: 10,
             sequential_cutoff_bytes: 4 << 20,
+            keep_home: false,
         }
     }
 }

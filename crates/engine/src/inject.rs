@@ -118,6 +118,10 @@ pub enum InjectedBug {
     /// A migrating `cache` volume's drain evicts a dirty cached chunk without its
     /// writeback: its slow slot, which the job copies and reads then go to, is stale.
     CacheMigrateDropsDirty,
+    /// `hot` with `keep_home`: a demotion remaps a chunk written since its promotion to
+    /// its kept home, as if clean: reads then see the stale home copy, and the writes
+    /// made to the fast copy are lost (`tier_home.rs`).
+    HotDemotesStaleHome,
     /// Mount writes its new journal headers with the clean-stop marker of the last stop
     /// still set, so a crash of this run reads as a clean stop at the next mount (and a
     /// vhost-user frontend resuming its rings is not told of the writes it lost).
@@ -220,6 +224,7 @@ impl InjectedBug {
             InjectedBug::CacheCleanTooEarly => "cache-clean-too-early",
             InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
             InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
+            InjectedBug::HotDemotesStaleHome => "hot-demotes-stale-home",
             InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
@@ -254,12 +259,15 @@ impl InjectedBug {
             InjectedBug::ShareOvercommit,
         ]
     }
-    /// Caught by DST's seeds that draw `cache` placements (CI DST must catch it) and by
-    /// `crates/engine/tests/cache.rs`.
-    pub fn cache() -> [InjectedBug; 2] {
+    /// Caught by DST's seeds that draw `cache` placements, or `hot` ones with
+    /// `keep_home` (CI DST must catch each, `cache-writeback-ignores-writes` in seeds
+    /// 256..512: `crates/sim/tests/dst.rs`), and by `crates/engine/tests/cache.rs` and
+    /// `crates/engine/tests/tier_home.rs`.
+    pub fn cache() -> [InjectedBug; 3] {
         [
             InjectedBug::CacheCleanTooEarly,
             InjectedBug::CacheWritebackIgnoresWrites,
+            InjectedBug::HotDemotesStaleHome,
         ]
     }
     /// Caught by DST's seeds that stop in order now and then instead of crashing (CI DST

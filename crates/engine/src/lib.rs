@@ -49,6 +49,7 @@ pub mod status;
 mod stopmark;
 pub mod throttle;
 mod tier_directed;
+mod tier_home;
 mod tier_moves;
 mod tiering;
 pub mod types;

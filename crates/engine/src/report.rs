@@ -69,6 +69,8 @@ pub struct VolumeReport {
     pub fast_pool: Option<String>,
     pub promotions: u64,
     pub demotions: u64,
+    /// Demotions that were a remap to a kept home, without a copy (`tier_home.rs`).
+    pub clean_demotions: u64,
     pub migrated_bytes: u64,
     pub monitor: crate::monitor::MonitorReport,
     /// `cache` placement only: the cache's contents and traffic.
@@ -226,6 +228,7 @@ impl Engine {
                 .map(|p| self.cfg.pools[p.0 as usize].name.clone()),
             promotions: s.promotions,
             demotions: s.demotions,
+            clean_demotions: s.clean_demotions,
             migrated_bytes: s.migrated_bytes,
             monitor: self.monitor_report(vol),
             cache: match vol.rec.placement {

@@ -125,6 +125,8 @@ pub struct VolumeStats {
     pub zero_fill_bytes: u64,
     pub promotions: u64,
     pub demotions: u64,
+    /// Demotions that were a remap to a kept home, with no copy (`tier_home.rs`).
+    pub clean_demotions: u64,
     pub migrated_bytes: u64,
     /// `cache` placement (`cache.rs`); zero for other volumes.
     pub cache: CacheStats,

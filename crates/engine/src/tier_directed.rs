@@ -35,7 +35,9 @@ impl Engine {
         out: &mut Outputs,
     ) -> Result<bool, String> {
         let vi = v.0 as usize;
-        let vol = self.vols.get(vi).ok_or("no such volume")?;
+        let vol = (self.vols.get(vi))
+            .filter(|vol| !vol.rec.deleted)
+            .ok_or("no such volume")?;
         if vol.rec.placement != Placement::Pinned {
             return Err(format!(
                 "volume {}: its {} placement moves its chunks itself",

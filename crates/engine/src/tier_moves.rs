@@ -24,6 +24,9 @@ pub(crate) struct TierMoves {
     /// bandwidth or a free move slot (monotone: a shard's demand reports, `budgets.rs`).
     started_bytes: u64,
     throttled: u64,
+    /// Clean demotions to a kept home whose remap record is not durable yet: (fast pool
+    /// left, volume, record sequence). Few at once (the tick waits for them).
+    remaps: Vec<(PoolId, u32, u64)>,
 }
 
 impl TierMoves {
@@ -36,6 +39,7 @@ impl TierMoves {
             demoting: vec![0; pools],
             started_bytes: 0,
             throttled: 0,
+            remaps: Vec::new(),
         }
     }
 
@@ -101,6 +105,21 @@ impl TierMoves {
     /// Demotions in flight out of pool `p`.
     pub(crate) fn demoting(&self, p: PoolId) -> u32 {
         self.demoting[p.0 as usize]
+    }
+
+    /// A clean demotion remapped a chunk off fast pool `p` by record `seq` of volume `v`.
+    pub(crate) fn remapped(&mut self, p: PoolId, v: u32, seq: u64) {
+        self.remaps.push((p, v, seq));
+    }
+
+    /// Forget the remaps whose record is `durable`.
+    pub(crate) fn forget_remaps(&mut self, durable: impl Fn(u32, u64) -> bool) {
+        self.remaps.retain(|&(_, v, seq)| !durable(v, seq));
+    }
+
+    /// Whether a remap off pool `p` waits for its record.
+    pub(crate) fn remapping(&self, p: PoolId) -> bool {
+        self.remaps.iter().any(|&(q, _, _)| q == p)
     }
 
     /// Every pool's demotions in flight (for the invariants).

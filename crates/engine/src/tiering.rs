@@ -257,8 +257,12 @@ impl Engine {
             self.vols[v].hot_candidates.remove(&c);
             return self.start_move(now, v, c, fast, out);
         }
-        // Room is already being made: promote when it lands rather than demote more.
-        if self.tier.demoting(fast) > 0 {
+        // Room is already being made: promote when it lands rather than demote more. A
+        // remap to a kept home makes room without a move: its fast chunk is free once the
+        // record is durable (`tier_home.rs`).
+        if self.tier.demoting(fast) > 0
+            || (self.cfg.tiering.keep_home && self.kept_home_room_coming(fast))
+        {
             return false;
         }
         // Full: find the coldest fast chunk, of this volume if over its budget, else of
@@ -372,6 +376,16 @@ impl Engine {
             return false;
         }
         let is_demotion = dst_pool == vol.rec.home_pool;
+        // A chunk whose home was kept goes back to it (even with `keep_home` since
+        // turned off: the table still holds the home); a promotion keeps the home when
+        // `keep_home` says so (`tier_home.rs`).
+        if is_demotion && vol.cache.slow_slot(c).is_some() {
+            return self.demote_to_kept_home(now, v, c, out);
+        }
+        if !is_demotion && let Some(started) = self.promote_keeping_home(now, v, c, out) {
+            return started;
+        }
+        let vol = &self.vols[v];
         // Back to a thick volume's home: its reserved slot. Anywhere else: a free chunk.
         let dst = if dst_pool == vol.rec.home_pool && vol.rec.provisioning == Provisioning::Thick {
             ChunkLoc::Home

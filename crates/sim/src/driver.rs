@@ -894,6 +894,7 @@ impl Simulation {
                     map_bytes_per_chunk: er.as_ref().map_or(0.0, |r| r.map_bytes_per_chunk),
                     promotions: st.promotions,
                     demotions: st.demotions,
+                    clean_demotions: st.clean_demotions,
                     migrated_bytes: st.migrated_bytes,
                     ios,
                     reads: st.read.requests,

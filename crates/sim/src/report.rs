@@ -147,6 +147,9 @@ pub struct VolumeReport {
     pub map_bytes_per_chunk: f64,
     pub promotions: u64,
     pub demotions: u64,
+    /// Demotions that were a remap to a kept home, without a copy (`[tiering]
+    /// keep_home`).
+    pub clean_demotions: u64,
     pub migrated_bytes: u64,
     pub ios: u64,
     pub reads: u64,

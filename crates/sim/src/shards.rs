@@ -613,6 +613,18 @@ impl Sharded {
         self.on_volume(v, now, out, |e, v, o| e.start_migration(now, v, p, o))
     }
 
+    /// A directed tier move of chunk `c` of volume `v` (`Engine::move_chunk`).
+    pub fn move_chunk(
+        &mut self,
+        now: u64,
+        v: VolumeId,
+        c: u64,
+        to: tiervisor_engine::PoolId,
+        out: &mut Outputs,
+    ) -> Result<bool, String> {
+        self.on_volume(v, now, out, |e, v, o| e.move_chunk(now, v, c, to, o))
+    }
+
     pub fn cancel_migration(
         &mut self,
         now: u64,

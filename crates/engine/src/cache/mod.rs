@@ -112,6 +112,10 @@ impl Engine {
         } else {
             ((1u64 << (last - first + 1)) - 1) << first
         };
+        if self.cache_policy(v as usize).is_none() {
+            // Not a cache: a kept home (`tier_home.rs`), if any, is stale.
+            return self.kept_home_written(v as usize, c);
+        }
         let cache = &mut self.vols[v as usize].cache;
         let was_dirty = cache.dirty_count();
         cache.mark_dirty(c, parts);
@@ -233,7 +237,13 @@ impl Engine {
     }
 
     /// Copy chunk `c` of volume `v` from its slow slot to a fresh fast chunk.
-    fn start_cache_fill(&mut self, now: u64, v: usize, c: u64, out: &mut Outputs) -> bool {
+    pub(crate) fn start_cache_fill(
+        &mut self,
+        now: u64,
+        v: usize,
+        c: u64,
+        out: &mut Outputs,
+    ) -> bool {
         let cb = self.cfg.chunk_bytes;
         let vol = &self.vols[v];
         let (Some(fast), Some((src_pool, src))) =
@@ -335,6 +345,7 @@ impl Engine {
         let Some(slow) = self.vols[v].cache.remove(c) else {
             return;
         };
+        self.vols[v].promo.demoted(c);
         let st = &mut self.vols[v].stats;
         st.demotions += 1;
         if was_dirty {
@@ -358,6 +369,7 @@ impl Engine {
     ) {
         let vi = v as usize;
         let cb = self.cfg.chunk_bytes;
+        let epoch = self.decay_epoch(now);
         let Some(state) = self.vols[vi].activity.get(&c).map(|a| a.state) else {
             return;
         };
@@ -386,6 +398,11 @@ impl Engine {
                         vol.dirty_pools |= 1 << fp.0;
                         vol.stats.promotions += 1;
                         vol.stats.cache.fills += 1;
+                        // A `hot` promotion that kept its home (`tier_home.rs`): scored
+                        // like any other (`promo.rs`).
+                        if !matches!(vol.rec.placement, Placement::Cache { .. }) {
+                            vol.promo.promoted(c, epoch);
+                        }
                         vol.stats.migrated_bytes += cb;
                         self.arm_commit_timer(now);
                     }

@@ -241,14 +241,22 @@ impl Engine {
         let any_log = self.cfg.pools.iter().any(|p| p.log);
         // A volume deleted while running keeps a hollow slot until the next start; it
         // will never write a checkpoint again.
-        let caches = |p: &Placement| matches!(p, Placement::Cache { .. });
+        // A `hot` or pinned volume keeping homes (`tier_home.rs`) checkpoints its table
+        // like a cache.
+        let keep_home = self.cfg.tiering.keep_home;
+        let caches = |p: &Placement, fast: Option<crate::types::PoolId>| {
+            matches!(p, Placement::Cache { .. })
+                || (keep_home
+                    && fast.is_some()
+                    && matches!(p, Placement::Hot { .. } | Placement::Pinned))
+        };
         let mut out: Vec<(u64, bool, bool)> = (self.vols.iter())
             .filter(|v| !v.rec.deleted)
             .map(|v| {
                 (
                     v.rec.size_bytes,
                     v.log.enabled.unwrap_or(any_log),
-                    caches(&v.rec.placement),
+                    caches(&v.rec.placement, v.rec.fast_pool),
                 )
             })
             .collect();
@@ -257,7 +265,7 @@ impl Engine {
                 out.push((
                     vc.size_bytes,
                     vc.log.unwrap_or(any_log),
-                    caches(&vc.placement),
+                    caches(&vc.placement, vc.fast_pool),
                 ));
             }
         }

@@ -5,6 +5,7 @@
 mod create;
 mod delete;
 mod device;
+mod directed;
 mod idle;
 mod ncq;
 mod pattern;
@@ -70,6 +71,8 @@ pub fn run_range(
                             t.checkpoints += st.checkpoints;
                             t.chunk_moves += st.chunk_moves;
                             t.cache_moves += st.cache_moves;
+                            t.clean_demotions += st.clean_demotions;
+                            t.directed_moves += st.directed_moves;
                             t.cache_writebacks += st.cache_writebacks;
                             t.idle_spells += st.idle_spells;
                             t.log_appends += st.log_appends;

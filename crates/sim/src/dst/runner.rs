@@ -68,6 +68,10 @@ pub struct DstStats {
     pub chunk_moves: u64,
     /// Of those, the fills and evictions of `cache` volumes.
     pub cache_moves: u64,
+    /// Demotions that were a remap to a kept home (`[tiering] keep_home`), and directed
+    /// moves (`Engine::move_chunk`) the engine started (`directed.rs`).
+    pub clean_demotions: u64,
+    pub directed_moves: u64,
     /// `cache` volumes' background writebacks (not for an eviction), and the quiet
     /// spells that let idle cleaning run (`idle.rs`).
     pub cache_writebacks: u64,
@@ -229,6 +233,9 @@ struct Sim {
     deletes: Option<super::delete::DeleteDraws>,
     /// Quiet spells, in the seeds with a `cache` volume (`idle.rs`).
     idles: Option<super::idle::IdleDraws>,
+    /// Directed tier moves, in the seeds with a pinned volume that has a fast pool
+    /// (`directed.rs`).
+    directed: Option<super::directed::DirectedDraws>,
     /// The migration-heavy profile, in a share of the migrating seeds (`probe.rs`).
     probe: Option<Probe>,
     /// The HDD pool's queueing drive, in the NCQ seeds (`ncq.rs`).
@@ -408,6 +415,8 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> (EngineConfig, [u64;
     // stream: seeds without a `hot` volume replay as before.
     let mut crng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xcac4e_u64.rotate_left(24));
     let no_cache = std::env::var_os("TIERVISOR_DST_NO_CACHE").is_some();
+    let mut khrng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x40e_u64.rotate_left(52));
+    let mut drng = super::directed::config_rng(seed);
     let mut volumes = Vec::new();
     let mut thick_bytes = [0u64; 2];
     for i in 0..nvols {
@@ -455,7 +464,10 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> (EngineConfig, [u64;
             name: format!("v{i}"),
             size_bytes,
             home_pool: PoolId(home as u16),
-            fast_pool: (placement != Placement::Pinned).then_some(PoolId(1 - home as u16)),
+            // A pinned volume of a tiered seed may have a fast pool, for directed moves.
+            fast_pool: (placement != Placement::Pinned
+                || (tiered && super::directed::pinned_gets_fast_pool(&mut drng)))
+            .then_some(PoolId(1 - home as u16)),
             provisioning: if thick {
                 Provisioning::Thick
             } else {
@@ -571,6 +583,9 @@ fn build_config(rng: &mut Xoshiro256PlusPlus, seed: u64) -> (EngineConfig, [u64;
             writeback_percent: [0, 10, 50, 100][below(&mut crng, 4) as usize],
             // Small enough that DST's short streams cross it.
             sequential_cutoff_bytes: [64 << 10, 1 << 20, 4 << 20][below(&mut crng, 3) as usize],
+            // Kept homes (`engine::tier_home`) in half the seeds, drawn from their own
+            // stream so every other choice of a seed stays.
+            keep_home: below(&mut khrng, 2) == 0,
         },
         log,
         ..EngineConfig::default()
@@ -721,6 +736,11 @@ impl Sim {
             .iter()
             .any(|v| matches!(v.placement, Placement::Cache { .. }));
         let idles = super::idle::IdleDraws::draw(cfg.seed, caching);
+        let directing = engine_cfg
+            .volumes
+            .iter()
+            .any(|v| v.placement == Placement::Pinned && v.fast_pool.is_some());
+        let directed = super::directed::DirectedDraws::draw(cfg.seed, directing);
         Ok(Sim {
             trace: std::env::var_os("TIERVISOR_DST_TRACE").is_some(),
             cfg,
@@ -754,6 +774,7 @@ impl Sim {
             resizes,
             deletes,
             idles,
+            directed,
             probe,
             ncq,
             tiered_migrations,
@@ -817,6 +838,47 @@ impl Sim {
         };
         let until = self.now_ns + ns;
         while self.now_ns < until && self.next_event()? {}
+        Ok(true)
+    }
+
+    /// Now and then, in the seeds with a pinned volume that has a fast pool: move one of
+    /// its chunks to the fast pool or home (`directed.rs`). `Ok(false)` answers (over the
+    /// budget, the chunk busy) and refusals (a chunk past a shrunk end, a deleted volume,
+    /// a home that moved) are part of the test.
+    fn directed_move_action(&mut self) -> Result<bool, Fail> {
+        if self.recovering {
+            return Ok(false);
+        }
+        let cb = self.engine_cfg.chunk_bytes;
+        let vols: Vec<(u32, u64)> = (self.engine_cfg.volumes.iter().enumerate())
+            .filter(|(_, v)| v.placement == Placement::Pinned && v.fast_pool.is_some())
+            .map(|(i, v)| (i as u32, v.size_bytes.div_ceil(cb)))
+            .collect();
+        let Some((v, c, up)) = self.directed.as_mut().and_then(|d| d.pick(&vols)) else {
+            return Ok(false);
+        };
+        let vc = &self.engine_cfg.volumes[v as usize];
+        let to = match (up, vc.fast_pool) {
+            (true, Some(f)) => f,
+            _ => vc.home_pool,
+        };
+        let mut out = Outputs::default();
+        let r = self
+            .engine
+            .move_chunk(self.now_ns, VolumeId(v), c, to, &mut out);
+        if self.trace {
+            eprintln!(
+                "[{}] move chunk {c} of volume {v} to pool {}: {r:?}",
+                self.at(),
+                to.0
+            );
+        }
+        if r == Ok(true)
+            && let Some(d) = self.directed.as_mut()
+        {
+            d.started += 1;
+        }
+        self.pump(&mut out)?;
         Ok(true)
     }
 
@@ -1622,6 +1684,7 @@ impl Sim {
             if v.placement == "cache" {
                 self.stats.cache_moves += v.promotions + v.demotions;
             }
+            self.stats.clean_demotions += v.clean_demotions;
             if let Some(c) = &v.cache {
                 self.stats.cache_writebacks +=
                     c.counts.writebacks.saturating_sub(c.counts.evictions_dirty);
@@ -1998,6 +2061,7 @@ impl Sim {
                     || self.resize_action()?
                     || self.delete_action()?
                     || self.idle_action()?
+                    || self.directed_move_action()?
                 {
                 } else if self.reqs.len() < self.max_in_flight
                     && (roll < 450 || self.heap.is_empty())
@@ -2054,6 +2118,7 @@ impl Sim {
             self.stats.probe_crashes = p.crashes;
         }
         self.stats.idle_spells = self.idles.as_ref().map_or(0, |d| d.spells);
+        self.stats.directed_moves = self.directed.as_ref().map_or(0, |d| d.started);
         if let Some(sp) = &self.space {
             self.stats.space_seeds = 1;
             self.stats.space_errors = sp.injected;

@@ -22,6 +22,8 @@ pub struct TieringRow {
     pub normalized: f64,
     pub promotions: u64,
     pub demotions: u64,
+    /// Demotions that were a remap to a kept home, with no copy (`[tiering] keep_home`).
+    pub clean_demotions: u64,
     /// Tier migration's own I/O (it runs on the same simulated devices).
     pub migrated_bytes: u64,
     /// `hot`, `smq` and `bcache` rows with `split` and `oracle` beside them: the share of
@@ -131,6 +133,7 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
             normalized: 0.0,
             promotions: r.volumes.values().map(|v| v.promotions).sum(),
             demotions: r.volumes.values().map(|v| v.demotions).sum(),
+            clean_demotions: r.volumes.values().map(|v| v.clean_demotions).sum(),
             migrated_bytes: r.volumes.values().map(|v| v.migrated_bytes).sum(),
             gain_share: None,
             gain_share_dynamic: None,
@@ -252,6 +255,7 @@ mod tests {
             normalized: 0.0,
             promotions: 0,
             demotions: 0,
+            clean_demotions: 0,
             migrated_bytes: 0,
             gain_share: None,
             gain_share_dynamic: None,

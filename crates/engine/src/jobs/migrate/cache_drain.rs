@@ -113,9 +113,15 @@ impl Engine {
     /// Volume `v`'s job is done: a `cache` volume's (drained) cache is of its new home,
     /// and fills wait until the table naming that home is durable.
     pub(super) fn cache_rehome(&mut self, v: u32) {
+        let keeps_home = self.keeps_home(v as usize);
         let vol = &mut self.vols[v as usize];
-        if matches!(vol.rec.placement, Placement::Cache { .. }) {
+        // A `hot` volume's table (kept homes, `tier_home.rs`) was emptied at the job's
+        // start and moves home too; its promotions keep homes again once the table is
+        // durable, like a cache's fills.
+        if vol.cache.is_empty() {
             vol.cache.rehome(vol.rec.home_pool);
+        }
+        if matches!(vol.rec.placement, Placement::Cache { .. }) || keeps_home {
             self.migrations.cache_rehoming.insert(v);
         }
     }

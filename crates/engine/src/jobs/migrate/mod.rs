@@ -448,6 +448,9 @@ impl Engine {
         }
         let vi = v.0;
         let params_to = params.to;
+        // A `hot` volume's kept homes are dropped: the job moves a plain volume
+        // (`tier_home.rs`).
+        self.drop_kept_homes(vi as usize);
         let mut job = self.new_job(now, vi, params, scheme, why);
         if self.nothing_to_move(vi, params_to) {
             // A thick volume resumed after its pivot's records were durable: the table
@@ -650,10 +653,13 @@ impl Engine {
         // and evicts what they filled (`cache_drain.rs`).
         let cache = matches!(vol.rec.placement, crate::config::Placement::Cache { .. });
         if !cache
-            && vol
-                .activity
-                .values()
-                .any(|a| matches!(a.state, crate::volume::ChunkState::Moving { .. }))
+            && vol.activity.values().any(|a| {
+                matches!(
+                    a.state,
+                    crate::volume::ChunkState::Moving { .. }
+                        | crate::volume::ChunkState::Cleaning { .. }
+                )
+            })
         {
             return Err(ControlError::Busy(format!(
                 "volume {name} has tier moves in flight; try again"
