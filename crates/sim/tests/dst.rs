@@ -242,10 +242,10 @@ fn wbuf_replace_forgets_is_caught_within_its_seed_range() {
 /// `cache-writeback-ignores-writes` (writes to a `cache` chunk under a background
 /// writeback go on, and the writeback's end marks them clean) was caught by seed 208 until
 /// DST drew kept homes and directed moves (`dst/directed.rs`) beside the HDD arrays of
-/// 5dfe9d9; no seed of 0..256 does since, seed 355 does (`tiervisor dst --seeds 355..356
-/// --steps 2125 --faults 3 --bug cache-writeback-ignores-writes`: the moves in flight no
-/// longer match the count). So it gets seeds 256..512, which stop at the first catch. The
-/// engine test `tests/cache.rs` catches it too.
+/// 5dfe9d9; no seed of 0..256 did then, seed 382 does on 2c85d60 (`tiervisor dst --seeds
+/// 382..383 --steps 1703 --faults 3 --bug cache-writeback-ignores-writes`: volume 1 sector
+/// 1195 reads zeros where write 409 was). So it gets seeds 256..512, which stop at the
+/// first catch. The engine test `tests/cache.rs` catches it too.
 #[test]
 fn cache_writeback_ignores_writes_is_caught_within_its_seed_range() {
     assert_caught(
