@@ -117,7 +117,7 @@ pub struct Engine {
     pub(crate) clean_stop: crate::stopmark::state::CleanStop,
     /// Copies between pools in flight (tier moves, migrations).
     pub(crate) copies: Slab<crate::jobs::copy::state::Copy>,
-    pub(crate) migrations: crate::jobs::migrate::Migrations,
+    pub(crate) migrations: crate::jobs::migrate::state::Migrations,
     /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
     pub(crate) loans: crate::loan::state::Loans,
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).

@@ -13,7 +13,7 @@
 //! pile up on the destination (AIO's detached duplicates into a slower pool), each copy
 //! operation waits behind that backlog, and the model adds that wait.
 
-use super::{CopyPriority, MigrationParams, Scheme};
+use super::params::{CopyPriority, MigrationParams, Scheme};
 use crate::config::Medium;
 use crate::engine::Engine;
 use crate::overlay::Overlay;
@@ -265,7 +265,7 @@ impl Engine {
     }
 
     /// Take over the destination chunks an interrupted job's `Moved` entries point into.
-    pub(crate) fn adopt_moved(&self, job: &mut super::Job) {
+    pub(crate) fn adopt_moved(&self, job: &mut super::state::Job) {
         let cb = self.cfg.chunk_bytes;
         for (s, e, o) in self.vols[job.vol as usize].overlay.iter() {
             let Overlay::Moved { dev_offset, .. } = o else {

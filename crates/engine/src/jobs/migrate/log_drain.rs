@@ -37,6 +37,7 @@
 //! Cancel: a chunk being drained finishes its write-back (the volume stays valid with
 //! or without the `Log` entries it still has), and the volume logs again.
 
+use super::state::{DrainChunk, LogPiece};
 use crate::chunkmap::ChunkLoc;
 use crate::engine::{Engine, OpSpec, Owner};
 use crate::extents::ExtentValue;
@@ -46,23 +47,6 @@ use crate::layout::chunk_offset;
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 use crate::volume::{ChunkState, Volume};
-
-/// A live log range of a chunk being written back: (start, end, log pool, device offset).
-type LogPiece = (u64, u64, PoolId, u64);
-
-/// One chunk's write-back in flight (`Migrations::log_drains`). Kept outside the job: a
-/// cancel may end the job before the write-back's completions arrive.
-#[derive(Debug)]
-pub(crate) struct DrainChunk {
-    pieces: Vec<LogPiece>,
-    /// Copies and zero-fills not yet done.
-    pending: u32,
-    failed: Option<Errno>,
-    /// The home chunk: where the copies go.
-    home: (PoolId, u64),
-    /// The chunk was unmapped: `home` was allocated for it and is mapped once done.
-    allocated: bool,
-}
 
 /// The live `Log` ranges of chunk `c` of `vol`, clipped to the chunk.
 fn log_pieces(vol: &Volume, c: u64, cb: u64) -> Vec<LogPiece> {

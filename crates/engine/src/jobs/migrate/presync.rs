@@ -8,6 +8,7 @@
 //! `MAX_ROUNDS`). Only a shortening: the pivot's commit still flushes whatever the drain
 //! adds, so a failed or skipped pre-sync costs downtime, never data.
 
+use super::state::PreSync;
 use crate::engine::Engine;
 use crate::types::Outputs;
 
@@ -15,17 +16,6 @@ use crate::types::Outputs;
 const MAX_ROUNDS: u32 = 3;
 /// A round this short leaves little for the paused commit: pause after it.
 const SETTLED_NS: u64 = 10_000_000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PreSync {
-    NotYet,
-    /// Round `round` (from 1) of the volume's commits is in flight since `started_ns`.
-    Started {
-        round: u32,
-        started_ns: u64,
-    },
-    Done,
-}
 
 impl Engine {
     /// True once the destination has been flushed ahead of the pause; else starts a round

@@ -12,6 +12,7 @@
 
 use bytes::Bytes;
 
+use super::state::Dup;
 use super::{MigrationPhase, Progress, Scheme};
 use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
@@ -22,17 +23,6 @@ use crate::layout::chunk_offset;
 use crate::overlay::Overlay;
 use crate::types::{DevKind, Errno, IoClass, Outputs, PoolId};
 use crate::volume::Waiter;
-
-/// An AIO duplicate waiting behind another to the same chunk (so they land in order).
-#[derive(Clone, Debug)]
-pub(crate) struct Dup {
-    pub chunk: u64,
-    pub dev: u64,
-    pub len: u64,
-    pub kind: DevKind,
-    pub payload: Option<Bytes>,
-    pub not_before_ns: u64,
-}
 
 impl Engine {
     /// Route write piece `[s, e)` of request `key` if the migration takes it; false sends

@@ -10,7 +10,7 @@
 //! sweep back to it. So it returns what the scan from 0 returned (the lowest chunk still
 //! to copy), in O(chunks) for the whole pause.
 
-use super::Progress;
+use super::progress::Progress;
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LeftSweep {

@@ -21,10 +21,9 @@
 //!    (`defer_free`). A job that cannot resume at mount is cancelled so, or completed if
 //!    its pivot was durable (`resume.rs`).
 
-use std::collections::BTreeSet;
-
 use smallvec::smallvec;
 
+use super::state::HeldRegion;
 use crate::chunkmap::ChunkLoc;
 use crate::config::Provisioning;
 use crate::control::ControlError;
@@ -35,25 +34,6 @@ use crate::reclaim::Freed;
 use crate::types::PoolId;
 
 /// A region a finished job still holds until the volume table stops naming it.
-#[derive(Clone, Debug)]
-pub(crate) struct HeldRegion {
-    pub vol: u32,
-    pub pool: PoolId,
-    pub first: u64,
-    pub chunks: u64,
-    /// For the invariant checker's report.
-    pub what: &'static str,
-}
-
-/// Thick volumes' regions between a job's end and the table write that frees them.
-#[derive(Default)]
-pub(crate) struct ThickRegions {
-    pub held: Vec<HeldRegion>,
-    /// Volumes whose chunks point at their new region with `At` entries until the table
-    /// naming it is durable (then they become `Home` again). Tier moves wait meanwhile.
-    pub rehoming: BTreeSet<u32>,
-}
-
 /// Whether table record `r` names region `(pool, first)`: as the home region or as a
 /// job's new region.
 fn names_region(r: &VolumeRecord, pool: PoolId, first: u64) -> bool {
