@@ -70,10 +70,11 @@ def tiervisor_bin():
     return b
 
 
-def serve_config(d, pools_and_volumes, log=False):
+def serve_config(d, pools_and_volumes, log=False, cpus=None):
     """Start `tiervisor serve --format-new` in a fresh `d` with a config of its own listener
     and admin socket plus `pools_and_volumes` (TOML). Returns (process, port); with `log`,
-    the server's stderr goes to d/serve.log."""
+    the server's stderr goes to d/serve.log; with `cpus` (a taskset list), the server runs
+    on those CPUs only."""
     port = free_port()
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -85,7 +86,8 @@ unix_socket = ""
 admin_socket = "admin.sock"
 {pools_and_volumes}""")
     err = open(os.path.join(d, "serve.log"), "w") if log else subprocess.DEVNULL
-    p = subprocess.Popen([tiervisor_bin(), "serve", "--config", cfg, "--format-new"],
+    pin = ["taskset", "-c", cpus] if cpus else []
+    p = subprocess.Popen(pin + [tiervisor_bin(), "serve", "--config", cfg, "--format-new"],
                          stdout=subprocess.DEVNULL, stderr=err)
     wait_port(port)
     # The NBD port is bound before the pools are mounted; the admin socket only once the
@@ -96,6 +98,20 @@ admin_socket = "admin.sock"
             raise SystemExit(f"server in {d} did not become ready")
         time.sleep(0.05)
     return p, port
+
+
+def fio_randread_iops(port, names, runtime, cpus=None):
+    """4 KiB random reads at depth 8 on each export of `names` at once (fio's nbd engine,
+    1 s ramp): {name: IOPS}. With `cpus`, fio runs on those CPUs only."""
+    pin = ["taskset", "-c", cpus] if cpus else []
+    args = pin + ["fio", "--output-format=json", "--ioengine=nbd", "--rw=randread", "--bs=4k",
+                  "--size=1g", "--time_based", f"--runtime={runtime}", "--ramp_time=1",
+                  "--randrepeat=0", "--iodepth=8"]
+    for name in names:
+        args += [f"--name={name}", f"--uri=nbd://127.0.0.1:{port}/{name}"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    jobs = {j["jobname"]: j for j in json.loads(out[out.index("{"):])["jobs"]}
+    return {n: jobs[n]["read"]["iops"] for n in names}
 
 
 def serve_one_volume(d, pool_size, pool_keys=""):

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbd_peers import serve_config, tiervisor_bin  # noqa: E402
+from nbd_peers import fio_randread_iops, serve_config, tiervisor_bin  # noqa: E402
 
 VOLUME_BYTES = 1 << 30
 
@@ -61,14 +61,7 @@ def ctl_qos(d, reservation):
 
 
 def run_fio(port, runtime):
-    args = ["fio", "--output-format=json", "--ioengine=nbd", "--rw=randread", "--bs=4k",
-            "--size=1g", "--time_based", f"--runtime={runtime}", "--ramp_time=1",
-            "--randrepeat=0", "--iodepth=8"]
-    for name in ["res", "hog"]:
-        args += [f"--name={name}", f"--uri=nbd://127.0.0.1:{port}/{name}"]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    jobs = {j["jobname"]: j for j in json.loads(out[out.index("{"):])["jobs"]}
-    return {n: jobs[n]["read"]["iops"] for n in ["res", "hog"]}
+    return fio_randread_iops(port, ["res", "hog"], runtime)
 
 
 def main():

@@ -21,27 +21,17 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbd_peers import free_port, tiervisor_bin, wait_port  # noqa: E402
+from nbd_peers import fio_randread_iops, serve_config  # noqa: E402
 
 CONFIGS = [("1 shard", 1, "pool"), ("2 shards, pool", 2, "pool"), ("2 shards, local", 2, "local")]
 
 
 def serve(d, threads, qos):
-    port = free_port()
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    cfg = os.path.join(d, "bench.toml")
-    with open(cfg, "w") as f:
-        f.write(f"""data_dir = "{d}"
-listen = "127.0.0.1:{port}"
-unix_socket = ""
-admin_socket = "admin.sock"
-threads = {threads}
+    # The server on CPU 0, fio on CPU 1 (`run_fio`).
+    return serve_config(d, f"""threads = {threads}
 shard_qos = "{qos}"
 [[pool]]
 name = "disk"
@@ -62,28 +52,11 @@ size = "1g"
 pool = "disk"
 provisioning = "thick"
 weight = 9
-""")
-    err = open(os.path.join(d, "serve.log"), "w")
-    p = subprocess.Popen(["taskset", "-c", "0", tiervisor_bin(), "serve", "--config", cfg,
-                          "--format-new"], stdout=subprocess.DEVNULL, stderr=err)
-    wait_port(port)
-    t = time.time() + 60
-    while not os.path.exists(os.path.join(d, "admin.sock")):
-        if time.time() > t or p.poll() is not None:
-            raise SystemExit(f"server in {d} did not become ready")
-        time.sleep(0.05)
-    return p, port
+""", log=True, cpus="0")
 
 
 def run_fio(port, runtime):
-    args = ["taskset", "-c", "1", "fio", "--output-format=json", "--ioengine=nbd",
-            "--rw=randread", "--bs=4k", "--size=1g", "--time_based", f"--runtime={runtime}",
-            "--ramp_time=1", "--randrepeat=0", "--iodepth=8"]
-    for name in ["light", "heavy"]:
-        args += [f"--name={name}", f"--uri=nbd://127.0.0.1:{port}/{name}"]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    jobs = {j["jobname"]: j for j in json.loads(out[out.index("{"):])["jobs"]}
-    return {n: jobs[n]["read"]["iops"] for n in ["light", "heavy"]}
+    return fio_randread_iops(port, ["light", "heavy"], runtime, cpus="1")
 
 
 def main():
