@@ -78,6 +78,25 @@ fn write_rate_between(
     done as f64 / (to - from).as_secs_f64()
 }
 
+/// A system of one HDD pool `disk` of `pool_size` under mClock at queue depth 1 (plus
+/// `pool_keys`), with top-level keys `top` and two 32 MiB thick volumes (name, keys).
+fn mclock_disk_config(
+    top: &str,
+    pool_size: &str,
+    pool_keys: &str,
+    vols: [(&str, &str); 2],
+) -> String {
+    let mut c = format!(
+        "chunk = \"1m\"\njournal = \"4m\"\n{top}\n[[pool]]\nname = \"disk\"\npath = \"disk.pool\"\nsize = \"{pool_size}\"\nkind = \"hdd\"\nqueue_depth = 1\nscheduler = \"mclock\"\n{pool_keys}\n"
+    );
+    for (name, keys) in vols {
+        c += &format!(
+            "[[volume]]\nname = \"{name}\"\nsize = \"32m\"\npool = \"disk\"\nprovisioning = \"thick\"\n{keys}\n"
+        );
+    }
+    c
+}
+
 #[test]
 fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
     let d = TempDir::new("qos");
@@ -130,17 +149,16 @@ fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
 fn a_reservation_holds_against_a_heavier_volume_and_only_with_it() {
     let d = TempDir::new("qos-res");
     let conf = d.path().join("res.toml");
-    let volume = |name: &str, keys: &str| {
-        format!(
-            "[[volume]]\nname = \"{name}\"\nsize = \"32m\"\npool = \"disk\"\nprovisioning = \"thick\"\n{keys}\n"
-        )
-    };
     std::fs::write(
         &conf,
-        format!(
-            "chunk = \"1m\"\njournal = \"4m\"\n\n[[pool]]\nname = \"disk\"\npath = \"disk.pool\"\nsize = \"96m\"\nkind = \"hdd\"\nqueue_depth = 1\nscheduler = \"mclock\"\nthrottle = {{ model = \"linear\", k = 1, adapt = false }}\n\n{}{}",
-            volume("res", "weight = 1\nreservation_iops = 60"),
-            volume("hog", "weight = 9"),
+        mclock_disk_config(
+            "",
+            "96m",
+            "throttle = { model = \"linear\", k = 1, adapt = false }\n",
+            [
+                ("res", "weight = 1\nreservation_iops = 60"),
+                ("hog", "weight = 9"),
+            ],
         ),
     )
     .unwrap();
@@ -264,17 +282,13 @@ fn weights_hold_across_two_shards_and_ctl_stat_shows_the_shares() {
     for qos in ["pool", "local"] {
         let d = TempDir::new("qos-shards");
         let conf = d.path().join("shards.toml");
-        let volume = |name: &str, keys: &str| {
-            format!(
-                "[[volume]]\nname = \"{name}\"\nsize = \"32m\"\npool = \"disk\"\nprovisioning = \"thick\"\n{keys}\n"
-            )
-        };
         std::fs::write(
             &conf,
-            format!(
-                "chunk = \"1m\"\njournal = \"4m\"\nshard_qos = \"{qos}\"\n\n[[pool]]\nname = \"disk\"\npath = \"disk.pool\"\nsize = \"192m\"\nkind = \"hdd\"\nqueue_depth = 1\nscheduler = \"mclock\"\n\n{}{}",
-                volume("light", "weight = 1"),
-                volume("heavy", "weight = 9"),
+            mclock_disk_config(
+                &format!("shard_qos = \"{qos}\"\n"),
+                "192m",
+                "",
+                [("light", "weight = 1"), ("heavy", "weight = 9")],
             ),
         )
         .unwrap();
