@@ -43,6 +43,8 @@ use serde::Deserialize;
 use tiervisor_conf::{LogToml, SizeVal, Source, Spanned, TieringToml, system};
 use tiervisor_engine::{Medium, SchedSpec};
 
+#[path = "scenario_bench.rs"]
+mod bench_vm;
 #[path = "scenario_host.rs"]
 mod host_vm;
 #[path = "scenario_migration.rs"]
@@ -172,6 +174,7 @@ struct RawVm {
     surge: Option<RawSurge>,
     app: Option<RawApp>,
     spc: Option<spc_vm::RawSpc>,
+    bench: Option<bench_vm::RawBench>,
     host: Option<host_vm::RawHost>,
     host_journal: Option<host_vm::RawHostJournal>,
 }
@@ -440,6 +443,8 @@ pub enum WorkloadSpec {
     App(AppJob),
     /// An imitation of one of seed 000's SPC traces.
     Spc(SpcJob),
+    /// A block-level imitation of one of seed 004's Table 7 benchmarks.
+    Bench(tiervisor_workload::BenchJob),
     /// The host file system's periodic journal commits (seed 001's hTag FLUSHes).
     HostJournal(host_vm::HostJournalJob),
 }
@@ -524,6 +529,10 @@ impl Scenario {
                 }
                 WorkloadSpec::Surge(c) => touched.extend(0..c.region_bytes.div_ceil(cb)),
                 WorkloadSpec::App(j) => {
+                    touched
+                        .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
+                }
+                WorkloadSpec::Bench(j) => {
                     touched
                         .extend(j.offset_bytes / cb..(j.offset_bytes + j.size_bytes).div_ceil(cb));
                 }
@@ -711,12 +720,13 @@ impl Scenario {
                 + vm.surge.is_some() as u8
                 + vm.app.is_some() as u8
                 + vm.spc.is_some() as u8
+                + vm.bench.is_some() as u8
                 + vm.host_journal.is_some() as u8
                 != 1
             {
                 return cx.err(
                     svm.span(),
-                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge], a [vm.app], a [vm.spc] or a [vm.host_journal] table",
+                    "a [[vm]] needs exactly one of `trace = ...`, a [vm.fio], a [vm.surge], a [vm.app], a [vm.spc], a [vm.bench] or a [vm.host_journal] table",
                 );
             }
             if let Some(h) = &vm.host_journal {
@@ -736,6 +746,17 @@ impl Scenario {
                     name: vm_name(),
                     volume,
                     workload: WorkloadSpec::Spc(job),
+                    guest_commit_ns: None,
+                });
+                continue;
+            }
+            if let Some(b) = &vm.bench {
+                let job = bench_vm::bench_job(&cx, b, volumes[volume].size_bytes)?;
+                vms.push(VmSpec {
+                    host: host.clone(),
+                    name: vm_name(),
+                    volume,
+                    workload: WorkloadSpec::Bench(job),
                     guest_commit_ns: None,
                 });
                 continue;

@@ -3,8 +3,8 @@
 //! can be predicted in simulation and checked for real.
 
 use tiervisor_workload::{
-    AppWorkload, FioWorkload, GuestCommit, HostJournal, HostPath, SpcWorkload, SurgeWorkload,
-    TraceWorkload, Workload,
+    AppWorkload, BenchWorkload, FioWorkload, GuestCommit, HostJournal, HostPath, SpcWorkload,
+    SurgeWorkload, TraceWorkload, Workload,
 };
 
 use crate::scenario::{VmSpec, WorkloadSpec};
@@ -85,6 +85,11 @@ impl WorkloadSpec {
                 let mut job = job.clone();
                 job.seed = vm_seed;
                 (Box::new(AppWorkload::new(job)), None)
+            }
+            WorkloadSpec::Bench(job) => {
+                let mut job = job.clone();
+                job.seed = vm_seed;
+                (Box::new(BenchWorkload::new(job)), None)
             }
             WorkloadSpec::Spc(job) => {
                 let mut job = job.clone();

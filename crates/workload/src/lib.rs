@@ -5,6 +5,7 @@
 //! system completes them (closed loop).
 
 pub mod apps;
+pub mod bench;
 pub mod commit;
 pub mod error;
 pub mod r#gen;
@@ -15,6 +16,7 @@ pub mod surge;
 pub mod trace;
 
 pub use apps::{AppJob, AppKind, AppWorkload};
+pub use bench::{BenchJob, BenchKind, BenchWorkload};
 pub use commit::{GuestCommit, HostJournal};
 pub use error::WorkloadError;
 pub use r#gen::{FioJob, FioRw, FioWorkload};
