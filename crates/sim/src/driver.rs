@@ -1060,6 +1060,14 @@ impl Simulation {
             stats,
             mean_latency_us: stats.mean_latency_ns() / 1e3,
             buffer_utilisation,
+            by_tag: crate::report::TagFlushes::by_tag(s.flush_latencies_ns(), |tag| {
+                // Tag 0 is the host's; a volume's tag is its index + 1 (`Tag::code`).
+                match tag.checked_sub(1) {
+                    None => "host".to_string(),
+                    Some(v) => (self.scenario.volumes.get(v as usize))
+                        .map_or_else(|| format!("tag {tag}"), |v| v.name.clone()),
+                }
+            }),
         })
     }
 

@@ -214,6 +214,45 @@ pub struct FlushReport {
     pub mean_latency_us: f64,
     /// (seconds since the workloads started, fraction of the write buffer in use).
     pub buffer_utilisation: Vec<(f64, f64)>,
+    /// FLUSH latency by who asked (the device tag's volume, or the host), the whole run.
+    pub by_tag: Vec<TagFlushes>,
+}
+
+/// The FLUSHes one tag sent: how many, and their latency's mean and spread.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TagFlushes {
+    /// The volume whose tag it is, or `host` (tag 0: the engine's own metadata).
+    pub who: String,
+    pub flushes: u64,
+    pub mean_us: f64,
+    pub median_us: f64,
+    pub p90_us: f64,
+    pub max_us: f64,
+}
+
+impl TagFlushes {
+    /// Group `(tag, latency ns)` pairs by tag, naming each with `who(tag)`; ordered by tag.
+    pub fn by_tag(latencies_ns: &[(u32, u64)], who: impl Fn(u32) -> String) -> Vec<TagFlushes> {
+        let mut tags: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+        for &(tag, ns) in latencies_ns {
+            tags.entry(tag).or_default().push(ns);
+        }
+        tags.into_iter()
+            .map(|(tag, mut v)| {
+                v.sort_unstable();
+                // Nearest rank: the smallest latency at or above that share of FLUSHes.
+                let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+                TagFlushes {
+                    who: who(tag),
+                    flushes: v.len() as u64,
+                    mean_us: v.iter().sum::<u64>() as f64 / v.len() as f64 / 1e3,
+                    median_us: rank(0.5) as f64 / 1e3,
+                    p90_us: rank(0.9) as f64 / 1e3,
+                    max_us: rank(1.0) as f64 / 1e3,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -506,5 +545,30 @@ impl SimReport {
                 let _ = writeln!(s, "  error: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TagFlushes;
+
+    #[test]
+    fn flushes_are_grouped_by_tag_with_nearest_rank_percentiles() {
+        let ns = |us: u64| us * 1000;
+        let mut lat: Vec<(u32, u64)> = (1..=10).map(|us| (2, ns(us))).collect();
+        lat.push((0, ns(7)));
+        lat.insert(3, (2, ns(100)));
+        let t = TagFlushes::by_tag(&lat, |tag| format!("t{tag}"));
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].who.as_str(), t[0].flushes, t[0].median_us),
+            ("t0", 1, 7.0)
+        );
+        // 1..=10 and 100: the 6th of 11 is 6, the 10th is 10, the mean is 155 / 11.
+        assert_eq!(
+            (t[1].flushes, t[1].median_us, t[1].p90_us, t[1].max_us),
+            (11, 6.0, 10.0, 100.0)
+        );
+        assert!((t[1].mean_us - 155.0 / 11.0).abs() < 1e-9);
     }
 }

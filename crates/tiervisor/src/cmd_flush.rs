@@ -121,6 +121,7 @@ fn tables(r: &FlushResult) -> String {
             t.queued,
         );
     }
+    flushers(&mut s, r);
     let _ = writeln!(s, "\nFigure 7: mean write-buffer utilisation");
     let _ = writeln!(s, "{:>4} {:>9} {:>9}", "N", "Baseline", "tagged");
     for m in &r.micro {
@@ -208,4 +209,39 @@ fn write_out(dir: &Path, r: &FlushResult, text: &str) -> std::io::Result<()> {
     }
     std::fs::write(dir.join("fig7_buffer.csv"), util)?;
     Ok(())
+}
+
+/// Per-FLUSH latency by who sent it: the means Figure 6b averages, taken apart.
+fn flushers(s: &mut String, r: &FlushResult) {
+    let _ = writeln!(
+        s,
+        "\nFLUSH latency by who sent it, Baseline -> tagged: count, median and mean us (VM2: its fsyncs and 5 s commits; VM1: its 5 s commits; the paper's Figure 6b averages every FLUSH)"
+    );
+    let _ = writeln!(
+        s,
+        "{:>4} {:>6} {:>11} {:>17} {:>17} {:>7} {:>7}",
+        "N", "who", "FLUSHes", "median us", "mean us", "med x", "mean x"
+    );
+    for m in r.micro.iter().filter(|m| m.fsync_every > 0) {
+        for who in ["vm2", "vm1"] {
+            let (Some(b), Some(t)) = (m.baseline.flusher(who), m.tagged.flusher(who)) else {
+                continue;
+            };
+            let x = |t: f64, b: f64| if b > 0.0 { t / b } else { 0.0 };
+            let _ = writeln!(
+                s,
+                "{:>4} {:>6} {:>5}->{:<5} {:>8.0}->{:<8.0} {:>8.0}->{:<8.0} {:>7.2} {:>7.2}",
+                m.fsync_every,
+                who,
+                b.flushes,
+                t.flushes,
+                b.median_us,
+                t.median_us,
+                b.mean_us,
+                t.mean_us,
+                x(t.median_us, b.median_us),
+                x(t.mean_us, b.mean_us),
+            );
+        }
+    }
 }

@@ -113,6 +113,9 @@ pub struct Ssd {
     /// Latest program completion per tag (a tagged FLUSH waits only for its own).
     tag_last_program_ns: BTreeMap<u32, u64>,
     flush_stats: FlushStats,
+    /// (tag, latency) of every FLUSH, in completion order: the per-VM medians the mean
+    /// in `flush_stats` hides (16 bytes a FLUSH).
+    flush_latencies_ns: Vec<(u32, u64)>,
     /// Translation and mapping-log pages programmed so far.
     map_pages_written: u64,
     /// Buffer occupancy samples (time, bytes), one every `sample_every_ns`.
@@ -169,6 +172,7 @@ impl Ssd {
             map,
             tag_last_program_ns: BTreeMap::new(),
             flush_stats: FlushStats::default(),
+            flush_latencies_ns: Vec::new(),
             map_pages_written: 0,
             samples: Vec::new(),
             sample_every_ns: 0,
@@ -398,6 +402,7 @@ impl DeviceModel for Ssd {
                 self.barrier_ns = done;
                 self.flush_stats.flushes += 1;
                 self.flush_stats.latency_ns_total += done - arrived_ns;
+                self.flush_latencies_ns.push((req.tag, done - arrived_ns));
                 done
             }
             DevOpKind::Trim => {

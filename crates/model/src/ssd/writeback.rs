@@ -134,6 +134,12 @@ impl Ssd {
         self.flush_stats
     }
 
+    /// (device tag, latency from arrival to completion) of every FLUSH so far, in the
+    /// order they were served; the latencies sum to `flush_stats().latency_ns_total`.
+    pub fn flush_latencies_ns(&self) -> &[(u32, u64)] {
+        &self.flush_latencies_ns
+    }
+
     /// Buffered pages of `tag` waiting in the write-back buffer (tests, reports).
     pub fn buffered_pages_of(&self, tag: u32) -> usize {
         self.wb.as_ref().map_or(0, |w| w.tag_len(tag))
