@@ -97,6 +97,10 @@ fn mclock_disk_config(
     c
 }
 
+/// The share of its limit a limited volume must at least reach: below it, the limit
+/// acted as a lower one (a limit of 200 enforced as 100 fails; 400 reads apart from 200).
+const LIMIT_FLOOR: f64 = 0.75;
+
 #[test]
 fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
     let d = TempDir::new("qos");
@@ -109,18 +113,21 @@ fn a_limited_volume_is_held_to_its_limit_and_ctl_qos_changes_it() {
     let srv = ServerProc::start(d.path(), &["--config", conf.to_str().unwrap()]);
     let mut s = handshake(&srv.addr, "lim");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let iops = write_iops(&mut s, 8, 2.0);
+    // The limit is the ceiling (10 % over fails: an unlimited page-cached pool does
+    // thousands). The floor only shows the limit was not turned into a lower one: a
+    // server starved of CPU (a full suite beside other builds, load 15) measured 173.
+    let iops = write_iops(&mut s, 8, 3.0);
     assert!(
-        (180.0..=220.0).contains(&iops),
+        (LIMIT_FLOOR * 200.0..=220.0).contains(&iops),
         "limit 200 IOPS, measured {iops:.0}"
     );
     let out = run(Command::new(bin())
         .args(["ctl", "qos", "lim", "--limit-iops", "400", "--data-dir"])
         .arg(d.path()));
     assert!(out.contains("limit 400 IOPS"), "{out}");
-    let iops = write_iops(&mut s, 8, 2.0);
+    let iops = write_iops(&mut s, 8, 3.0);
     assert!(
-        (360.0..=440.0).contains(&iops),
+        (LIMIT_FLOOR * 400.0..=440.0).contains(&iops),
         "limit 400 IOPS, measured {iops:.0}"
     );
     let st = run(Command::new(bin())
