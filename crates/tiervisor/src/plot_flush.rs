@@ -132,6 +132,7 @@ mod tests {
                 .map(|i| (0.05 * i as f64, 0.04 * i as f64))
                 .collect(),
             time_us_per_flush: Default::default(),
+            by_flusher: vec![],
         }
     }
 
