@@ -1,5 +1,5 @@
 //! `tiervisor reproduce migration`: seed 004's Tables 3, 5 and 6, the migration cost of
-//! Figures 11-14 and Figure 15 (Mix) in simulation, printed as tables (or JSON) with the
+//! Figures 11-14, Figures 10-12 over Table 7's benchmarks and Figure 15 (Mix) in simulation, printed as tables (or JSON) with the
 //! paper's numbers beside ours; with `--out DIR`, the figures as SVG plots.
 
 use clap::Args;
@@ -178,6 +178,7 @@ pub(crate) fn tables(r: &MigrationResult) -> String {
         let _ = writeln!(s, "{} {:>11.1}", cost_row(c), c.downtime_ms);
     }
     mix_tables(r, &mut s);
+    crate::cmd_migration_figs::figure_tables(r, &mut s);
     window_tables(r, &mut s);
     let held = r.orderings.iter().filter(|o| o.holds).count();
     let _ = writeln!(

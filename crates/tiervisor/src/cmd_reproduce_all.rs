@@ -163,6 +163,23 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
                     o.detail
                 )
             }));
+            let f = &r.figures;
+            notes.push(format!(
+                "Figures 10-12 over Table 7's benchmarks (block-level imitations): {} of {} of the paper's statements hold; auto is worse than the best of LR, SLR and AIO at {} of {} points.",
+                f.claims.iter().filter(|c| c.holds).count(),
+                f.claims.len(),
+                f.auto_worse_than_best_design,
+                f.auto.len()
+            ));
+            notes.extend(f.claims.iter().filter(|c| c.paper.is_none()).map(|c| {
+                format!(
+                    "[{}] Figure {}: {}: {}",
+                    if c.holds { "holds" } else { "does not hold" },
+                    c.figure,
+                    c.claim,
+                    c.detail
+                )
+            }));
             Outcome {
                 points: points::from_migration(&r),
                 notes,

@@ -7,6 +7,7 @@ mod cmd_dst;
 mod cmd_flush;
 mod cmd_load;
 mod cmd_migration;
+mod cmd_migration_figs;
 mod cmd_model;
 mod cmd_reproduce;
 mod cmd_reproduce_all;

@@ -258,6 +258,7 @@ mod tests {
                 share: vec![],
                 cost: vec![],
             },
+            figures: Default::default(),
         }
     }
 

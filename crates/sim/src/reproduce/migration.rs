@@ -26,6 +26,7 @@ use tiervisor_engine::jobs::migrate::{
     CopyPriority, CostInputs, DEFAULT_COPY_WINDOW_CHUNKS, MigrationCost, MigrationParams,
 };
 
+use super::migration_figs::{Figures, figures};
 use super::migration_mix::{MixClaim, MixRow, mix_claims, mix_rows};
 use super::run_parallel;
 use crate::{MigrationReport, RunOptions, Scenario, SimReport, Simulation};
@@ -76,7 +77,7 @@ impl Pair {
         }
     }
     /// The pool the workload runs fastest on alone (eq. 1's "best I/O performance").
-    fn best(self) -> &'static str {
+    pub(crate) fn best(self) -> &'static str {
         match self {
             Pair::HddToSsd => "dst",
             _ => "src",
@@ -227,12 +228,36 @@ struct Run {
 /// The workload runs until the migration ends (the run stops then): at 30 GB the copy
 /// takes over 15 simulated minutes, and a workload that stopped first left DBT nothing
 /// dirty to copy at the pause.
-const RUNTIME_S: u64 = 86_400;
+pub(crate) const RUNTIME_S: u64 = 86_400;
 
 /// The scenario text of a run.
 pub fn scenario_text(
     pair: Pair,
     load: Option<Load>,
+    scheme: Option<&str>,
+    alone_on: &str,
+    o: &MigrationOptions,
+) -> String {
+    scenario_text_vm(pair, load.map(fio_vm).as_deref(), scheme, alone_on, o)
+}
+
+/// A `[vm.fio]` table of `l`, running until the migration ends.
+fn fio_vm(l: Load) -> String {
+    format!(
+        "[vm.fio]\nrw = \"{}\"\nbs = \"{}k\"\nrwmixread = {}\niodepth = {}\nruntime_s = {RUNTIME_S}\nrandom_map = {}\n",
+        l.rw,
+        l.bs_kib,
+        l.rwmixread,
+        l.iodepth,
+        l.rwmixread == 0
+    )
+}
+
+/// The scenario text of a run whose VM's workload is the table `vm` (`[vm.fio]`,
+/// `[vm.bench]`, ...), or one read when None (the copy alone).
+pub(crate) fn scenario_text_vm(
+    pair: Pair,
+    vm: Option<&str>,
     scheme: Option<&str>,
     alone_on: &str,
     o: &MigrationOptions,
@@ -246,16 +271,10 @@ pub fn scenario_text(
         if scheme.is_some() { "src" } else { alone_on },
         o.image_mib
     );
-    match load {
-        Some(l) => {
-            s += &format!(
-                "[[vm]]\nvolume = \"vm\"\n[vm.fio]\nrw = \"{}\"\nbs = \"{}k\"\nrwmixread = {}\niodepth = {}\nruntime_s = {RUNTIME_S}\nrandom_map = {}\n",
-                l.rw,
-                l.bs_kib,
-                l.rwmixread,
-                l.iodepth,
-                l.rwmixread == 0
-            )
+    match vm {
+        Some(table) => {
+            s += "[[vm]]\nvolume = \"vm\"\n";
+            s += table;
         }
         // One read: the whole image is mapped (prefilled), nothing else runs.
         None => s += "[[vm]]\nvolume = \"vm\"\n[vm.fio]\nrw = \"randread\"\nbs = \"4k\"\nios = 1\n",
@@ -263,7 +282,7 @@ pub fn scenario_text(
     if let Some(sc) = scheme {
         s += &format!(
             "[[migration]]\nvolume = \"vm\"\nto = \"dst\"\nscheme = \"{sc}\"\nat_s = {}\nrate_mb_s = {}\ngranularity = \"512\"\ncopy_priority = \"{}\"\ncopy_window_chunks = {}\n{}",
-            if load.is_some() { 0.5 } else { 0.0 },
+            if vm.is_some() { 0.5 } else { 0.0 },
             o.rate_mb_s,
             o.copy_priority.name(),
             o.copy_window_chunks,
@@ -275,7 +294,7 @@ pub fn scenario_text(
 }
 
 /// The parameters the runs' migrations get (`scenario_text`), for `auto`'s prediction.
-fn job_params(o: &MigrationOptions) -> MigrationParams {
+pub(crate) fn job_params(o: &MigrationOptions) -> MigrationParams {
     MigrationParams {
         rate_bytes_per_s: o.rate_mb_s * 1_000_000,
         granularity_bytes: 512,
@@ -311,7 +330,7 @@ fn run_one(r: Run, o: &MigrationOptions) -> Result<SimReport, String> {
     })
 }
 
-fn migration_of(r: &SimReport) -> Result<&MigrationReport, String> {
+pub(crate) fn migration_of(r: &SimReport) -> Result<&MigrationReport, String> {
     let m = r.migrations.first().ok_or("the run started no migration")?;
     if m.phase != "done" {
         return Err(format!(
@@ -374,7 +393,7 @@ pub struct ShareRow {
 
 impl ShareRow {
     /// Migration `m`'s SSD share (Table 6's run) beside the formula at `alpha`.
-    fn of(
+    pub(crate) fn of(
         pair: Pair,
         scheme: &'static str,
         alpha: f64,
@@ -415,7 +434,13 @@ pub struct CostRow {
 impl CostRow {
     /// Migration `m`'s cost (the Iometer-like run) against the image copy alone
     /// (`copy_s`) and the workload alone on the faster pool (`best` IOPS).
-    fn of(pair: Pair, scheme: &'static str, m: &MigrationReport, copy_s: f64, best: f64) -> Self {
+    pub(crate) fn of(
+        pair: Pair,
+        scheme: &'static str,
+        m: &MigrationReport,
+        copy_s: f64,
+        best: f64,
+    ) -> Self {
         let time_s = m.migration_time_s.unwrap_or(0.0);
         let inputs = CostInputs {
             migration_time_ns: (time_s * 1e9) as u64,
@@ -493,6 +518,8 @@ pub struct MigrationResult {
     pub mix_claims: Vec<MixClaim>,
     /// tiervisor's DBT rows with its copy window (not judged against the paper).
     pub tiervisor: WindowRows,
+    /// Figures 10-12 over Table 7's benchmarks (`migration_figs.rs`).
+    pub figures: Figures,
 }
 
 /// The lowest-MC scheme of `pair` at gamma index `g`.
@@ -728,6 +755,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         &job_params(o),
     )?;
     let mix_claims = mix_claims(&mix);
+    let figures = figures(o)?;
     Ok(MigrationResult {
         image_mib: o.image_mib,
         table3_image_mib: o.table3_image_mib,
@@ -748,6 +776,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         mix,
         mix_claims,
         tiervisor: window,
+        figures,
     })
 }
 

@@ -81,7 +81,12 @@ fn mc(cost: &[CostRow], pair: Pair, scheme: &str, gamma: f64) -> Result<f64, Str
 
 /// `auto`'s pick for `pair` at `gamma`, for a workload writing `write_share` of its bytes,
 /// for a job with parameters `job` (its copy priority, rate, buffer, AIO threshold).
-fn auto_pick(pair: Pair, write_share: f64, gamma: f64, job: &MigrationParams) -> &'static str {
+pub(crate) fn auto_pick(
+    pair: Pair,
+    write_share: f64,
+    gamma: f64,
+    job: &MigrationParams,
+) -> &'static str {
     let (src, dst) = pair.models();
     let (src, dst) = (medium(src), medium(dst));
     let p = MigrationParams {

@@ -5,6 +5,8 @@
 pub mod flush;
 mod logwrite;
 pub mod migration;
+pub mod migration_claims;
+pub mod migration_figs;
 pub mod migration_mix;
 pub mod points;
 mod scheduling;

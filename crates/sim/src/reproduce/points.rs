@@ -131,7 +131,8 @@ pub fn from_scheduling(r: &SchedulingReport) -> Vec<Point> {
 }
 
 /// Seed 004's Table 3 and Table 5 downtimes, Table 6 shares where the paper's formula (at
-/// our measured alpha, beta = 1) is not zero, and the Mix figures section 7.4 states.
+/// our measured alpha, beta = 1) is not zero, the numbers section 7.3 states of Figures
+/// 11 and 12, and the Mix figures section 7.4 states.
 pub fn from_migration(r: &super::MigrationResult) -> Vec<Point> {
     let mut v: Vec<Point> = r
         .table3
@@ -166,6 +167,14 @@ pub fn from_migration(r: &super::MigrationResult) -> Vec<Point> {
             x.paper_formula,
             x.ours,
         )
+    }));
+    v.extend(r.figures.claims.iter().filter_map(|c| {
+        Some(Point::new(
+            "migration",
+            format!("Figure {} {}", c.figure, c.claim),
+            c.paper?,
+            c.ours?,
+        ))
     }));
     v.extend(r.mix_claims.iter().map(|c| {
         Point::new(
