@@ -184,7 +184,10 @@ mod tests {
                 "kind = \"iozone-read\"\nsize = \"2g\"\nops = 1\n",
                 "inside the volume",
             ),
-            ("kind = \"dbench\"\nprocs = 1000\nops = 1\n", "at least"),
+            (
+                "kind = \"dbench\"\nprocs = 1000\nsize = \"32m\"\nops = 1\n",
+                "at least",
+            ),
             (
                 "kind = \"kernel-compile\"\nthink_ms = -1\nops = 1\n",
                 "think_ms = -1",

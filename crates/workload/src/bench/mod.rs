@@ -100,11 +100,12 @@ impl BenchKind {
     pub fn default_procs(self) -> u32 {
         1
     }
-    /// Smallest region: a dbench client needs a file and the journal a block; a
+    /// Smallest region: a dbench client's directory holds its largest request (its
+    /// files are 1 MiB, or the directory when smaller) beside the journal's sixteenth; a
     /// kernel compile's halves hold its largest read and write.
     pub fn min_size_bytes(self, procs: u32, record_bytes: u64) -> u64 {
         match self {
-            BenchKind::Dbench => (procs as u64 * DBENCH_FILE) * 17 / 16 + MIB,
+            BenchKind::Dbench => (procs as u64 * 64 * KIB) * 17 / 16 + 64 * KIB,
             BenchKind::IozoneWrite | BenchKind::IozoneRead => procs as u64 * record_bytes,
             BenchKind::KernelCompile => 128 * KIB,
         }
@@ -227,13 +228,14 @@ impl BenchWorkload {
 
     /// The requests of process `p`'s next operation, each with its think time.
     fn operation(&mut self, p: usize) -> VecDeque<(u64, WlRequest)> {
-        let (o, size) = (self.job.offset_bytes, self.job.size_bytes);
+        // Whole 4 KiB blocks: every request stays aligned whatever the region's size.
+        let (o, size) = (self.job.offset_bytes, self.job.size_bytes / BLOCK * BLOCK);
         let n = self.procs.len() as u64;
         let mut s = VecDeque::new();
         match self.job.kind {
             BenchKind::Dbench => {
                 let journal = (size / 16).clamp(BLOCK, DBENCH_JOURNAL_MAX) / BLOCK * BLOCK;
-                let area = (size - journal) / n;
+                let area = (size - journal) / n / BLOCK * BLOCK;
                 let files = (area / DBENCH_FILE).max(1);
                 let total: u64 = DBENCH_WEIGHTS.iter().sum();
                 // Creates and unlinks only dirty metadata: draw until a request comes.
@@ -274,7 +276,7 @@ impl BenchWorkload {
                 }
             }
             BenchKind::IozoneWrite | BenchKind::IozoneRead => {
-                let file = size / n / 512 * 512;
+                let file = self.job.size_bytes / n / 512 * 512;
                 let rec = self.job.record_bytes.min(file);
                 let base = o + p as u64 * file;
                 let pr = &mut self.procs[p];
