@@ -18,6 +18,7 @@ mod nbd_client;
 mod plot;
 mod plot_flush;
 mod plot_migration;
+mod plot_migration_figs;
 
 use std::process::ExitCode;
 

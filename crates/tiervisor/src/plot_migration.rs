@@ -196,6 +196,7 @@ pub fn figures(r: &MigrationResult) -> Result<Vec<(String, String)>, String> {
         ));
     }
     v.push(("fig15.svg".into(), mix_svg(&r.mix, r.cost_load)?));
+    v.extend(crate::plot_migration_figs::figures(r)?);
     Ok(v)
 }
 

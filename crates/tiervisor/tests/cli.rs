@@ -336,9 +336,10 @@ fn serve_refuses_a_thread_count_out_of_range_and_creates_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `reproduce migration --out DIR` writes Figures 11-15 as SVG, each with one line per
-/// scheme in each of its three panels (2 px wide; the mesh's are 1 px), and prints Table 3
-/// and Figure 15 beside the paper's figures.
+/// `reproduce migration --out DIR` writes Figures 11-15 as SVG, and Figures 10-12 over
+/// Table 7's benchmarks, each with one line per scheme in each of its three panels (2 px
+/// wide; the mesh's are 1 px), and prints Table 3, Figure 15 and Figures 10-12 beside the
+/// paper's figures.
 #[test]
 fn reproduce_migration_writes_one_plot_per_figure_with_a_line_per_scheme() {
     let out = std::env::temp_dir().join(format!("tiervisor-mig-{}", std::process::id()));
@@ -359,10 +360,22 @@ fn reproduce_migration_writes_one_plot_per_figure_with_a_line_per_scheme() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("Table 3, downtime") && text.contains("Figure 15"),
+        text.contains("Table 3, downtime")
+            && text.contains("Figure 15")
+            && text.contains("Figure 12 (SSD to HDD)")
+            && text.contains("auto on Table 7's benchmarks"),
         "{text}"
     );
-    for (fig, lines) in [(11, 5), (12, 5), (13, 5), (14, 5), (15, 4)] {
+    for (fig, lines) in [
+        ("11", 5),
+        ("12", 5),
+        ("13", 5),
+        ("14", 5),
+        ("15", 4),
+        ("10", 5),
+        ("11-table7", 5),
+        ("12-table7", 5),
+    ] {
         let svg = std::fs::read_to_string(out.join(format!("fig{fig}.svg"))).unwrap();
         let n = svg.matches("stroke-width=\"2\" points=").count();
         assert_eq!(n, 3 * lines, "fig{fig}.svg");

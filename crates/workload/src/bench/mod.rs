@@ -20,7 +20,7 @@
 //!   one metadata block and sends nothing; a Flush (the client's fsync) writes the dirtied
 //!   metadata and one descriptor block to the journal, then FLUSHes. The guest's page cache
 //!   is not modelled (ours): every ReadX reaches the disk, and writes are not delayed.
-//!   About 3.3 % of requests are FLUSHes and 24 % of the data requests writes.
+//!   About 3.2 % of requests are FLUSHes and 24 % of the data requests writes.
 //! - **`iozone-write`** and **`iozone-read`** (IOzone's write test, `-i 0`: the file written
 //!   sequentially record by record then rewritten; and its read test, `-i 1`: read then
 //!   reread; Table 7's `IOZ_W` and `IOZ_R`: from the paper). Each process (IOzone's
