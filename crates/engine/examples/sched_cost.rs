@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use tiervisor_engine::sched::{Dispatch, QueuedOp, SchedSpec, names};
-use tiervisor_engine::types::IoClass;
+use tiervisor_engine::types::{IoClass, IoContext};
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -52,6 +52,7 @@ fn run(name: &str, depth: usize, steps: u64) -> f64 {
             is_write: r >> 60 < 4,
             class: IoClass::Foreground,
             volume: (r >> 56 & 3) as u32,
+            context: IoContext::Volume,
             arrival_ns: now,
         }
     };

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use crate::sched::{Lane, NO_VOLUME, QueuedOp};
-use crate::types::{DevKind, IoClass, PoolId, VolumeId};
+use crate::types::{DevKind, IoClass, IoContext, PoolId, VolumeId};
 
 /// Who is waiting for a device operation.
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +86,19 @@ pub(crate) enum Owner {
     Create,
 }
 
+impl Owner {
+    /// The VM request it is part of, if any: its I/O context is the request's.
+    fn request(&self) -> Option<usize> {
+        match *self {
+            Owner::Read { req, .. } | Owner::Write { req, .. } | Owner::MigWrite { req, .. } => {
+                Some(req)
+            }
+            Owner::MigDup { req, .. } if req != SINGLE => Some(req),
+            _ => None,
+        }
+    }
+}
+
 /// `Owner::Read::dest` when the device data is the whole reply.
 pub(crate) const SINGLE: usize = usize::MAX;
 
@@ -105,6 +118,9 @@ pub(crate) struct OpSpec {
     /// The volume it serves (schedulers share the device by it); `None` for engine-wide
     /// work such as startup I/O and discards of freed space.
     pub volume: Option<VolumeId>,
+    /// Who it is done for within the volume; `None`: found by [`OpSpec::resolve_context`]
+    /// from the owner (the request's context, else the engine's).
+    pub context: Option<IoContext>,
 }
 
 impl OpSpec {
@@ -120,6 +136,7 @@ impl OpSpec {
             fua: false,
             payload: None,
             volume: None,
+            context: None,
         }
     }
 
@@ -137,6 +154,23 @@ impl OpSpec {
 
     pub fn fua(mut self, fua: bool) -> OpSpec {
         self.fua = fua;
+        self
+    }
+
+    /// Done for the request whose context is `c` (an owner that does not name the
+    /// request, such as a chunk allocation's writes).
+    pub fn context(mut self, c: IoContext) -> OpSpec {
+        self.context = Some(c);
+        self
+    }
+
+    /// Fill in the context if the call site did not: the context of the VM request the
+    /// owner names (`context_of` looks it up), else [`IoContext::Engine`].
+    pub fn resolve_context(mut self, context_of: impl Fn(usize) -> Option<IoContext>) -> OpSpec {
+        if self.context.is_none() {
+            let c = self.owner.request().and_then(context_of);
+            self.context = Some(c.unwrap_or(IoContext::Engine));
+        }
         self
     }
 
@@ -158,6 +192,7 @@ pub(crate) struct Op {
     pub payload: Option<Bytes>,
     pub class: IoClass,
     pub volume: Option<VolumeId>,
+    pub context: IoContext,
     pub epoch: u64,
     pub queued: QueuedOp,
     /// The class it was queued in (a flush is never queued: foreground).
@@ -180,6 +215,7 @@ impl Op {
             is_write: spec.kind != DevKind::Read,
             class: spec.class,
             volume: spec.volume.map_or(NO_VOLUME, |v| v.0),
+            context: spec.context.unwrap_or(IoContext::Engine),
             arrival_ns: now,
         };
         Op {
@@ -192,6 +228,7 @@ impl Op {
             payload: spec.payload,
             class: spec.class,
             volume: spec.volume,
+            context: queued.context,
             epoch: 0,
             queued,
             lane: Lane::Foreground,

@@ -15,8 +15,8 @@ use crate::reclaim::{Freed, Reclaim};
 use crate::sched::{BACKGROUND_MAX_WAIT_NS, Classes, Dispatch, Lane};
 use crate::stats::PoolStats;
 use crate::types::{
-    DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, OpId, Outputs, PoolId,
-    ReqKind, Tag, VmCompletion, VolumeId,
+    DevKind, DeviceCompletion, DeviceOp, EngineEvent, Errno, IoClass, IoContext, OpId, Outputs,
+    PoolId, ReqKind, Tag, VmCompletion, VolumeId,
 };
 use crate::volume::Volume;
 
@@ -91,6 +91,8 @@ pub(crate) struct Req {
     pub stage: ReqStage,
     /// The monitor saw it continue a sequential stream.
     pub sequential: bool,
+    /// Its issuer; the device operations done for it carry it to the scheduler.
+    pub context: IoContext,
 }
 
 pub struct Engine {
@@ -344,6 +346,7 @@ impl Engine {
     /// Queue a device operation; the scheduler decides when it reaches the device.
     pub(crate) fn queue_op(&mut self, now: u64, spec: OpSpec, out: &mut Outputs) -> usize {
         let (pool, kind, class) = (spec.pool, spec.kind, spec.class);
+        let spec = spec.resolve_context(|r| self.reqs.get(r).map(|r| r.context));
         let entry = self.ops.vacant_entry();
         let key = entry.key();
         entry.insert(Op::new(key, now, spec));
@@ -507,6 +510,7 @@ impl Engine {
             payload: op.payload.take(),
             class: op.class,
             volume: op.volume,
+            context: op.context,
             tag: Tag::for_op(op.kind, op.class, op.volume),
         });
     }
@@ -987,6 +991,11 @@ impl Engine {
     #[cfg(feature = "inject-bugs")]
     pub fn inject_bug(&mut self, bug: Option<InjectedBug>) {
         self.bug = bug;
+        if let Some(b) = bug {
+            for p in &mut self.pools {
+                p.sched.inject_bug(b);
+            }
+        }
     }
 
     /// Whether this engine was given defect `b`.

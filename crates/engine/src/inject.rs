@@ -30,6 +30,11 @@ pub enum InjectedBug {
     SchedLosesWakeup,
     /// Block status reports log-structured data as zeros.
     StatusMissesLog,
+    /// CFQ charges a completed read to its volume's shared queue instead of its
+    /// process's (the key before I/O contexts): the process's queue keeps a request "on
+    /// the device" for ever, so it idles with no wake-up or stops at its quantum, and the
+    /// requests queued behind it starve (`sched/cfq.rs`).
+    CfqCompletesWrongContext,
     /// A new chunk's write that failed for space is reported as EIO (as before issue 15),
     /// so a VM sees a broken disk instead of pausing on ENOSPC.
     NoSpaceAsEio,
@@ -199,6 +204,7 @@ impl InjectedBug {
             InjectedBug::CommitSkipsLogWait => "commit-skips-log-wait",
             InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
             InjectedBug::StatusMissesLog => "status-misses-log",
+            InjectedBug::CfqCompletesWrongContext => "cfq-completes-wrong-context",
             InjectedBug::NoSpaceAsEio => "enospc-as-eio",
             InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
             InjectedBug::DbtCoalesceSkipsLastRun => "dbt-coalesce-skips-last-run",
@@ -285,6 +291,11 @@ impl InjectedBug {
     pub fn wakeup() -> [InjectedBug; 1] {
         [InjectedBug::LoanAnswerNoStep]
     }
+    /// Caught by DST's seeds whose requests name processes and whose pool runs cfq
+    /// (`crates/sim/tests/dst.rs` names the range), and by `sched::cfq`'s unit test.
+    pub fn contexts() -> [InjectedBug; 1] {
+        [InjectedBug::CfqCompletesWrongContext]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -297,6 +308,7 @@ impl InjectedBug {
             .chain(Self::clean_stop())
             .chain(Self::device())
             .chain(Self::wakeup())
+            .chain(Self::contexts())
             .find(|b| b.name() == s)
     }
 }

@@ -97,6 +97,7 @@ impl Engine {
             single: None,
             stage: ReqStage::Data,
             sequential,
+            context: req.context,
         });
         match kind {
             ReqKind::Flush => {
@@ -556,13 +557,17 @@ impl Engine {
             req: key,
         };
         self.reqs[key].outstanding += 1;
+        let ctx = self.reqs[key].context;
         let owner = Owner::Alloc { vol: v, chunk: c };
         // The rest of a fresh chunk must read as zeros, whatever the device held before.
         let spec = OpSpec::new(owner, pool, kind, IoClass::Foreground).for_volume(v);
         let spec = spec.at(base + (s - cstart), e - s).payload(payload);
-        self.queue_op(now, spec, out);
-        let zeroes =
-            || OpSpec::new(owner, pool, DevKind::WriteZeroes, IoClass::Foreground).for_volume(v);
+        self.queue_op(now, spec.context(ctx), out);
+        let zeroes = || {
+            OpSpec::new(owner, pool, DevKind::WriteZeroes, IoClass::Foreground)
+                .for_volume(v)
+                .context(ctx)
+        };
         if before > 0 {
             self.queue_op(now, zeroes().at(base, before), out);
         }

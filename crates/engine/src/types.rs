@@ -11,6 +11,26 @@ pub struct VolumeId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct PoolId(pub u16);
 
+/// Who issued a request within its volume, as Linux's per-process `io_context`. The
+/// schedulers that share a disk between processes (`cfq`, `bfq`, `cats`) key their
+/// synchronous queues, slices and anticipation on (volume, context); the volume stays
+/// the unit of QoS (weights, reservations, limits). Other schedulers ignore it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoContext {
+    /// The volume's one shared context: a client that names no process (a vhost-user
+    /// queue, a test harness).
+    #[default]
+    Volume,
+    /// A process, thread or connection of the client: the simulator's SURGE processes,
+    /// one NBD connection in `serve` (NBD carries no process id).
+    Client(u32),
+    /// The engine's own work for a volume or for the pool: commits, log appends,
+    /// write-backs, cleaning, copies, startup I/O. No process waits on it block by
+    /// block, so it is never anticipated.
+    Engine,
+}
+
 /// Identifier of a device operation, chosen by the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpId(pub u64);
@@ -78,6 +98,9 @@ pub struct VmRequest {
     pub no_hole: bool,
     /// Write data; `None` when the driver does not track data (timing simulation).
     pub payload: Option<Bytes>,
+    /// The issuing process or connection ([`IoContext::Volume`] unless the driver
+    /// knows one).
+    pub context: IoContext,
 }
 
 impl VmRequest {
@@ -97,6 +120,7 @@ impl VmRequest {
             fua: false,
             no_hole: false,
             payload: None,
+            context: IoContext::Volume,
         }
     }
 }
@@ -194,6 +218,8 @@ pub struct DeviceOp {
     pub class: IoClass,
     /// The volume the operation works for, if any (schedulers may use it).
     pub volume: Option<VolumeId>,
+    /// Who it is done for within the volume: the request's issuer, or the engine.
+    pub context: IoContext,
     /// Flush domain: what the operation's data belongs to, or which domain a FLUSH
     /// makes durable.
     pub tag: Tag,

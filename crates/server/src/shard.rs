@@ -832,6 +832,9 @@ impl Shard {
                     received_ns: now,
                 }) as u64;
                 let mut r = VmRequest::new(id, w.volume, w.kind, w.offset, w.length);
+                // NBD carries no process id: the connection is the I/O context (what
+                // cfq, bfq and cats serve as a process; one client per connection).
+                r.context = tiervisor_engine::IoContext::Client(key as u32);
                 r.fua = w.fua;
                 r.no_hole = w.no_hole;
                 r.payload = w.payload;

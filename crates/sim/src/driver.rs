@@ -10,7 +10,7 @@
 //! its last part.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Instant;
 
 use rand::RngCore;
@@ -19,8 +19,8 @@ use slab_lite::Slab;
 use tiervisor_engine::host::Wakeups;
 use tiervisor_engine::stats::Latency;
 use tiervisor_engine::{
-    DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, OpId, Outputs,
-    ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
+    DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, IoContext, OpId,
+    Outputs, ReqKind, StartMode, VmCompletion, VmRequest, VolumeId,
 };
 use tiervisor_model::array_queue::ArrayQueue;
 use tiervisor_model::queue::CommandQueue;
@@ -169,6 +169,9 @@ pub struct Simulation {
     refill: Vec<usize>,
     vms: Vec<VmRun>,
     devs: Vec<DevRun>,
+    /// Per pool, the (volume, process) I/O contexts whose operations reached the device:
+    /// the scheduler saw the workload's processes (`DeviceReport::client_contexts`).
+    dev_clients: Vec<BTreeSet<(u32, u32)>>,
     /// VM, issue time and the request's index in its workload.
     inflight: Slab<(u32, u64, u64)>,
     /// Paced requests waiting for their not-before time: VM, index, request.
@@ -324,6 +327,7 @@ impl Simulation {
             refill: Vec::new(),
             vms,
             devs: vec![DevRun::default(); npools],
+            dev_clients: vec![BTreeSet::new(); npools],
             inflight: Slab::new(),
             held: Slab::new(),
             wakeups: Wakeups::default(),
@@ -397,6 +401,9 @@ impl Simulation {
                 let p = op.pool.0 as usize;
                 let req = dev_request(op);
                 let payload = op.id.0 << 8 | p as u64;
+                if let (IoContext::Client(c), Some(v)) = (op.context, op.volume) {
+                    self.dev_clients[p].insert((v.0, c));
+                }
                 let d = &mut self.devs[p];
                 if d.outstanding == 0 {
                     d.busy_since = self.now;
@@ -496,7 +503,8 @@ impl Simulation {
         };
         let volume = v.volume;
         let id = self.inflight.insert((vm as u32, self.now, index)) as u64;
-        let req = VmRequest::new(id, volume, kind, r.offset_bytes, r.len_bytes);
+        let mut req = VmRequest::new(id, volume, kind, r.offset_bytes, r.len_bytes);
+        req.context = r.context.map_or(IoContext::Volume, IoContext::Client);
         self.engine.submit(self.now, req, &mut self.out);
     }
 
@@ -951,6 +959,7 @@ impl Simulation {
                         0.0
                     },
                     flush: self.flush_report(p),
+                    client_contexts: self.dev_clients[p].len() as u64,
                 },
             );
         }

@@ -203,6 +203,14 @@ pub struct DeviceReport {
     /// FLUSH costs and write-buffer use (SSDs with a write-back buffer or a DRAM map).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flush: Option<FlushReport>,
+    /// Distinct client I/O contexts (a workload's processes, per volume) whose
+    /// operations reached the device; 0 (not printed) when no workload names them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub client_contexts: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What FLUSH commands cost on a device (seed 001's Figures 2, 6 and 7).

@@ -56,6 +56,20 @@ fn o_direct_run_is_deterministic_and_saturates_the_disk() {
     assert!((dev.sectors_per_ms / from_vm - 1.0).abs() < 0.02);
 }
 
+/// Each of the 50 processes is its own I/O context from the workload through the
+/// engine to the device: the scheduler serves 50 issuers, not one VM.
+#[test]
+fn every_process_reaches_the_device_as_its_own_context() {
+    for scheduler in ["fifo", "cfq"] {
+        let text = scenario("").replace(
+            "queue_depth = 1",
+            &format!("queue_depth = 1\nscheduler = \"{scheduler}\""),
+        );
+        let r = run(&text);
+        assert_eq!(r.devices["cheetah"].client_contexts, 50, "{scheduler}");
+    }
+}
+
 #[test]
 fn page_cache_sends_fewer_larger_requests() {
     let direct = run(&scenario(""));

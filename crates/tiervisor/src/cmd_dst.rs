@@ -67,7 +67,7 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
     match run_range(from, to, a.steps, Faults::from_level(a.faults), bug, jobs) {
         Ok(s) => {
             println!(
-                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries ({} after an orderly stop), {} injected device errors ({} ENOSPC in {} seeds, {} lasting spells, {} mounts waited for space), {} checkpoints, {} chunk moves ({} cache fills and evictions, {} background cache writebacks, {} quiet spells, {} remaps to a kept home, {} directed moves), {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed, {} of tiered volumes, {} of thick volumes, {} of cache volumes, {} of logged volumes), {} writes buffered, {} tagged flushes, {} throttled operations, {} volumes created, {} resized ({} of them shrunk) and {} deleted while running ({} volumes moved down an index at a mount after a deletion before them), {} seeds sharded ({} shards in all; {} seeds moved space between shards: {} runs borrowed, {} given back at mount, {} writes waited for a loan; {} seeds moved budgets by demand: {} budget commands; {} seeds shared weighted pools' devices: {} share commands, {} setting a gate), {} seeds migration-heavy ({} power losses right after a FLUSH or a durable pivot), {} seeds with a queueing (NCQ) HDD ({} of them an array; {} commands served, {} ahead of an older one)",
+                "dst: seeds {from}..{to} passed ({} steps each, faults {}) in {:.1} s: {} requests, {} reads checked ({} sectors), {} power losses, {} recoveries ({} after an orderly stop), {} injected device errors ({} ENOSPC in {} seeds, {} lasting spells, {} mounts waited for space), {} checkpoints, {} chunk moves ({} cache fills and evictions, {} background cache writebacks, {} quiet spells, {} remaps to a kept home, {} directed moves), {} log appends, {} segments cleaned ({} cleaner waits for its cap), longest scheduler wait {:.3} s (bound {} s), {} migrations started ({} pivoted, {} cancelled or failed, {} of tiered volumes, {} of thick volumes, {} of cache volumes, {} of logged volumes), {} writes buffered, {} tagged flushes, {} throttled operations, {} volumes created, {} resized ({} of them shrunk) and {} deleted while running ({} volumes moved down an index at a mount after a deletion before them), {} seeds sharded ({} shards in all; {} seeds moved space between shards: {} runs borrowed, {} given back at mount, {} writes waited for a loan; {} seeds moved budgets by demand: {} budget commands; {} seeds shared weighted pools' devices: {} share commands, {} setting a gate), {} seeds migration-heavy ({} power losses right after a FLUSH or a durable pivot), {} seeds with a queueing (NCQ) HDD ({} of them an array; {} commands served, {} ahead of an older one), {} seeds whose requests named processes for cfq, bfq or cats ({} requests)",
                 a.steps,
                 a.faults,
                 t.elapsed().as_secs_f64(),
@@ -125,7 +125,9 @@ pub fn run(a: DstArgs) -> Result<(), Failure> {
                 s.ncq_seeds,
                 s.array_seeds,
                 s.ncq_served,
-                s.ncq_reordered
+                s.ncq_reordered,
+                s.context_seeds,
+                s.context_requests
             );
             Ok(())
         }

@@ -175,6 +175,7 @@ fn req(kind: WlKind, offset_bytes: u64, len_bytes: u64) -> WlRequest {
         offset_bytes,
         len_bytes,
         at_ns: None,
+        context: None,
     }
 }
 

@@ -83,6 +83,7 @@ impl<W: Workload> GuestCommit<W> {
             offset_bytes,
             len_bytes,
             at_ns: None,
+            context: None,
         };
         self.injected
             .push_back(req(WlKind::Write, at, COMMIT_JOURNAL_BYTES));
@@ -192,6 +193,7 @@ impl Workload for HostJournal {
                 offset_bytes: 0,
                 len_bytes: 0,
                 at_ns: None,
+                context: None,
             });
         }
         let at = self.next_commit.checked_mul(self.interval_ns)?;
@@ -210,6 +212,7 @@ impl Workload for HostJournal {
             offset_bytes,
             len_bytes: COMMIT_JOURNAL_BYTES,
             at_ns: Some(at),
+            context: None,
         })
     }
 

@@ -207,6 +207,7 @@ impl Workload for FioWorkload {
                     offset_bytes: 0,
                     len_bytes: 0,
                     at_ns: None,
+                    context: None,
                 });
             }
             return None;
@@ -218,6 +219,7 @@ impl Workload for FioWorkload {
                 offset_bytes: 0,
                 len_bytes: 0,
                 at_ns: None,
+                context: None,
             });
         }
         let bs = j.bs.max(512);
@@ -245,6 +247,7 @@ impl Workload for FioWorkload {
             offset_bytes: j.offset_bytes + slot * bs,
             len_bytes: bs,
             at_ns: None,
+            context: None,
         })
     }
 

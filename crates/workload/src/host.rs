@@ -120,6 +120,7 @@ impl<W: Workload> HostPath<W> {
             offset_bytes: s,
             len_bytes: end - s,
             at_ns: None,
+            context: None,
         })
     }
 

@@ -42,6 +42,9 @@ pub struct WlRequest {
     pub len_bytes: u64,
     /// When the request arrives (timed replay); `None`: as soon as a slot is free.
     pub at_ns: Option<u64>,
+    /// The process of the workload that issues it (the engine's I/O context, which
+    /// cfq, bfq and cats key their queues on); `None`: the VM names no process.
+    pub context: Option<u32>,
 }
 
 /// A source of requests for one VM.

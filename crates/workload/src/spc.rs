@@ -209,6 +209,7 @@ impl SpcWorkload {
                 offset_bytes: run.next,
                 len_bytes: len,
                 at_ns: None,
+                context: None,
             };
             run.next += len;
             return Some(req);
@@ -234,6 +235,7 @@ impl Workload for SpcWorkload {
                     offset_bytes: self.job.offset_bytes + unit * WEB_BYTES,
                     len_bytes: WEB_BYTES,
                     at_ns: None,
+                    context: None,
                 })
             }
         }

@@ -3,7 +3,8 @@
 //! spec name without naming each other (issue 11's import cycle).
 
 use super::params::Params;
-use crate::types::IoClass;
+use crate::inject::InjectedBug;
+use crate::types::{IoClass, IoContext};
 
 /// A queued device operation as a scheduler sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub struct QueuedOp {
     pub class: IoClass,
     /// Volume index, or [`NO_VOLUME`] for engine-wide work.
     pub volume: u32,
+    /// The issuing process or connection within the volume, or the engine's own work.
+    pub context: IoContext,
     pub arrival_ns: u64,
 }
 
@@ -73,6 +76,9 @@ pub trait Scheduler: Send {
     fn schedules_background(&self) -> bool {
         false
     }
+    /// Take an injected defect (DST and tests only: reached through
+    /// `Engine::inject_bug`, which exists only with the `inject-bugs` feature).
+    fn inject_bug(&mut self, _bug: InjectedBug) {}
 }
 
 /// One entry of the scheduler registry.

@@ -2,7 +2,7 @@
 //! go in the order of the Geist-Ross table (`cats_table`) under the linear model
 //! X = R/2 + S * d / D; a shadow of the drive's on-board cache predicts hits, which are
 //! dispatched first; after a read completes the disk waits up to the busdriver delay for
-//! its volume's next read; reads go before writes, writes in CSCAN order; once the
+//! its process's next read (the same volume and I/O context); reads go before writes, writes in CSCAN order; once the
 //! oldest read has waited READDELAY, reads go in CSCAN order (no table) until it has not.
 //!
 //! Defaults are the paper's for the Seagate Cheetah 15K.4 (ST373454): rotation R = 4 ms,
@@ -15,14 +15,24 @@
 //! Choices the paper leaves open: the table holds at most `table_cap` reads (128); with
 //! more pending, the `table_cap` nearest the head enter it and the rest wait for a
 //! later table (READDELAY bounds their wait). The busdriver waits only while nothing is
-//! on the device, and a volume stands for the paper's process. Writes are recorded in
+//! on the device; the paper's process is the request's (volume, I/O context), so a
+//! client that names no process waits for its volume, and the engine's own reads
+//! (context `Engine`) are never waited for. Writes are recorded in
 //! the shadow cache without prefetch. tiervisor adds `write_expire_ms` (5 s, as
 //! deadline's): a write older than that goes ahead of reads, so writes cannot starve.
 
-use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
+use super::api::{Dispatch, NO_VOLUME, QueuedOp, Registration, Scheduler};
 use super::cats_table::optimal_order;
 use super::params::Params;
 use super::sorted::SortedQueue;
+use crate::types::IoContext;
+
+/// The process the busdriver waits for.
+type Issuer = (u32, IoContext);
+
+fn issuer(op: &QueuedOp) -> Issuer {
+    (op.volume, op.context)
+}
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "cats",
@@ -152,8 +162,8 @@ pub struct Cats {
     /// Byte position after the last dispatched request.
     head: u64,
     shadow: ShadowCache,
-    /// Waiting for this volume's next read until this time.
-    busdriver: Option<(u32, u64)>,
+    /// Waiting for this process's next read until this time.
+    busdriver: Option<(Issuer, u64)>,
     in_flight: u32,
     len: usize,
 }
@@ -241,7 +251,7 @@ impl Scheduler for Cats {
             self.writes.insert(op);
             return;
         }
-        if self.busdriver.is_some_and(|(v, _)| v == op.volume) {
+        if self.busdriver.is_some_and(|(who, _)| who == issuer(&op)) {
             self.busdriver = None;
         }
         self.reads.insert(op);
@@ -274,13 +284,15 @@ impl Scheduler for Cats {
 
     fn completed(&mut self, now_ns: u64, op: &QueuedOp) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        // The engine's own reads (volume u32::MAX) have no process to wait for.
+        // The engine's own reads have no process to wait for.
+        let who = issuer(op);
         if !op.is_write
-            && op.volume != u32::MAX
+            && op.volume != NO_VOLUME
+            && op.context != IoContext::Engine
             && self.p.busdriver_ns > 0
-            && !self.reads.iter().any(|o| o.volume == op.volume)
+            && !self.reads.iter().any(|o| issuer(o) == who)
         {
-            self.busdriver = Some((op.volume, now_ns + self.p.busdriver_ns));
+            self.busdriver = Some((who, now_ns + self.p.busdriver_ns));
         }
     }
 
@@ -380,6 +392,35 @@ mod tests {
         c.add(0, op(2, 5_000_000, true, 1, 0));
         c.completed(4 * MS, &first);
         assert_eq!(order(&mut c, 11 * MS), vec![5_000_000]);
+    }
+
+    /// Two processes of one volume: the busdriver waits for the process whose read
+    /// completed, though another process of the volume has a read queued (keyed on the
+    /// volume, as before I/O contexts, it saw a pending read of "its" process and did
+    /// not wait); the engine's own reads are never waited for.
+    #[test]
+    fn the_busdriver_waits_for_the_process_not_its_volume() {
+        use super::super::sorted::testing::read_by;
+        let mut c = Cats::new(CatsParams::default());
+        let first = read_by(1, 1000, 0, 1, 0);
+        c.add(0, first);
+        assert!(matches!(c.dispatch(0), Dispatch::Op(_)));
+        c.add(0, read_by(2, 5_000_000, 0, 2, 0)); // process 2, far away
+        c.completed(4 * MS, &first);
+        assert_eq!(c.dispatch(4 * MS), Dispatch::WaitUntil(11 * MS));
+        c.add(6 * MS, read_by(3, 1016, 0, 1, 6 * MS));
+        assert_eq!(order(&mut c, 6 * MS), vec![1016, 5_000_000]);
+        // An engine read (a copy, a cleaner's read) completing sets no wait.
+        let mut c = Cats::new(CatsParams::default());
+        let engine = QueuedOp {
+            context: IoContext::Engine,
+            ..first
+        };
+        c.add(0, engine);
+        assert!(matches!(c.dispatch(0), Dispatch::Op(_)));
+        c.add(0, read_by(2, 5_000_000, 0, 2, 0));
+        c.completed(4 * MS, &engine);
+        assert!(matches!(c.dispatch(4 * MS), Dispatch::Op(o) if o.key == 2));
     }
 
     #[test]

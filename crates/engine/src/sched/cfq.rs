@@ -1,8 +1,10 @@
-//! CFQ as Linux had it around 2.6.30-2.6.33: a queue per volume and direction class
-//! (reads synchronous, writes asynchronous), served round robin, each for a time slice;
-//! within its slice a queue has at most `quantum` requests on the device; an emptied
-//! synchronous queue keeps the disk idle for `slice_idle` in case its owner sends the
-//! next nearby request (anticipation), through `Dispatch::WaitUntil`.
+//! CFQ as Linux had it around 2.6.30-2.6.33: a synchronous queue per issuing process
+//! (volume and I/O context, `flowq::FlowId`) and an asynchronous one per volume, served
+//! round robin, each for a time slice; within its slice a queue has at most `quantum`
+//! requests on the device; an emptied synchronous queue keeps the disk idle for
+//! `slice_idle` in case its process sends the next nearby request (anticipation), through
+//! `Dispatch::WaitUntil`. A client that names no process has one synchronous queue per
+//! volume (context `Volume`), as before contexts existed.
 //!
 //! Defaults from the kernel's block/cfq-iosched.c (2.6.33): `cfq_slice_sync = HZ / 10`
 //! (100 ms), `cfq_slice_async = HZ / 25` (40 ms), `cfq_slice_idle = HZ / 125` (8 ms),
@@ -10,18 +12,21 @@
 //! Not modelled: I/O priorities (every queue is best-effort priority 4, so slices are
 //! the base length), short back seeks (`back_seek_max` / `back_seek_penalty`: requests
 //! go in circular-scan order from the queue's position), `slice_async_rq`, and the
-//! 2.6.33 workload groups (sync-noidle trees).
+//! 2.6.33 workload groups (sync-noidle trees), and the idle window's think-time and
+//! seekiness tests (`cfq_update_idle_window`: every sync queue idles).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
 use super::flowq::{FlowId, FlowQueue, flow_of};
 use super::params::Params;
+use crate::inject::InjectedBug;
+use crate::types::IoContext;
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: "cfq",
     aliases: &[],
-    about: "CFQ (Linux 2.6.3x): per-volume queues, time slices, idling for sync queues",
+    about: "CFQ (Linux 2.6.3x): per-process queues, time slices, idling for sync queues",
     build: |p| Ok(Box::new(Cfq::new(CfqParams::from_params(p)?))),
 };
 
@@ -87,6 +92,8 @@ pub struct Cfq {
     rr: VecDeque<FlowId>,
     active: Option<Active>,
     len: usize,
+    /// `InjectedBug::CfqCompletesWrongContext`.
+    bug_wrong_context: bool,
 }
 
 impl Cfq {
@@ -97,6 +104,7 @@ impl Cfq {
             rr: VecDeque::new(),
             active: None,
             len: 0,
+            bug_wrong_context: false,
         }
     }
 
@@ -140,7 +148,7 @@ impl Scheduler for Cfq {
                 });
             }
             let a = self.active.as_mut().expect("set above");
-            let sync = a.id.1;
+            let sync = a.id.is_sync();
             if a.slice_end_ns.is_some_and(|e| now_ns >= e) {
                 self.expire();
                 continue;
@@ -178,7 +186,10 @@ impl Scheduler for Cfq {
     }
 
     fn completed(&mut self, now_ns: u64, op: &QueuedOp) {
-        let id = flow_of(op);
+        let mut id = flow_of(op);
+        if self.bug_wrong_context {
+            id.context = id.context.map(|_| IoContext::Volume);
+        }
         let Some(q) = self.queues.get_mut(&id) else {
             return;
         };
@@ -195,14 +206,50 @@ impl Scheduler for Cfq {
     fn len(&self) -> usize {
         self.len
     }
+
+    fn inject_bug(&mut self, bug: InjectedBug) {
+        self.bug_wrong_context = bug == InjectedBug::CfqCompletesWrongContext;
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::sorted::testing::{op, run_serial};
+    use super::super::sorted::testing::{op, read_by, run_serial};
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    /// Two processes of one volume: process 1 reads a file block by block, sending each
+    /// read 1 ms after the last completes; process 2 has five far reads queued from the
+    /// start. CFQ keys queues on the process, so process 1's queue is served alone for
+    /// its slice, the disk idling for each next block; keyed on the volume (as before
+    /// I/O contexts), process 2's reads shared the queue and went between them.
+    #[test]
+    fn a_process_s_sequential_stream_is_anticipated_within_its_volume() {
+        let mut c = Cfq::new(CfqParams::default());
+        let mut arrivals: Vec<(u64, QueuedOp)> = (0..4u64)
+            .map(|i| {
+                (
+                    i * 6 * MS,
+                    read_by(i as usize, 1000 + i * 8, 0, 1, i * 6 * MS),
+                )
+            })
+            .collect();
+        arrivals.extend((0..5u64).map(|i| (0, read_by(10 + i as usize, 900_000 + i * 8, 0, 2, 0))));
+        let served = run_serial(&mut c, 5 * MS, arrivals, 200 * MS);
+        let seq: Vec<(u64, usize)> = served.iter().map(|(t, o)| (*t, o.key)).collect();
+        assert_eq!(
+            &seq[..5],
+            &[
+                (0, 0),
+                (6 * MS, 1),
+                (12 * MS, 2),
+                (18 * MS, 3),
+                (31 * MS, 10)
+            ],
+            "process 1 served at each arrival, then 8 ms idle, then process 2"
+        );
+    }
 
     #[test]
     fn busy_sync_queues_take_100ms_slices_in_turn() {
@@ -241,6 +288,33 @@ mod tests {
         assert_eq!(seq[1], (8 * MS, 2));
         // After key 2 completes at 13 ms nothing comes: idle 8 ms, then volume 1.
         assert_eq!(seq[2], (21 * MS, 10));
+    }
+
+    /// `InjectedBug::CfqCompletesWrongContext`: a completion charged to the volume's
+    /// queue leaves the process's queue with a request "on the device" for ever, and
+    /// the other process's reads behind it are never dispatched.
+    #[test]
+    fn a_completion_charged_to_the_wrong_context_starves_the_rest() {
+        let arrivals = || {
+            let mut a = vec![(0, read_by(1, 100, 0, 1, 0))];
+            a.extend((0..3u64).map(|i| (0, read_by(10 + i as usize, 900_000 + i * 8, 0, 2, 0))));
+            a
+        };
+        let served = run_serial(
+            &mut Cfq::new(CfqParams::default()),
+            5 * MS,
+            arrivals(),
+            10_000 * MS,
+        );
+        assert_eq!(served.len(), 4);
+        let mut c = Cfq::new(CfqParams::default());
+        c.inject_bug(InjectedBug::CfqCompletesWrongContext);
+        let served = run_serial(&mut c, 5 * MS, arrivals(), 10_000 * MS);
+        assert_eq!(
+            served.len(),
+            1,
+            "process 2 starves behind process 1's stuck queue"
+        );
     }
 
     #[test]

@@ -98,6 +98,10 @@ impl Classes {
         self.foreground.set_volume_qos(volume, qos);
     }
 
+    pub fn inject_bug(&mut self, bug: crate::inject::InjectedBug) {
+        self.foreground.inject_bug(bug);
+    }
+
     /// Operations queued in either class.
     pub fn len(&self) -> usize {
         self.foreground.len() + self.background.len()
@@ -131,6 +135,7 @@ mod tests {
             is_write: false,
             class: IoClass::Foreground,
             volume: 0,
+            context: crate::types::IoContext::Volume,
             arrival_ns,
         }
     }

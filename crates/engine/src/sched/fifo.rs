@@ -50,6 +50,7 @@ mod tests {
                     is_write: false,
                     class: IoClass::Foreground,
                     volume: 0,
+                    context: crate::types::IoContext::Volume,
                     arrival_ns: 0,
                 },
             );

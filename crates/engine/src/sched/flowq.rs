@@ -2,18 +2,38 @@
 //! order served as a circular scan from where the queue last was, unless the oldest has
 //! waited past its FIFO expiry; plus the count the queue has on the device.
 
-use super::api::QueuedOp;
+use super::api::{NO_VOLUME, QueuedOp};
 use super::sorted::SortedQueue;
+use crate::types::IoContext;
 
-/// Which queue a request belongs to: its volume, and whether it is synchronous (reads;
-/// writes are treated as asynchronous, as buffered writes are in the kernel). The
-/// engine's own reads (superblocks, journals at mount; volume `u32::MAX`) count as
-/// asynchronous: no process waits to send a nearby next one, so idling for them only
-/// delays the mount.
-pub(super) type FlowId = (u32, bool);
+/// Which queue a request belongs to, as the kernel's `cfq_get_queue` and `bfq_get_queue`
+/// choose one: a synchronous request (a read) goes to its issuer's own queue, keyed on
+/// (volume, I/O context), as the kernel keys it on the process; asynchronous requests
+/// (writes, treated as buffered writes are in the kernel) share one queue per volume, as
+/// the kernel's async queues are shared by every process of a cgroup (the volume is our
+/// cgroup). The engine's own reads (context [`IoContext::Engine`]: superblocks and
+/// journals at mount, copies, cleaning) count as asynchronous too: no process waits to
+/// send a nearby next one, so idling for them only delays them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct FlowId {
+    pub volume: u32,
+    /// The issuer of a synchronous queue; `None` for the volume's asynchronous queue.
+    pub context: Option<IoContext>,
+}
+
+impl FlowId {
+    /// Synchronous queues are the ones a scheduler idles for.
+    pub fn is_sync(&self) -> bool {
+        self.context.is_some()
+    }
+}
 
 pub(super) fn flow_of(op: &QueuedOp) -> FlowId {
-    (op.volume, !op.is_write && op.volume != u32::MAX)
+    let sync = !op.is_write && op.volume != NO_VOLUME && op.context != IoContext::Engine;
+    FlowId {
+        volume: op.volume,
+        context: sync.then_some(op.context),
+    }
 }
 
 #[derive(Default)]

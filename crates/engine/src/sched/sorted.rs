@@ -61,7 +61,7 @@ impl SortedQueue {
 pub(super) mod testing {
     //! Helpers the scheduler tests share.
     use super::super::api::{Dispatch, QueuedOp, Scheduler};
-    use crate::types::IoClass;
+    use crate::types::{IoClass, IoContext};
 
     pub fn op(key: usize, sector: u64, is_write: bool, volume: u32, arrival_ns: u64) -> QueuedOp {
         QueuedOp {
@@ -71,7 +71,22 @@ pub(super) mod testing {
             is_write,
             class: IoClass::Foreground,
             volume,
+            context: IoContext::Volume,
             arrival_ns,
+        }
+    }
+
+    /// A read of 4 KiB by process `process` of `volume`.
+    pub fn read_by(
+        key: usize,
+        sector: u64,
+        volume: u32,
+        process: u32,
+        arrival_ns: u64,
+    ) -> QueuedOp {
+        QueuedOp {
+            context: IoContext::Client(process),
+            ..op(key, sector, false, volume, arrival_ns)
         }
     }
 

@@ -129,6 +129,7 @@ mod tests {
             payload: (kind == DevKind::Write).then(|| Bytes::from(vec![1u8; len_bytes as usize])),
             class: IoClass::Foreground,
             volume: None,
+            context: tiervisor_engine::IoContext::Engine,
             tag: Tag::Host,
         }
     }

@@ -457,6 +457,7 @@ mod tests {
             payload: None,
             class: IoClass::Foreground,
             volume: None,
+            context: tiervisor_engine::IoContext::Engine,
             tag: Tag::Host,
         }
     }

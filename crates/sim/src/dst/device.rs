@@ -343,6 +343,7 @@ mod tests {
             payload: data.map(Bytes::copy_from_slice),
             class: IoClass::Foreground,
             volume: None,
+            context: tiervisor_engine::IoContext::Engine,
             tag: Default::default(),
         }
     }

@@ -111,6 +111,8 @@ pub fn run_range(
                             t.ncq_served += st.ncq_served;
                             t.ncq_reordered += st.ncq_reordered;
                             t.array_seeds += st.array_seeds;
+                            t.context_seeds += st.context_seeds;
+                            t.context_requests += st.context_requests;
                         }
                         Err(f) => {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(f);

@@ -19,9 +19,9 @@ use crate::shards::Sharded;
 use tiervisor_engine::wbuf::WriteBufferConfig;
 use tiervisor_engine::{
     CachePolicy, CleanerPolicy, DevKind, DeviceCompletion, DeviceOp, EngineConfig, EngineEvent,
-    EngineState, Errno, InjectedBug, LogConfig, LogMode, Medium, OpId, Outputs, Placement,
-    PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig, TieringConfig,
-    VmRequest, VolumeConfig, VolumeId, VolumeQos,
+    EngineState, Errno, InjectedBug, IoContext, LogConfig, LogMode, Medium, OpId, Outputs,
+    Placement, PoolConfig, PoolId, Provisioning, ReqKind, SchedSpec, StartMode, ThrottleConfig,
+    TieringConfig, VmRequest, VolumeConfig, VolumeId, VolumeQos,
 };
 
 use super::device::{DataDevice, Faults, below};
@@ -142,6 +142,10 @@ pub struct DstStats {
     pub ncq_reordered: u64,
     /// NCQ seeds whose HDD pool was an array of queueing drives (`ncq.rs`).
     pub array_seeds: u64,
+    /// Seeds whose requests named processes (I/O contexts: a pool ran cfq, bfq or
+    /// cats), and the requests that named one.
+    pub context_seeds: u64,
+    pub context_requests: u64,
 }
 
 /// No operation may wait longer than this in a scheduler (virtual time). Legitimate waits
@@ -244,6 +248,9 @@ struct Sim {
     /// own. In the others a start of a tiered volume is not asked, as when the engine
     /// refused every one, so those seeds replay as before tiered volumes could move.
     tiered_migrations: bool,
+    /// Processes per volume and their stream, in the seeds where a pool runs a scheduler
+    /// that serves processes (`draw_contexts`).
+    contexts: Option<(u64, Xoshiro256PlusPlus)>,
     /// Thick volumes may migrate (their home region moves): half the migrating seeds, on
     /// a stream of its own; in the others a start of a thick volume is not asked, as when
     /// the engine refused every one. TIERVISOR_DST_NO_THICK_MIGRATE=1 leaves them out.
@@ -266,6 +273,26 @@ type Fail = String;
 fn draw_scheduler(srng: &mut Xoshiro256PlusPlus) -> SchedSpec {
     let names = tiervisor_engine::sched::names();
     SchedSpec::named(names[below(srng, names.len() as u64) as usize])
+}
+
+/// The schedulers that key queues and anticipation on the issuing process.
+const CONTEXT_SCHEDULERS: [&str; 3] = ["cfq", "bfq", "cats"];
+
+/// In the seeds where a pool runs one of [`CONTEXT_SCHEDULERS`], requests name one of 1
+/// to 4 processes per volume (or none, the volume's shared context), drawn on a stream
+/// of their own so every other choice of a seed stays. TIERVISOR_DST_NO_CONTEXTS=1
+/// leaves them out (every request the volume's, as before contexts existed).
+fn draw_contexts(cfg: &EngineConfig, seed: u64) -> Option<(u64, Xoshiro256PlusPlus)> {
+    let serves_processes = cfg
+        .pools
+        .iter()
+        .any(|p| CONTEXT_SCHEDULERS.contains(&p.scheduler.name.as_str()));
+    if !serves_processes || std::env::var_os("TIERVISOR_DST_NO_CONTEXTS").is_some() {
+        return None;
+    }
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xc0de_c7c5_u64.rotate_left(20));
+    let processes = 1 + below(&mut r, 4);
+    Some((processes, r))
 }
 
 /// A volume's QoS: any weight; sometimes a reservation, sometimes a limit (high enough
@@ -675,6 +702,7 @@ impl Sim {
         if let Some(depth) = ncq_depth {
             engine_cfg.pools[HDD_POOL].queue_depth = depth;
         }
+        let contexts = draw_contexts(&engine_cfg, cfg.seed);
         let mut engine =
             Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
         if tight {
@@ -778,6 +806,7 @@ impl Sim {
             probe,
             ncq,
             tiered_migrations,
+            contexts,
             thick_migrations,
             cache_migrations,
             log_migrations,
@@ -1436,6 +1465,14 @@ impl Sim {
         );
         req.fua = fua;
         req.no_hole = no_hole;
+        if let Some((processes, r)) = &mut self.contexts {
+            // One draw past the processes: the volume's shared context.
+            let p = below(r, *processes + 1);
+            if p < *processes {
+                req.context = IoContext::Client(p as u32);
+                self.stats.context_requests += 1;
+            }
+        }
         match kind {
             ReqKind::Write => {
                 let mut b = BytesMut::zeroed((n * SECTOR as u64) as usize);
@@ -2113,6 +2150,7 @@ impl Sim {
             self.stats.ncq_reordered = st.reordered;
             self.stats.array_seeds = u64::from(q.array().is_some());
         }
+        self.stats.context_seeds = u64::from(self.contexts.is_some());
         if let Some(p) = &self.probe {
             self.stats.probe_seeds = 1;
             self.stats.probe_crashes = p.crashes;

@@ -11,6 +11,8 @@
 //!   paper) answers hits at once; a miss reads from the missing page up to `readahead_bytes`
 //!   further within the extent, as the kernel's read-ahead does.
 //!
+//! Each request names its process ([`WlRequest::context`]), so schedulers that serve
+//! processes (cfq, bfq, cats) see 50 issuers, as the paper's did, not one VM.
 //! The processes wait for their own requests, so the driver reports each completion
 //! ([`Workload::completed`]) and honours the not-before times of requests issued after a
 //! sleep ([`Workload::paced`]). Everything is drawn from one seeded generator.
@@ -195,7 +197,7 @@ impl SurgeWorkload {
             self.procs[p] = pr;
             self.blocks += 1;
             let Some(cache) = self.cache.as_mut() else {
-                return Some(read(start, take, pr.ready_ns));
+                return Some(read(p, start, take, pr.ready_ns));
             };
             let first = start / PAGE_BYTES;
             let last = (start + take - 1) / PAGE_BYTES;
@@ -211,18 +213,20 @@ impl SurgeWorkload {
             for pg in miss..end.div_ceil(PAGE_BYTES) {
                 cache.insert(pg);
             }
-            return Some(read(from, end - from, pr.ready_ns));
+            return Some(read(p, from, end - from, pr.ready_ns));
         }
         None
     }
 }
 
-fn read(offset_bytes: u64, len_bytes: u64, at_ns: u64) -> WlRequest {
+/// A read by process `process`, not before `at_ns`.
+fn read(process: usize, offset_bytes: u64, len_bytes: u64, at_ns: u64) -> WlRequest {
     WlRequest {
         kind: WlKind::Read,
         offset_bytes,
         len_bytes,
         at_ns: Some(at_ns),
+        context: Some(process as u32),
     }
 }
 

@@ -107,6 +107,7 @@ impl Workload for TraceWorkload {
             offset_bytes,
             len_bytes: len,
             at_ns,
+            context: None,
         })
     }
 
