@@ -165,7 +165,7 @@ fn run_one(name: &str, a: &AllArgs, jobs: usize) -> Result<Outcome, String> {
             }));
             let f = &r.figures;
             notes.push(format!(
-                "Figures 10-12 over Table 7's benchmarks (block-level imitations): {} of {} of the paper's statements hold; auto is worse than the best of LR, SLR and AIO at {} of {} points.",
+                "Figures 10-14 over Table 7's benchmarks (block-level imitations): {} of {} of the paper's statements hold; auto is worse than the best of LR, SLR and AIO at {} of {} points.",
                 f.claims.iter().filter(|c| c.holds).count(),
                 f.claims.len(),
                 f.auto_worse_than_best_design,

@@ -1,5 +1,5 @@
-//! Plots of seed 004's Figures 10-12 over Table 7's benchmarks (`reproduce migration
-//! --out DIR`): for HDD to SSD (Figure 11) and SSD to HDD (Figure 12), lambda_migration_time
+//! Plots of seed 004's Figures 10-14 over Table 7's benchmarks (`reproduce migration
+//! --out DIR`): for each pool pair (Figures 11-14), lambda_migration_time
 //! and lambda_IO per benchmark (x: the benchmark's number in Table 7's order, named in the
 //! caption) and MC against gamma averaged over the benchmarks, one line per scheme; and
 //! Figure 10, the SSD writes under IOzone's write test against the file size, one panel per
@@ -32,7 +32,7 @@ fn per_bench(f: &Figures, pair: &str, y: fn(&FigRow) -> f64) -> Vec<Series> {
         .collect()
 }
 
-/// Figure 11 or 12 over the benchmarks.
+/// Figure 11, 12, 13 or 14 over the benchmarks.
 fn pair_svg(f: &Figures, fig: u32, pair: &str) -> Result<String, String> {
     let names: Vec<String> = f
         .benches
@@ -134,7 +134,7 @@ fn fig10_svg(f: &Figures, image_mib: u64) -> Result<String, String> {
     )
 }
 
-/// Figures 10-12 over the benchmarks, when the result has them: (file name, SVG).
+/// Figures 10-14 over the benchmarks, when the result has them: (file name, SVG).
 pub fn figures(r: &MigrationResult) -> Result<Vec<(String, String)>, String> {
     let f = &r.figures;
     if f.rows.is_empty() {
@@ -144,5 +144,7 @@ pub fn figures(r: &MigrationResult) -> Result<Vec<(String, String)>, String> {
         ("fig10.svg".into(), fig10_svg(f, r.image_mib)?),
         ("fig11-table7.svg".into(), pair_svg(f, 11, "HDD to SSD")?),
         ("fig12-table7.svg".into(), pair_svg(f, 12, "SSD to HDD")?),
+        ("fig13-table7.svg".into(), pair_svg(f, 13, "SSD to SSD")?),
+        ("fig14-table7.svg".into(), pair_svg(f, 14, "HDD to HDD")?),
     ])
 }

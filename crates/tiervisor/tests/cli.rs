@@ -336,9 +336,9 @@ fn serve_refuses_a_thread_count_out_of_range_and_creates_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `reproduce migration --out DIR` writes Figures 11-15 as SVG, and Figures 10-12 over
+/// `reproduce migration --out DIR` writes Figures 11-15 as SVG, and Figures 10-14 over
 /// Table 7's benchmarks, each with one line per scheme in each of its three panels (2 px
-/// wide; the mesh's are 1 px), and prints Table 3, Figure 15 and Figures 10-12 beside the
+/// wide; the mesh's are 1 px), and prints Table 3, Figure 15 and Figures 10-14 beside the
 /// paper's figures.
 #[test]
 fn reproduce_migration_writes_one_plot_per_figure_with_a_line_per_scheme() {
@@ -375,6 +375,8 @@ fn reproduce_migration_writes_one_plot_per_figure_with_a_line_per_scheme() {
         ("10", 5),
         ("11-table7", 5),
         ("12-table7", 5),
+        ("13-table7", 5),
+        ("14-table7", 5),
     ] {
         let svg = std::fs::read_to_string(out.join(format!("fig{fig}.svg"))).unwrap();
         let n = svg.matches("stroke-width=\"2\" points=").count();

@@ -518,7 +518,7 @@ pub struct MigrationResult {
     pub mix_claims: Vec<MixClaim>,
     /// tiervisor's DBT rows with its copy window (not judged against the paper).
     pub tiervisor: WindowRows,
-    /// Figures 10-12 over Table 7's benchmarks (`migration_figs.rs`).
+    /// Figures 10-14 over Table 7's benchmarks (`migration_figs.rs`).
     pub figures: Figures,
 }
 

@@ -1,4 +1,4 @@
-//! The paper's statements about Figures 10-12 (sections 7.2, 7.3.1 and 7.3.2), judged on
+//! The paper's statements about Figures 10-14 (sections 7.2 and 7.3), judged on
 //! `migration_figs.rs`'s rows: a number within the band, or an ordering that holds.
 
 use super::migration::{Pair, SCHEMES};
@@ -62,7 +62,25 @@ fn lowest_mean(
     (holds, detail)
 }
 
-/// The paper's statements about Figures 10-12 (sections 7.2, 7.3.1, 7.3.2), on our rows.
+/// `set` by the mean of `f` over `pair`'s benchmarks, lowest first, and the means.
+fn ranked(
+    rows: &[FigRow],
+    pair: Pair,
+    set: &[&'static str],
+    f: impl Fn(&FigRow) -> f64,
+) -> (Vec<&'static str>, String) {
+    let mut means: Vec<(&'static str, f64)> =
+        set.iter().map(|&s| (s, mean(rows, pair, s, &f))).collect();
+    means.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let detail = means
+        .iter()
+        .map(|(s, m)| format!("{s} {m:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (means.into_iter().map(|m| m.0).collect(), detail)
+}
+
+/// The paper's statements about Figures 10-14 (sections 7.2 and 7.3), on our rows.
 pub fn claims(rows: &[FigRow], fig10: &[Fig10Row]) -> Vec<FigClaim> {
     let mut v = Vec::new();
     let h2s = Pair::HddToSsd;
@@ -253,6 +271,80 @@ pub fn claims(rows: &[FigRow], fig10: &[Fig10Row]) -> Vec<FigClaim> {
             mean(rows, s2h, "dbt", |r| r.lambda_migration_time)
         ),
     ));
+    // Figure 13 (SSD to SSD, section 7.3.3).
+    let s2s = Pair::SsdToSsd;
+    let (order, det) = ranked(rows, s2s, &SCHEMES, |r| r.lambda_migration_time);
+    v.push(ordering(
+        "13",
+        "SSD to SSD: SLR and AIO take the shortest migration time on average",
+        order[..2].contains(&"slr") && order[..2].contains(&"aio"),
+        format!("mean lambda_time: {det}"),
+    ));
+    let (order, det) = ranked(rows, s2s, &SCHEMES, |r| r.lambda_io);
+    v.push(ordering(
+        "13",
+        "SSD to SSD: DBT has the least I/O penalty, LR the second least (means)",
+        order[..2] == ["dbt", "lr"],
+        format!("mean lambda_IO: {det}"),
+    ));
+    let lr_from_01 = (1..FIG_GAMMAS.len())
+        .filter(|&g| lowest_mean(rows, s2s, &SCHEMES, "lr", |r| r.mc[g]).0)
+        .count();
+    v.push(ordering(
+        "13",
+        "SSD to SSD: LR has the lowest MC except at gamma 0 (means, gamma 0.1 to 1)",
+        lr_from_01 == FIG_GAMMAS.len() - 1,
+        format!(
+            "LR lowest at {lr_from_01} of {}; MC at gamma 0.5: {}",
+            FIG_GAMMAS.len() - 1,
+            ranked(rows, s2s, &SCHEMES, |r| r.mc[5]).1
+        ),
+    ));
+    let signs: Vec<String> = SCHEMES
+        .iter()
+        .map(|s| format!("{s} {:+.3}", slope(s2s, s)))
+        .collect();
+    v.push(ordering(
+        "13",
+        "SSD to SSD: DBT's MC rises fastest with gamma (means)",
+        SCHEMES
+            .iter()
+            .all(|s| *s == "dbt" || slope(s2s, s) < slope(s2s, "dbt")),
+        format!("MC(1) - MC(0): {}", signs.join(", ")),
+    ));
+    let slr_below = (1..FIG_GAMMAS.len())
+        .filter(|&g| mean(rows, s2s, "slr", |r| r.mc[g]) < mean(rows, s2s, "dbt", |r| r.mc[g]))
+        .count();
+    v.push(ordering(
+        "13",
+        "SSD to SSD: SLR's MC is below DBT's from gamma 0.1 to 1 (means)",
+        slr_below == FIG_GAMMAS.len() - 1,
+        format!("below at {slr_below} of {}", FIG_GAMMAS.len() - 1),
+    ));
+    // Figure 14 (HDD to HDD, section 7.3.4): no SSD, so MC is lambda_time x lambda_IO
+    // scaled by 1 - gamma; DBT excluded from the I/O and cost comparison, as the paper does.
+    let h2h = Pair::HddToHdd;
+    let (order, det) = ranked(rows, h2h, &SCHEMES, |r| r.lambda_migration_time);
+    v.push(ordering(
+        "14",
+        "HDD to HDD: LR takes the shortest migration time, DBT the longest (means)",
+        order[0] == "lr" && order[SCHEMES.len() - 1] == "dbt",
+        format!("mean lambda_time: {det}"),
+    ));
+    let (order, det) = ranked(rows, h2h, &four, |r| r.lambda_io);
+    v.push(ordering(
+        "14",
+        "HDD to HDD: SLR has the least I/O penalty, AIO the second least (means, DBT excluded)",
+        order[..2] == ["slr", "aio"],
+        format!("mean lambda_IO: {det}"),
+    ));
+    let (order, det) = ranked(rows, h2h, &four, |r| r.mc[0]);
+    v.push(ordering(
+        "14",
+        "HDD to HDD: SLR has the lowest MC, LR the second lowest (means, DBT excluded)",
+        order[..2] == ["slr", "lr"],
+        format!("mean MC at gamma 0: {det}"),
+    ));
     // Figure 10 (a)-(c), per IOzone test.
     for b in FIG10_BENCHES.map(|i| ALL[i].name) {
         let w = |pair: Pair, s: &str| {
@@ -342,6 +434,18 @@ mod tests {
             rows.push(r(s, b, "lr", 0.9, 2.0, 0.0));
             rows.push(r(s, b, "slr", 0.5, 1.5, 0.6));
             rows.push(r(s, b, "aio", 0.1, 2.5, 1.0));
+            let s = Pair::SsdToSsd;
+            rows.push(r(s, b, "dbt", 0.05, 2.0, 2.0));
+            rows.push(r(s, b, "mirror", 0.3, 1.2, 1.5));
+            rows.push(r(s, b, "lr", 0.1, 1.3, 0.5));
+            rows.push(r(s, b, "slr", 0.2, 1.0, 1.0));
+            rows.push(r(s, b, "aio", 0.25, 1.05, 1.5));
+            let h = Pair::HddToHdd;
+            rows.push(r(h, b, "dbt", 0.5, 4.0, 0.0));
+            rows.push(r(h, b, "mirror", 0.7, 2.5, 0.0));
+            rows.push(r(h, b, "lr", 0.55, 1.5, 0.0));
+            rows.push(r(h, b, "slr", 0.3, 2.0, 0.0));
+            rows.push(r(h, b, "aio", 0.4, 2.2, 0.0));
         }
         let mut fig10 = Vec::new();
         for b in FIG10_BENCHES.map(|i| ALL[i].name) {
@@ -363,7 +467,7 @@ mod tests {
         }
         let c = claims(&rows, &fig10);
         assert!(c.iter().all(|c| c.holds), "{c:#?}");
-        assert_eq!(c.len(), 13 + 6);
+        assert_eq!(c.len(), 13 + 8 + 6);
         assert!((c[0].ours.unwrap_or(0.0) - 0.44).abs() < 1e-9, "{:?}", c[0]);
         // LR's I/O penalty above DBT's at one benchmark: the 35 % claim fails, and so
         // does LR's lowest MC at gamma 0 there.
@@ -371,6 +475,17 @@ mod tests {
         worse[2] = r(Pair::HddToSsd, "IOM_4", "lr", 0.95, 3.0, 1.0);
         let c = claims(&worse, &fig10);
         assert!(!c[1].holds && !c[3].holds, "{:?}\n{:?}", c[1], c[3]);
+        // LR no longer the quickest HDD to HDD: Figure 14's first statement fails.
+        let mut slow = rows.clone();
+        for x in slow
+            .iter_mut()
+            .filter(|x| x.pair == Pair::HddToHdd.name() && x.scheme == "lr")
+        {
+            x.lambda_migration_time = 5.0;
+        }
+        let c = claims(&slow, &fig10);
+        assert!(c[18].figure == "14" && !c[18].holds, "{:?}", c[18]);
+        assert_eq!(c.iter().filter(|c| !c.holds).count(), 1);
         // A read-only benchmark: every scheme's MC is 0 at gamma 1, a tie LR is part of.
         let mut tie = rows.clone();
         for x in tie.iter_mut().filter(|x| x.bench == "IOZ_R") {

@@ -1,8 +1,10 @@
-//! Seed 004's Figures 10-12 over Table 7's benchmarks: per benchmark and scheme,
-//! λ_migration-time, λ_IO, λ_wear and MC (equations 1-4) from HDD to SSD (Figure 11) and
-//! from SSD to HDD (Figure 12), and the SSD writes under IOzone (Figure 10, SSD to HDD,
-//! HDD to SSD and SSD to SSD), with the paper's stated numbers and orderings judged, and
-//! `auto`'s pick (the engine's predicted lowest MC) against the measured best.
+//! Seed 004's Figures 10-14 over Table 7's benchmarks: per benchmark and scheme,
+//! λ_migration-time, λ_IO, λ_wear and MC (equations 1-4) from HDD to SSD (Figure 11),
+//! SSD to HDD (Figure 12), SSD to SSD (Figure 13) and HDD to HDD (Figure 14; its best I/O
+//! performance is the workload alone on the HDD), and the SSD writes under IOzone
+//! (Figure 10, SSD to HDD, HDD to SSD and SSD to SSD), with the paper's stated numbers and
+//! orderings judged, and `auto`'s pick (the engine's predicted lowest MC) against the
+//! measured best.
 //!
 //! The benchmarks are block-level imitations (`tiervisor_workload::bench`, and the
 //! Iometer-like fio job of the cost rows) on a smaller image: Table 7's 20 GB is
@@ -318,7 +320,7 @@ pub struct AutoPoint {
 pub struct Figures {
     pub benches: Vec<Bench>,
     pub gammas: Vec<f64>,
-    /// Figures 11 (HDD to SSD) and 12 (SSD to HDD).
+    /// Figures 11 (HDD to SSD), 12 (SSD to HDD), 13 (SSD to SSD) and 14 (HDD to HDD).
     pub rows: Vec<FigRow>,
     pub fig10: Vec<Fig10Row>,
     pub claims: Vec<FigClaim>,
@@ -329,8 +331,13 @@ pub struct Figures {
     pub auto_worse_than_best_any: usize,
 }
 
-/// The figures' pairs.
-const FIG_PAIRS: [Pair; 2] = [Pair::HddToSsd, Pair::SsdToHdd];
+/// The figures' pairs: Figures 11, 12, 13 and 14.
+pub const FIG_PAIRS: [Pair; 4] = [
+    Pair::HddToSsd,
+    Pair::SsdToHdd,
+    Pair::SsdToSsd,
+    Pair::HddToHdd,
+];
 
 /// Run Figures 10-12's experiments.
 pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
@@ -338,10 +345,10 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
     for (b, bench) in ALL.iter().enumerate() {
         let image_mib = bench.image_mib(o);
         let table7 = b < TABLE7.len();
-        let pairs: &[Pair] = match (table7, FIG10_BENCHES.contains(&b)) {
-            (true, true) => &[Pair::HddToSsd, Pair::SsdToHdd, Pair::SsdToSsd],
-            (true, false) => &FIG_PAIRS,
-            _ => &[Pair::HddToSsd, Pair::SsdToHdd, Pair::SsdToSsd],
+        let pairs: &[Pair] = if table7 {
+            &FIG_PAIRS
+        } else {
+            &[Pair::HddToSsd, Pair::SsdToHdd, Pair::SsdToSsd]
         };
         for &pair in pairs {
             for scheme in SCHEMES {
@@ -353,14 +360,17 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
                 });
             }
         }
-        // The best I/O performance: alone on the SSD (both pairs' faster pool).
+        // The best I/O performance: alone on the SSD (the faster pool of every pair with
+        // one), and alone on the HDD (HDD to HDD's).
         if table7 {
-            runs.push(FigRun {
-                pair: Pair::SsdToSsd,
-                bench: Some(b),
-                scheme: None,
-                image_mib,
-            });
+            for pair in [Pair::SsdToSsd, Pair::HddToHdd] {
+                runs.push(FigRun {
+                    pair,
+                    bench: Some(b),
+                    scheme: None,
+                    image_mib,
+                });
+            }
         }
     }
     let mut sizes: Vec<u64> = TABLE7.iter().map(|b| b.image_mib(o)).collect();
@@ -415,13 +425,22 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
         let image_mib = bench.image_mib(o);
         let alone = find(Pair::SsdToSsd, Some(b), None, image_mib)?;
         let vol = alone.volumes.get("vm").ok_or("the run has no volume vm")?;
-        let best = vol.iops;
+        let best_ssd = vol.iops;
+        let best_hdd = find(Pair::HddToHdd, Some(b), None, image_mib)?
+            .volumes
+            .get("vm")
+            .map_or(0.0, |v| v.iops);
         let write_share = vol.write_bytes as f64 / (vol.read_bytes + vol.write_bytes).max(1) as f64;
         for pair in FIG_PAIRS {
             let copy_s = migration_of(find(pair, None, Some("mirror"), image_mib)?)?
                 .migration_time_s
                 .unwrap_or(0.0);
             let first = rows.len();
+            let best = if pair == Pair::HddToHdd {
+                best_hdd
+            } else {
+                best_ssd
+            };
             for scheme in SCHEMES {
                 let m = migration_of(find(pair, Some(b), Some(scheme), image_mib)?)?;
                 let c = CostRow::of(pair, scheme, m, copy_s, best);
