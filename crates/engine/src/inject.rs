@@ -127,6 +127,10 @@ pub enum InjectedBug {
     /// its kept home, as if clean: reads then see the stale home copy, and the writes
     /// made to the fast copy are lost (`tier_home.rs`).
     HotDemotesStaleHome,
+    /// `hot` with `keep_home`: a write to a kept home already dirty replaces its dirty span
+    /// instead of widening it, so the demotion copies only the last write's parts and the
+    /// home keeps stale data where the earlier writes were (`tier_home.rs`).
+    HotSpanNotWidened,
     /// Mount writes its new journal headers with the clean-stop marker of the last stop
     /// still set, so a crash of this run reads as a clean stop at the next mount (and a
     /// vhost-user frontend resuming its rings is not told of the writes it lost).
@@ -231,6 +235,7 @@ impl InjectedBug {
             InjectedBug::CacheWritebackIgnoresWrites => "cache-writeback-ignores-writes",
             InjectedBug::CacheMigrateDropsDirty => "cache-migrate-drops-dirty",
             InjectedBug::HotDemotesStaleHome => "hot-demotes-stale-home",
+            InjectedBug::HotSpanNotWidened => "hot-span-not-widened",
             InjectedBug::CleanStopMarkerKept => "clean-stop-marker-kept",
             InjectedBug::LogMigrateDropsLive => "log-migrate-drops-live",
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
@@ -269,11 +274,12 @@ impl InjectedBug {
     /// `keep_home` (CI DST must catch each, `cache-writeback-ignores-writes` in seeds
     /// 256..512: `crates/sim/tests/dst.rs`), and by `crates/engine/tests/cache.rs` and
     /// `crates/engine/tests/tier_home.rs`.
-    pub fn cache() -> [InjectedBug; 3] {
+    pub fn cache() -> [InjectedBug; 4] {
         [
             InjectedBug::CacheCleanTooEarly,
             InjectedBug::CacheWritebackIgnoresWrites,
             InjectedBug::HotDemotesStaleHome,
+            InjectedBug::HotSpanNotWidened,
         ]
     }
     /// Caught by DST's seeds that stop in order now and then instead of crashing (CI DST

@@ -71,6 +71,8 @@ pub struct VolumeReport {
     pub demotions: u64,
     /// Demotions that were a remap to a kept home, without a copy (`tier_home.rs`).
     pub clean_demotions: u64,
+    /// Dirty demotions to a kept home that copied only the span written, not the chunk.
+    pub span_demotions: u64,
     pub migrated_bytes: u64,
     pub monitor: crate::monitor::MonitorReport,
     /// `cache` placement only: the cache's contents and traffic.
@@ -229,6 +231,7 @@ impl Engine {
             promotions: s.promotions,
             demotions: s.demotions,
             clean_demotions: s.clean_demotions,
+            span_demotions: s.span_demotions,
             migrated_bytes: s.migrated_bytes,
             monitor: self.monitor_report(vol),
             cache: match vol.rec.placement {

@@ -127,6 +127,9 @@ pub struct VolumeStats {
     pub demotions: u64,
     /// Demotions that were a remap to a kept home, with no copy (`tier_home.rs`).
     pub clean_demotions: u64,
+    /// Dirty demotions to a kept home that copied only the span written since the
+    /// promotion, not the whole chunk (`tier_home.rs`).
+    pub span_demotions: u64,
     pub migrated_bytes: u64,
     /// `cache` placement (`cache.rs`); zero for other volumes.
     pub cache: CacheStats,

@@ -2,14 +2,15 @@
 //! directed move of a pinned one, `tier_directed.rs`) *copies* it to the fast pool and
 //! keeps its slot on the home pool, as a cache fill does. While no write reaches the fast
 //! copy the home holds the same data, so demoting the chunk is a remap back to the home
-//! (one journal record, no I/O); a write makes the home stale (dirty), and demoting a
-//! dirty chunk copies the whole chunk back into its home slot, as a move would, without
-//! allocating one.
+//! (one journal record, no I/O); a write makes the home stale where it wrote, and
+//! demoting a dirty chunk copies the span from the first to the last thirty-second written
+//! since the promotion back into its home slot (one write, without allocating a slot),
+//! then remaps. A chunk dirty since a mount is dirty throughout: its whole chunk is copied.
 //!
 //! State: the volume's [`CacheTable`](crate::cache::CacheTable), the same 12 bytes per
-//! promoted chunk as a `cache` volume's (no per-part dirty bits: a `hot` chunk is dirty
-//! throughout or clean, so the table stays within issue 17's 32 bytes per chunk with the
-//! map and the monitor).
+//! promoted chunk as a `cache` volume's; the dirty span lives in spare bits of the entry
+//! (not in the cache's 24-byte map of sixty-fourths, which would break issue 17's 32 bytes
+//! per chunk with the map and the monitor).
 //!
 //! Crash safety is the cache's (`cache/mod.rs`), whose paths these reuse:
 //! - the promotion is a fill (`start_cache_fill`), journalled as `Record::Cache` after the
@@ -19,9 +20,11 @@
 //! - a clean demotion is `cache_evict`: a `Record::Map` back to the home, the fast chunk
 //!   freed once that record is durable and no operation reads it; a crash before the
 //!   record is durable mounts the chunk on the fast pool (dirty), its home still kept;
-//! - a dirty demotion is `start_cache_clean` with eviction: writes to the chunk wait
-//!   until the copy has landed and the remap is made, so none lands on a copy that is
-//!   then dropped;
+//! - a dirty demotion is `start_cache_clean` with eviction: writes to the chunk, to a
+//!   part in the span being copied or outside it, wait until the copy has landed and the
+//!   remap is made, so none lands on a fast copy that is then dropped; the span is
+//!   cleared only then (a crash before the remap's record is durable mounts the chunk on
+//!   its fast copy, dirty throughout);
 //! - a live migration of the volume drops its kept homes first (`drop_kept_homes`: a
 //!   `Record::Map` of each chunk to its fast copy, the home freed once durable), so the
 //!   job sees a plain `hot` volume.
@@ -91,13 +94,23 @@ impl Engine {
             }
             return true;
         }
-        self.start_cache_clean(now, v, c, true, out)
+        let started = self.start_cache_clean(now, v, c, true, out);
+        if started && self.vols[v].cache.dirty_parts(c) != u64::MAX {
+            self.vols[v].stats.span_demotions += 1;
+        }
+        started
     }
 
-    /// A write is about to reach chunk `c` of non-`cache` volume `v`: if its home is
-    /// kept, that home is stale from now on (the whole chunk: no per-part bits here).
-    pub(crate) fn kept_home_written(&mut self, v: usize, c: u64) {
-        self.vols[v].cache.set_dirty(c, true);
+    /// A write is about to reach parts `parts` (a bit per sixty-fourth) of chunk `c` of
+    /// non-`cache` volume `v`: if its home is kept, that home is stale there from now on,
+    /// so demoting the chunk copies the span from the first part written to the last.
+    pub(crate) fn kept_home_written(&mut self, v: usize, c: u64, parts: u64) {
+        // The injected bug forgets the span written before (or the whole chunk, dirty
+        // since a mount): the next demotion leaves those parts stale at home.
+        if self.bug_is(InjectedBug::HotSpanNotWidened) {
+            self.vols[v].cache.set_dirty(c, false);
+        }
+        self.vols[v].cache.mark_dirty_span(c, parts);
     }
 
     /// Whether room on fast pool `f` is on its way from a demotion of a kept-home chunk:

@@ -1,6 +1,6 @@
 //! Kept homes (`[tiering] keep_home`, `engine/src/tier_home.rs`): a promotion copies the
 //! chunk and keeps its home; demoting a clean chunk is a remap (no copy), a dirty one
-//! copies the chunk into its kept home. Driven by directed moves of a pinned volume with
+//! copies the span written since the promotion into its kept home, then remaps. Driven by directed moves of a pinned volume with
 //! a fast pool (`Engine::move_chunk`), which take the same path as `hot`'s moves.
 
 mod common;
@@ -135,7 +135,8 @@ fn written_then_demoted(bug: Option<InjectedBug>) -> Result<(), String> {
         return Err("the write made after the promotion was lost".into());
     }
     if bug.is_none() {
-        assert_eq!(migrated(&r), 2 * MIB, "dirty: copied back");
+        // One write in the first thirty-second: that part goes back, not the chunk.
+        assert_eq!(migrated(&r), MIB + MIB / 32, "dirty: its span copied back");
     }
     r.crash_and_mount();
     if r.read("thin", 0, MIB) != a {
@@ -194,5 +195,147 @@ fn a_trim_racing_a_dirty_demotion_waits_and_frees_the_home_once() {
     r.tick(2_000_000_000);
     r.crash_and_mount();
     assert_eq!(r.read("thin", 0, MIB), vec![0; MIB as usize]);
+    r.engine.check_invariants().unwrap();
+}
+
+/// Two writes far apart in a promoted chunk (sixty-fourths 6 and 18 of 1 MiB): the
+/// demotion copies thirty-seconds 3 to 9, 224 KiB from 96 KiB, and both writes are at home.
+/// With `hot-span-not-widened` the second write replaces the span, the first write's part
+/// is not copied, and the test reports it lost.
+fn two_writes_then_demoted(bug: Option<InjectedBug>) -> Result<(), String> {
+    let (mut r, mut a, home) = promoted(bug);
+    for (off, seed) in [(100 << 10, 5u8), (300 << 10, 6)] {
+        let b = pattern(seed, 4096);
+        r.write("thin", off, &b);
+        a[off as usize..off as usize + 4096].copy_from_slice(&b);
+    }
+    r.flush("thin");
+    directed_move(&mut r, 0, HDD);
+    r.tick(10_000_000);
+    assert_eq!(loc(&r, 0), Some(home), "demoted into its kept home");
+    if bug.is_none() {
+        assert_eq!(migrated(&r), MIB + (224 << 10), "the span, not the chunk");
+        let v = r.engine.volume_id("thin").unwrap();
+        assert_eq!(r.engine.volume_report(v).unwrap().span_demotions, 1);
+    }
+    if r.read("thin", 0, MIB) != a {
+        return Err("a write made after the promotion was lost".into());
+    }
+    r.crash_and_mount();
+    if r.read("thin", 0, MIB) != a {
+        return Err("a write was lost after a crash".into());
+    }
+    r.engine.check_invariants()
+}
+
+#[test]
+fn a_dirty_demotion_copies_the_span_written_and_the_injected_bug_is_caught() {
+    two_writes_then_demoted(None).unwrap();
+    let e = two_writes_then_demoted(Some(InjectedBug::HotSpanNotWidened)).unwrap_err();
+    assert!(e.contains("lost"), "{e}");
+}
+
+/// The span's copy lands and the chunk is remapped in memory, but the engine dies before
+/// the remap's record is durable: the chunk mounts on its fast copy (the newest data),
+/// dirty throughout, so its next demotion copies the whole chunk, not a span it no
+/// longer knows.
+#[test]
+fn a_crash_between_the_span_copy_and_the_remap_commit_mounts_the_fast_copy() {
+    let (mut r, mut a, home) = promoted(None);
+    for (off, seed) in [(100 << 10, 5u8), (300 << 10, 6)] {
+        let b = pattern(seed, 4096);
+        r.write("thin", off, &b);
+        a[off as usize..off as usize + 4096].copy_from_slice(&b);
+    }
+    r.flush("thin");
+    r.hold = true;
+    directed_move(&mut r, 0, HDD);
+    // Run the copy (its read, then its write) until the remap, no further: its record
+    // waits for the commit timer.
+    while loc(&r, 0) != Some(home) {
+        assert!(r.release_one().is_some(), "the copy finishes");
+    }
+    assert_eq!(migrated(&r), MIB + (224 << 10));
+    r.crash_and_mount();
+    assert_eq!(
+        loc(&r, 0).map(|l| l.0),
+        Some(SSD),
+        "the remap was not durable: the fast copy"
+    );
+    let v = r.engine.volume_id("thin").unwrap();
+    assert_eq!(
+        r.engine.cached_chunk(v, 0),
+        Some(CachedChunk {
+            slow: home,
+            dirty: true
+        }),
+        "its home still kept, dirty"
+    );
+    assert_eq!(r.read("thin", 0, MIB), a);
+    // A write after the mount (a part the span did not cover): the chunk was dirty
+    // throughout already, so the demotion copies it all, and every write is at home.
+    let b = pattern(8, 4096);
+    r.write("thin", 900 << 10, &b);
+    a[900 << 10..(900 << 10) + 4096].copy_from_slice(&b);
+    r.flush("thin");
+    directed_move(&mut r, 0, HDD);
+    r.tick(10_000_000);
+    assert_eq!(loc(&r, 0), Some(home));
+    assert_eq!(
+        migrated(&r),
+        MIB,
+        "the whole chunk (stats count from the mount)"
+    );
+    assert_eq!(r.read("thin", 0, MIB), a);
+    r.crash_and_mount();
+    assert_eq!(r.read("thin", 0, MIB), a);
+    r.engine.check_invariants().unwrap();
+}
+
+/// While a span is copied home, a write to a part inside the span and one to a clean
+/// part outside it (and a trim of another clean part) wait for the copy and the remap,
+/// then land on the home: none goes to the fast copy the remap drops.
+#[test]
+fn writes_and_a_trim_racing_a_span_copy_wait_and_land_on_the_home() {
+    let (mut r, mut a, home) = promoted(None);
+    let b = pattern(5, 4096);
+    r.write("thin", 100 << 10, &b);
+    a[100 << 10..(100 << 10) + 4096].copy_from_slice(&b);
+    r.flush("thin");
+    r.hold = true;
+    directed_move(&mut r, 0, HDD);
+    r.hold = false;
+    assert!(!r.held.is_empty(), "the span copy is in flight");
+    let inside = pattern(11, 4096);
+    let outside = pattern(12, 4096);
+    let w1 = r.submit("thin", ReqKind::Write, 104 << 10, Some(&inside), 4096);
+    let w2 = r.submit("thin", ReqKind::Write, 700 << 10, Some(&outside), 4096);
+    let t = r.submit("thin", ReqKind::Trim, 512 << 10, None, 64 << 10);
+    a[104 << 10..(104 << 10) + 4096].copy_from_slice(&inside);
+    a[700 << 10..(700 << 10) + 4096].copy_from_slice(&outside);
+    a[512 << 10..576 << 10].fill(0);
+    for id in [w1, w2, t] {
+        assert!(r.take_done(id).is_none(), "request {id} waits for the copy");
+    }
+    while r.release_one().is_some() {}
+    r.tick(10_000_000);
+    for id in [w1, w2, t] {
+        assert_eq!(
+            r.take_done(id).map(|c| c.result),
+            Some(Ok(())),
+            "request {id}"
+        );
+    }
+    assert_eq!(loc(&r, 0), Some(home), "demoted");
+    assert_eq!(
+        migrated(&r),
+        MIB + MIB / 32,
+        "the span only (thirty-second 3)"
+    );
+    assert_eq!(r.read("thin", 0, MIB), a);
+    r.flush("thin");
+    r.crash_and_mount();
+    assert_eq!(loc(&r, 0), Some(home));
+    assert_eq!(r.read("thin", 0, MIB), a);
     r.engine.check_invariants().unwrap();
 }

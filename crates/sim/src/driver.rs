@@ -903,6 +903,7 @@ impl Simulation {
                     promotions: st.promotions,
                     demotions: st.demotions,
                     clean_demotions: st.clean_demotions,
+                    span_demotions: st.span_demotions,
                     migrated_bytes: st.migrated_bytes,
                     ios,
                     reads: st.read.requests,

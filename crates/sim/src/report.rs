@@ -150,6 +150,8 @@ pub struct VolumeReport {
     /// Demotions that were a remap to a kept home, without a copy (`[tiering]
     /// keep_home`).
     pub clean_demotions: u64,
+    /// Dirty demotions to a kept home that copied only the span written, not the chunk.
+    pub span_demotions: u64,
     pub migrated_bytes: u64,
     pub ios: u64,
     pub reads: u64,

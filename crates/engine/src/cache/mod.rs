@@ -113,8 +113,8 @@ impl Engine {
             ((1u64 << (last - first + 1)) - 1) << first
         };
         if self.cache_policy(v as usize).is_none() {
-            // Not a cache: a kept home (`tier_home.rs`), if any, is stale.
-            return self.kept_home_written(v as usize, c);
+            // Not a cache: a kept home (`tier_home.rs`), if any, is stale there.
+            return self.kept_home_written(v as usize, c, parts);
         }
         let cache = &mut self.vols[v as usize].cache;
         let was_dirty = cache.dirty_count();

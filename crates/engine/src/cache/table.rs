@@ -38,23 +38,49 @@ pub(super) fn dirty_bytes(parts: u64, chunk_bytes: u64) -> u64 {
     (parts & mask).count_ones() as u64 * part
 }
 
-/// One cached chunk in 12 bytes: logical chunk (40 bits; volumes have at most 2^35),
-/// slow slot's physical chunk on the home pool (48 bits, the map's limit; all ones: a
-/// thick volume's home slot), dirty and referenced bits.
+/// One cached chunk in 12 bytes: logical chunk (35 bits: a volume has at most 2^34
+/// chunks, 2^50 bytes in chunks of at least 64 KiB), slow slot's physical chunk on the
+/// home pool (48 bits, the map's limit; all ones: a thick volume's home slot), dirty and
+/// referenced bits, and the dirty *span* of a kept home (`tier_home.rs`): the first and
+/// last thirty-second of the chunk written since it was clean (5 bits each; 0 and 31,
+/// the whole chunk, otherwise). The span costs no memory: a `hot` volume's promoted
+/// chunks cannot afford the `cache` volumes' 24-byte map of sixty-fourths (with the chunk
+/// map's 8 bytes a chunk, the monitor's 8 and this entry's 12, issue 17's 32 would not
+/// hold), and a demotion copies one extent anyway (one write to the disk, not one per run).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Entry([u32; 3]);
 
-const CHUNK_BITS: u32 = 40;
+const CHUNK_BITS: u32 = 35;
 const PCHUNK_BITS: u32 = 48;
 const HOME_SLOT: u64 = (1 << PCHUNK_BITS) - 1;
 const DIRTY_BIT: u32 = CHUNK_BITS + PCHUNK_BITS;
 const REF_BIT: u32 = DIRTY_BIT + 1;
+/// The dirty span's first and last thirty-second.
+const SPAN_LO: u32 = REF_BIT + 1;
+const SPAN_HI: u32 = SPAN_LO + 5;
+const WHOLE: (u32, u32) = (0, 31);
+const _: () = assert!(SPAN_HI + 5 <= 96, "an entry is 12 bytes");
+
+/// The thirty-seconds spanned by sixty-fourths `parts` (not 0): first and last.
+fn span_of(parts: u64) -> (u32, u32) {
+    (parts.trailing_zeros() / 2, (63 - parts.leading_zeros()) / 2)
+}
+
+/// Span `(lo, hi)` of thirty-seconds as sixty-fourths.
+fn span_parts((lo, hi): (u32, u32)) -> u64 {
+    if (lo, hi) == WHOLE {
+        return u64::MAX;
+    }
+    ((1u64 << (2 * (hi - lo + 1))) - 1) << (2 * lo)
+}
 
 impl Entry {
     fn new(chunk: u64, pchunk: u64, dirty: bool) -> Entry {
         debug_assert!(chunk < 1 << CHUNK_BITS && pchunk <= HOME_SLOT);
         let v = chunk as u128 | (pchunk as u128) << CHUNK_BITS | (dirty as u128) << DIRTY_BIT;
-        Entry::from_u128(v)
+        let mut e = Entry::from_u128(v);
+        e.set_span(WHOLE);
+        e
     }
     fn from_u128(v: u128) -> Entry {
         Entry([v as u32, (v >> 32) as u32, (v >> 64) as u32])
@@ -75,6 +101,20 @@ impl Entry {
         let v = self.get() & !(1 << bit) | (on as u128) << bit;
         *self = Entry::from_u128(v);
     }
+    fn span(self) -> (u32, u32) {
+        let v = self.get();
+        ((v >> SPAN_LO) as u32 & 31, (v >> SPAN_HI) as u32 & 31)
+    }
+    fn set_span(&mut self, (lo, hi): (u32, u32)) {
+        let v =
+            self.get() & !(0x3ff << SPAN_LO) | (lo as u128) << SPAN_LO | (hi as u128) << SPAN_HI;
+        *self = Entry::from_u128(v);
+    }
+    /// Widen the dirty span to cover sixty-fourths `parts`.
+    fn widen_span(&mut self, parts: u64) {
+        let ((lo, hi), (a, b)) = (self.span(), span_of(parts));
+        self.set_span((lo.min(a), hi.max(b)));
+    }
 }
 
 /// The side table of cached chunks, sorted by logical chunk; the slow slots are on the
@@ -90,7 +130,8 @@ pub struct CacheTable {
     dirty: u64,
     /// Which sixty-fourths of a dirty chunk were written since it was last clean (bit
     /// per part), so a writeback copies only those, as bcache writes back only dirty
-    /// extents. A dirty chunk without an entry is dirty throughout (after a mount).
+    /// extents. A dirty chunk without an entry here is dirty over its entry's span: the
+    /// whole chunk (after a mount), or a kept home's written span.
     dirty_parts: std::collections::BTreeMap<u64, u64>,
     /// Dirty evictions in flight (their writebacks): the room they make is coming.
     pub evicting: u32,
@@ -216,6 +257,7 @@ impl CacheTable {
     pub fn set_dirty(&mut self, c: u64, dirty: bool) {
         self.dirty_parts.remove(&c);
         if let Ok(i) = self.find(c) {
+            self.entries[i].set_span(WHOLE);
             let was = self.entries[i].flag(DIRTY_BIT);
             if was != dirty {
                 self.entries[i].set_flag(DIRTY_BIT, dirty);
@@ -236,14 +278,35 @@ impl CacheTable {
             self.dirty_parts.insert(c, parts);
         } else if let Some(p) = self.dirty_parts.get_mut(&c) {
             *p |= parts;
+        } else {
+            self.entries[i].widen_span(parts);
+        }
+    }
+    /// As [`mark_dirty`](Self::mark_dirty), for a kept home (`tier_home.rs`): only the span
+    /// from the first to the last thirty-second written is kept, inside the entry.
+    pub fn mark_dirty_span(&mut self, c: u64, parts: u64) {
+        let Ok(i) = self.find(c) else { return };
+        if parts == 0 {
+            return;
+        }
+        if !self.entries[i].flag(DIRTY_BIT) {
+            self.entries[i].set_flag(DIRTY_BIT, true);
+            self.dirty += 1;
+            self.entries[i].set_span(span_of(parts));
+        } else if let Some(p) = self.dirty_parts.get_mut(&c) {
+            *p |= parts;
+        } else {
+            self.entries[i].widen_span(parts);
         }
     }
     /// The dirty parts of chunk `c`: all when dirty throughout, none when clean.
     pub fn dirty_parts(&self, c: u64) -> u64 {
-        if !self.is_dirty(c) {
+        let Ok(i) = self.find(c) else { return 0 };
+        let e = self.entries[i];
+        if !e.flag(DIRTY_BIT) {
             return 0;
         }
-        self.dirty_parts.get(&c).copied().unwrap_or(u64::MAX)
+        (self.dirty_parts.get(&c).copied()).unwrap_or_else(|| span_parts(e.span()))
     }
     /// Bytes a writeback of chunk `c` copies now (its dirty parts).
     pub fn dirty_bytes_of(&self, c: u64, chunk_bytes: u64) -> u64 {
@@ -256,7 +319,12 @@ impl CacheTable {
             .values()
             .map(|&p| dirty_bytes(p, chunk_bytes))
             .sum();
-        partial + (self.dirty - self.dirty_parts.len() as u64) * chunk_bytes
+        // Dirty over a span (the whole chunk unless a kept home's).
+        let spans: u64 = (self.entries.iter())
+            .filter(|e| e.flag(DIRTY_BIT) && !self.dirty_parts.contains_key(&e.chunk()))
+            .map(|e| dirty_bytes(span_parts(e.span()), chunk_bytes))
+            .sum();
+        partial + spans
     }
     /// (chunk, slow slot, dirty) in chunk order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, ChunkLoc, bool)> + '_ {
@@ -368,5 +436,35 @@ mod tests {
             Some(ChunkLoc::At(PoolId(1), (1 << 48) - 2))
         );
         assert!(t.is_dirty(big));
+    }
+
+    #[test]
+    fn a_kept_home_is_dirty_over_the_span_written_and_no_bigger_for_it() {
+        let mut t = CacheTable::new(PoolId(1));
+        t.insert(4, ChunkLoc::At(PoolId(1), 9), false);
+        t.insert(6, ChunkLoc::At(PoolId(1), 8), true);
+        // Sixty-fourths 5 and 20: thirty-seconds 2 to 10, i.e. sixty-fourths 4 to 21.
+        t.mark_dirty_span(4, 1 << 5);
+        t.mark_dirty_span(4, 1 << 20);
+        assert_eq!(t.dirty_parts(4), ((1u64 << 18) - 1) << 4);
+        assert_eq!(t.dirty_bytes_of(4, 1 << 20), 18 << 14);
+        assert_eq!(t.dirty_count(), 2);
+        // The last sixty-fourth: thirty-second 31, the span reaches the end.
+        t.mark_dirty_span(4, 1 << 63);
+        assert_eq!(t.dirty_parts(4), u64::MAX << 4);
+        // Dirty throughout (as at mount) stays so; clean again, nothing.
+        t.mark_dirty_span(6, 1);
+        assert_eq!(t.dirty_parts(6), u64::MAX);
+        assert_eq!(t.dirty_bytes(1 << 20), (60 << 14) + (1 << 20));
+        t.set_dirty(4, false);
+        assert_eq!(t.dirty_parts(4), 0);
+        t.mark_dirty_span(4, 1 << 62);
+        assert_eq!(t.dirty_parts(4), 0b11 << 62, "a new span, not the old one");
+        assert_eq!(
+            t.slow_slot(4),
+            Some(ChunkLoc::At(PoolId(1), 9)),
+            "the span is apart"
+        );
+        assert_eq!(t.memory_bytes() / t.entries.capacity() as u64, 12);
     }
 }

@@ -72,6 +72,7 @@ pub fn run_range(
                             t.chunk_moves += st.chunk_moves;
                             t.cache_moves += st.cache_moves;
                             t.clean_demotions += st.clean_demotions;
+                            t.span_demotions += st.span_demotions;
                             t.directed_moves += st.directed_moves;
                             t.cache_writebacks += st.cache_writebacks;
                             t.idle_spells += st.idle_spells;

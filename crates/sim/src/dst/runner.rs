@@ -72,6 +72,9 @@ pub struct DstStats {
     /// moves (`Engine::move_chunk`) the engine started (`directed.rs`).
     pub clean_demotions: u64,
     pub directed_moves: u64,
+    /// Dirty demotions to a kept home that copied only the span written since the
+    /// promotion.
+    pub span_demotions: u64,
     /// `cache` volumes' background writebacks (not for an eviction), and the quiet
     /// spells that let idle cleaning run (`idle.rs`).
     pub cache_writebacks: u64,
@@ -1722,6 +1725,7 @@ impl Sim {
                 self.stats.cache_moves += v.promotions + v.demotions;
             }
             self.stats.clean_demotions += v.clean_demotions;
+            self.stats.span_demotions += v.span_demotions;
             if let Some(c) = &v.cache {
                 self.stats.cache_writebacks +=
                     c.counts.writebacks.saturating_sub(c.counts.evictions_dirty);

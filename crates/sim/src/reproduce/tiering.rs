@@ -24,6 +24,9 @@ pub struct TieringRow {
     pub demotions: u64,
     /// Demotions that were a remap to a kept home, with no copy (`[tiering] keep_home`).
     pub clean_demotions: u64,
+    /// Dirty demotions to a kept home that copied only the span written since the
+    /// promotion.
+    pub span_demotions: u64,
     /// Tier migration's own I/O (it runs on the same simulated devices).
     pub migrated_bytes: u64,
     /// `hot`, `smq` and `bcache` rows with `split` and `oracle` beside them: the share of
@@ -134,6 +137,7 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
             promotions: r.volumes.values().map(|v| v.promotions).sum(),
             demotions: r.volumes.values().map(|v| v.demotions).sum(),
             clean_demotions: r.volumes.values().map(|v| v.clean_demotions).sum(),
+            span_demotions: r.volumes.values().map(|v| v.span_demotions).sum(),
             migrated_bytes: r.volumes.values().map(|v| v.migrated_bytes).sum(),
             gain_share: None,
             gain_share_dynamic: None,
@@ -256,6 +260,7 @@ mod tests {
             promotions: 0,
             demotions: 0,
             clean_demotions: 0,
+            span_demotions: 0,
             migrated_bytes: 0,
             gain_share: None,
             gain_share_dynamic: None,
