@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
+use tiervisor_engine::host;
 use tiervisor_engine::{
     DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, Medium, Outputs, VmRequest,
 };
@@ -128,6 +129,8 @@ pub struct Shard {
     routes: Slab<Route>,
     pub(crate) exports: Vec<Export>,
     pub(crate) out: Outputs,
+    /// Engine events delivered and not yet turned into lines (`take_event_lines`).
+    events: Vec<EngineEvent>,
     comps: Vec<DeviceCompletion>,
     wire: Vec<WireRequest>,
     dirty: Vec<usize>,
@@ -195,6 +198,7 @@ impl Shard {
             routes: Slab::with_capacity(4096),
             exports: Vec::new(),
             out: Outputs::default(),
+            events: Vec::new(),
             comps: Vec::new(),
             wire: Vec::new(),
             dirty: Vec::new(),
@@ -450,10 +454,12 @@ impl Shard {
     }
 
     fn take_event_lines(&mut self) {
-        if self.out.events.is_empty() {
+        // Events `drive` delivered, then any a later engine call left in `out`.
+        let mut events = std::mem::take(&mut self.events);
+        events.append(&mut self.out.events);
+        if events.is_empty() {
             return;
         }
-        let events: Vec<EngineEvent> = self.out.events.drain(..).collect();
         let pools_lost = self.pools_lost.load(Ordering::Relaxed);
         for e in events {
             self.loans.keep(&e);
@@ -645,15 +651,10 @@ impl Shard {
     pub(crate) fn drive(&mut self) {
         loop {
             let now = self.now();
-            for mut op in self.out.ops.drain(..) {
-                self.loans.translate(self.index, &self.engine, &mut op);
-                self.slow.submitted(now, &op);
-                self.backend.submit(op);
-            }
-            let comps = std::mem::take(&mut self.out.completions);
-            for c in comps {
-                self.route_completion(now, c);
-            }
+            // Delivery never calls the engine, so the outputs can be lent out.
+            let mut out = std::mem::take(&mut self.out);
+            let Ok(()) = host::deliver(&mut out, &mut Delivery { shard: self, now });
+            self.out = out;
             self.backend.commit();
             self.backend.reap(&mut self.comps);
             if self.comps.is_empty() {
@@ -991,5 +992,35 @@ fn errno_name(e: tiervisor_engine::Errno) -> &'static str {
         Errno::NoSpc => "ENOSPC",
         Errno::Perm => "EPERM",
         Errno::Shutdown => "ESHUTDOWN",
+    }
+}
+
+/// A shard's devices are its pool files behind the I/O backend; answers go to the
+/// connections (or the in-process vhost queues) that asked.
+struct Delivery<'a> {
+    shard: &'a mut Shard,
+    /// When this round of delivery started (the slow-request log's clock).
+    now: u64,
+}
+
+impl host::Driver for Delivery<'_> {
+    type Stop = std::convert::Infallible;
+
+    fn device_op(&mut self, mut op: tiervisor_engine::DeviceOp) -> Result<(), Self::Stop> {
+        let s = &mut *self.shard;
+        s.loans.translate(s.index, &s.engine, &mut op);
+        s.slow.submitted(self.now, &op);
+        s.backend.submit(op);
+        Ok(())
+    }
+
+    fn event(&mut self, e: EngineEvent) -> Result<(), Self::Stop> {
+        self.shard.events.push(e);
+        Ok(())
+    }
+
+    fn completed(&mut self, c: tiervisor_engine::VmCompletion) -> Result<(), Self::Stop> {
+        self.shard.route_completion(self.now, c);
+        Ok(())
     }
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use rand::RngCore;
 use rand::SeedableRng;
 use slab_lite::Slab;
-use tiervisor_engine::host::Wakeups;
+use tiervisor_engine::host::{self, Wakeups};
 use tiervisor_engine::stats::Latency;
 use tiervisor_engine::{
     DevKind, DeviceCompletion, Engine, EngineConfig, EngineEvent, EngineState, IoContext, OpId,
@@ -165,7 +165,6 @@ pub struct Simulation {
     now: u64,
     t0: u64,
     out: Outputs,
-    completions: Vec<VmCompletion>,
     refill: Vec<usize>,
     vms: Vec<VmRun>,
     devs: Vec<DevRun>,
@@ -323,7 +322,6 @@ impl Simulation {
             now: 0,
             t0: 0,
             out: Outputs::default(),
-            completions: Vec::new(),
             refill: Vec::new(),
             vms,
             devs: vec![DevRun::default(); npools],
@@ -396,57 +394,14 @@ impl Simulation {
     /// Carry out everything the engine asked for, feeding completions back to VMs.
     fn pump(&mut self) {
         loop {
-            for i in 0..self.out.ops.len() {
-                let op = &self.out.ops[i];
-                let p = op.pool.0 as usize;
-                let req = dev_request(op);
-                let payload = op.id.0 << 8 | p as u64;
-                if let (IoContext::Client(c), Some(v)) = (op.context, op.volume) {
-                    self.dev_clients[p].insert((v.0, c));
-                }
-                let d = &mut self.devs[p];
-                if d.outstanding == 0 {
-                    d.busy_since = self.now;
-                }
-                d.outstanding += 1;
-                d.ops += 1;
-                if self.arrays[p].is_some() {
-                    // Each member drive queues its part (counted when the last is done).
-                    self.push_to_array(p, payload, req);
-                    continue;
-                }
-                if let Some(q) = self.queues[p].as_mut() {
-                    // The drive queues it and picks what to serve when it is free.
-                    q.push(self.now, payload, req);
-                    self.start_queued(p);
-                    continue;
-                }
-                let done = self.models[p].submit(self.now, &req).max(self.now);
-                self.count_service(p, &req, self.now, done);
-                self.push(done, EV_DEV, payload);
-            }
-            self.out.ops.clear();
-            if let Some(t) = self
-                .wakeups
-                .to_queue_at(self.engine.next_deadline(), self.now)
-            {
-                self.push(t, EV_WAKE, 0);
-            }
-            for e in self.out.events.drain(..) {
-                if let EngineEvent::Failed { reason } = e {
-                    self.failure = Some(reason);
-                }
-            }
-            std::mem::swap(&mut self.completions, &mut self.out.completions);
-            if self.completions.is_empty() && self.refill.is_empty() {
+            // Delivery never calls the engine (completions queue refills), so the
+            // outputs can be lent out and given back with their capacity.
+            let mut out = std::mem::take(&mut self.out);
+            let Ok(()) = host::deliver(&mut out, self);
+            self.out = out;
+            if self.refill.is_empty() {
                 return;
             }
-            for i in 0..self.completions.len() {
-                let c = &self.completions[i];
-                let (id, ok) = (c.id, c.result.is_ok());
-                self.complete(id, ok);
-            }
-            self.completions.clear();
             while let Some(vm) = self.refill.pop() {
                 self.fill(vm);
             }
@@ -1084,5 +1039,57 @@ impl Simulation {
     /// Requests the run will issue, if known in advance.
     pub fn total_expected(&self) -> Option<u64> {
         self.total_expected
+    }
+}
+
+/// The simulator's devices are timing models: an operation's completion is an event.
+impl host::Driver for Simulation {
+    type Stop = std::convert::Infallible;
+
+    fn device_op(&mut self, op: tiervisor_engine::DeviceOp) -> Result<(), Self::Stop> {
+        let p = op.pool.0 as usize;
+        let req = dev_request(&op);
+        let payload = op.id.0 << 8 | p as u64;
+        if let (IoContext::Client(c), Some(v)) = (op.context, op.volume) {
+            self.dev_clients[p].insert((v.0, c));
+        }
+        let d = &mut self.devs[p];
+        if d.outstanding == 0 {
+            d.busy_since = self.now;
+        }
+        d.outstanding += 1;
+        d.ops += 1;
+        if self.arrays[p].is_some() {
+            // Each member drive queues its part (counted when the last is done).
+            self.push_to_array(p, payload, req);
+        } else if let Some(q) = self.queues[p].as_mut() {
+            // The drive queues it and picks what to serve when it is free.
+            q.push(self.now, payload, req);
+            self.start_queued(p);
+        } else {
+            let done = self.models[p].submit(self.now, &req).max(self.now);
+            self.count_service(p, &req, self.now, done);
+            self.push(done, EV_DEV, payload);
+        }
+        Ok(())
+    }
+
+    fn ops_delivered(&mut self) -> Result<(), Self::Stop> {
+        if let Some(t) = (self.wakeups).to_queue_at(self.engine.next_deadline(), self.now) {
+            self.push(t, EV_WAKE, 0);
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, e: EngineEvent) -> Result<(), Self::Stop> {
+        if let EngineEvent::Failed { reason } = e {
+            self.failure = Some(reason);
+        }
+        Ok(())
+    }
+
+    fn completed(&mut self, c: VmCompletion) -> Result<(), Self::Stop> {
+        self.complete(c.id, c.result.is_ok());
+        Ok(())
     }
 }

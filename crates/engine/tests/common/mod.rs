@@ -164,6 +164,8 @@ pub struct Rig {
     /// While set, device operations wait in `held` until released.
     pub hold: bool,
     pub held: VecDeque<DeviceOp>,
+    /// Operations delivered and not yet executed (`drain` runs them in order).
+    queued: VecDeque<DeviceOp>,
     /// While set, device operations wait in `held` once the engine is ready: a mount
     /// runs in full, and what it starts when ready (a resumed or cancelled migration)
     /// is held, operation by operation.
@@ -259,6 +261,7 @@ impl Rig {
             next_id: 1,
             hold: false,
             held: VecDeque::new(),
+            queued: VecDeque::new(),
             hold_once_ready: false,
             fail_writes: None,
             fail_write_if: None,
@@ -312,16 +315,11 @@ impl Rig {
     }
 
     pub fn drain(&mut self, mut out: Outputs) {
-        let mut q: VecDeque<DeviceOp> = VecDeque::new();
         loop {
-            if self.hold || (self.hold_once_ready && self.engine.state() == &EngineState::Ready) {
-                self.held.extend(out.ops.drain(..));
-            } else {
-                q.extend(out.ops.drain(..));
-            }
-            self.done.append(&mut out.completions);
-            self.events.append(&mut out.events);
-            let Some(op) = q.pop_front() else { break };
+            let Ok(()) = host::deliver(&mut out, self);
+            let Some(op) = self.queued.pop_front() else {
+                break;
+            };
             self.execute(op, &mut out);
         }
     }
@@ -609,4 +607,28 @@ pub fn finish_job(r: &mut Rig, vol: &str) {
         r.tick(1_000_000);
     }
     panic!("migration did not finish: {:?}", job_phase(r, vol));
+}
+
+/// The rig's devices are byte vectors, written when `drain` executes an operation.
+impl host::Driver for Rig {
+    type Stop = std::convert::Infallible;
+
+    fn device_op(&mut self, op: DeviceOp) -> Result<(), Self::Stop> {
+        if self.hold || (self.hold_once_ready && self.engine.state() == &EngineState::Ready) {
+            self.held.push_back(op);
+        } else {
+            self.queued.push_back(op);
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, e: EngineEvent) -> Result<(), Self::Stop> {
+        self.events.push(e);
+        Ok(())
+    }
+
+    fn completed(&mut self, c: VmCompletion) -> Result<(), Self::Stop> {
+        self.done.push(c);
+        Ok(())
+    }
 }

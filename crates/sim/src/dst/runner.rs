@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use bytes::{Bytes, BytesMut};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use tiervisor_engine::host::Wakeups;
+use tiervisor_engine::host::{self, Wakeups};
 use tiervisor_engine::jobs::migrate::{
     CopyPriority, MAX_COPY_WINDOW_CHUNKS, MigrationParams, MigrationPhase, Scheme, SchemeChoice,
 };
@@ -208,6 +208,8 @@ struct Sim {
     heap: BinaryHeap<Reverse<(u64, u64, u8, u64)>>,
     /// Wake-ups queued in `heap` for the engine's timers.
     wakeups: Wakeups,
+    /// Volumes the batch being delivered deleted (`pump`).
+    deleted: Vec<String>,
     seq: u64,
     now_ns: u64,
     /// Logical time for the reference model: one tick per submission or completion.
@@ -783,6 +785,7 @@ impl Sim {
             refs,
             heap: BinaryHeap::new(),
             wakeups: Wakeups::default(),
+            deleted: Vec::new(),
             seq: 0,
             now_ns: 0,
             clock: 1,
@@ -1231,98 +1234,12 @@ impl Sim {
 
     /// Carry out the engine's outputs and check its completions.
     fn pump(&mut self, out: &mut Outputs) -> Result<(), Fail> {
-        for op in out.ops.drain(..) {
-            if self.trace {
-                eprintln!(
-                    "[{}] op {} {:?} pool {} off {} len {} fua {} vol {:?} class {:?}",
-                    self.at(),
-                    op.id.0,
-                    op.kind,
-                    op.pool.0,
-                    op.offset_bytes,
-                    op.len_bytes,
-                    op.fua,
-                    op.volume,
-                    op.class
-                );
-            }
-            let id = op.id.0;
-            if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL) {
-                // The drive queues it and serves one command at a time.
-                let started = q.issue(self.now_ns, &op);
-                self.in_flight_ops.insert(id, op);
-                self.push_started(started);
-                continue;
-            }
-            let t = self.now_ns + self.latency_ns();
-            self.in_flight_ops.insert(id, op);
-            self.push(t, EV_DEV, id);
-        }
-        if let Some(t) = self
-            .wakeups
-            .to_queue_at(self.engine.next_deadline(), self.now_ns)
-        {
-            self.push(t, EV_WAKE, 0);
-        }
-        let mut deleted = Vec::new();
-        for e in out.events.drain(..) {
-            if let EngineEvent::Failed { reason } = e {
-                return Err(format!("the engine failed: {reason}"));
-            }
-            if self.trace {
-                eprintln!("[{}] event {e:?}", self.at());
-            }
-            if let EngineEvent::Recovered { .. } = e {
-                self.stats.recoveries += 1;
-            }
-            if let EngineEvent::Borrowed { .. } = e {
-                self.stats.loans += 1;
-                self.stats.loan_seeds = 1;
-            }
-            if let EngineEvent::LoanReturned { .. } = e {
-                self.stats.loans_returned += 1;
-            }
-            if let EngineEvent::Warning { message } = &e
-                && self.recovering
-                && message.contains("no space left on pool")
-            {
-                self.stats.space_mounts += 1;
-            }
-            if let EngineEvent::VolumeCreated { volume } = &e
-                && !self.recovering
-            {
-                self.volume_announced(volume)?;
-            }
-            if let EngineEvent::VolumeResized { volume, size_bytes } = &e
-                && !self.recovering
-            {
-                self.volume_resized(volume, *size_bytes)?;
-            }
-            if let EngineEvent::MigrationPhase { volume, phase, .. } = &e
-                && let Some(v) = self.engine.volume_id(volume)
-                && self.probe.is_some()
-            {
-                let done_on = (*phase == "done")
-                    .then(|| self.engine.engine_for(v))
-                    .flatten()
-                    .and_then(|(e, l)| e.migration_status(l))
-                    .map(|st| st.to.0);
-                if let Some(p) = self.probe.as_mut() {
-                    if let Some(pool) = done_on {
-                        p.now_on(v.0, pool);
-                    }
-                    p.phase(v.0, phase, !self.recovering);
-                }
-            }
-            if let EngineEvent::VolumeDeleted { volume } = e {
-                // After this batch's completions: the volume's last ones may be in it.
-                deleted.push(volume);
-            }
-        }
-        let comps: Vec<_> = out.completions.drain(..).collect();
-        for c in comps {
-            self.completed(c.id, c.result, c.data)?;
-        }
+        // Deletions wait for the batch's completions (the volume's last ones may be in
+        // it). A check may pump again, so each pump keeps its own batch's.
+        let outer = std::mem::take(&mut self.deleted);
+        let r = host::deliver(out, self);
+        let deleted = std::mem::replace(&mut self.deleted, outer);
+        r?;
         for name in deleted {
             self.volume_deleted(&name)?;
         }
@@ -2232,5 +2149,110 @@ pub fn run_seed(cfg: &DstConfig) -> Result<DstStats, DstFailure> {
             }
             Err(fail(sim.step, m))
         }
+    }
+}
+
+/// DST's devices: a reordering queue per pool (or a queueing drive) that completes an
+/// operation at a drawn later time, and a checker for every answer.
+impl host::Driver for Sim {
+    type Stop = Fail;
+
+    fn device_op(&mut self, op: DeviceOp) -> Result<(), Fail> {
+        if self.trace {
+            eprintln!(
+                "[{}] op {} {:?} pool {} off {} len {} fua {} vol {:?} class {:?}",
+                self.at(),
+                op.id.0,
+                op.kind,
+                op.pool.0,
+                op.offset_bytes,
+                op.len_bytes,
+                op.fua,
+                op.volume,
+                op.class
+            );
+        }
+        let id = op.id.0;
+        if let Some(q) = self.ncq.as_mut().filter(|_| op.pool.0 as usize == HDD_POOL) {
+            // The drive queues it and serves one command at a time.
+            let started = q.issue(self.now_ns, &op);
+            self.in_flight_ops.insert(id, op);
+            self.push_started(started);
+            return Ok(());
+        }
+        let t = self.now_ns + self.latency_ns();
+        self.in_flight_ops.insert(id, op);
+        self.push(t, EV_DEV, id);
+        Ok(())
+    }
+
+    fn ops_delivered(&mut self) -> Result<(), Fail> {
+        if let Some(t) = self
+            .wakeups
+            .to_queue_at(self.engine.next_deadline(), self.now_ns)
+        {
+            self.push(t, EV_WAKE, 0);
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, e: EngineEvent) -> Result<(), Fail> {
+        if let EngineEvent::Failed { reason } = e {
+            return Err(format!("the engine failed: {reason}"));
+        }
+        if self.trace {
+            eprintln!("[{}] event {e:?}", self.at());
+        }
+        if let EngineEvent::Recovered { .. } = e {
+            self.stats.recoveries += 1;
+        }
+        if let EngineEvent::Borrowed { .. } = e {
+            self.stats.loans += 1;
+            self.stats.loan_seeds = 1;
+        }
+        if let EngineEvent::LoanReturned { .. } = e {
+            self.stats.loans_returned += 1;
+        }
+        if let EngineEvent::Warning { message } = &e
+            && self.recovering
+            && message.contains("no space left on pool")
+        {
+            self.stats.space_mounts += 1;
+        }
+        if let EngineEvent::VolumeCreated { volume } = &e
+            && !self.recovering
+        {
+            self.volume_announced(volume)?;
+        }
+        if let EngineEvent::VolumeResized { volume, size_bytes } = &e
+            && !self.recovering
+        {
+            self.volume_resized(volume, *size_bytes)?;
+        }
+        if let EngineEvent::MigrationPhase { volume, phase, .. } = &e
+            && let Some(v) = self.engine.volume_id(volume)
+            && self.probe.is_some()
+        {
+            let done_on = (*phase == "done")
+                .then(|| self.engine.engine_for(v))
+                .flatten()
+                .and_then(|(e, l)| e.migration_status(l))
+                .map(|st| st.to.0);
+            if let Some(p) = self.probe.as_mut() {
+                if let Some(pool) = done_on {
+                    p.now_on(v.0, pool);
+                }
+                p.phase(v.0, phase, !self.recovering);
+            }
+        }
+        if let EngineEvent::VolumeDeleted { volume } = e {
+            self.deleted.push(volume);
+        }
+        Ok(())
+    }
+
+    fn completed(&mut self, c: tiervisor_engine::VmCompletion) -> Result<(), Fail> {
+        // The inherent `completed`: the reference disk's check of the answer.
+        self.completed(c.id, c.result, c.data)
     }
 }
