@@ -292,8 +292,9 @@ impl InjectedBug {
     pub fn device() -> [InjectedBug; 1] {
         [InjectedBug::NcqJumpsFlush]
     }
-    /// A lost wake-up after a loan's answer: DST catches it in seeds of its own range
-    /// (`crates/sim/tests/dst.rs`), `crates/engine/tests/migration_wakeups.rs` at once.
+    /// A lost wake-up after a loan's answer: caught by
+    /// `crates/engine/tests/migration_wakeups.rs`. DST does not catch it (docs/TESTING.md:
+    /// the case needs a pivot's pause, a denied loan and no other event at once).
     pub fn wakeup() -> [InjectedBug; 1] {
         [InjectedBug::LoanAnswerNoStep]
     }
