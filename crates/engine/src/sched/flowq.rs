@@ -43,6 +43,46 @@ pub(super) struct FlowQueue {
     pub last_pos: u64,
     /// Requests dispatched and not yet completed.
     pub in_flight: u32,
+    /// How long its process thinks between a completion and its next request.
+    pub think: ThinkTime,
+}
+
+/// A sync queue's think time as CFQ keeps it (2.6.30 `cfq_update_io_thinktime`): each
+/// arrival samples the time since the queue's last completion, capped at twice
+/// `slice_idle`, into a decaying mean (7/8 old, 1/8 new, in the kernel's fixed point of
+/// 256). Idling for the queue is worth it only while the mean is at most `slice_idle`
+/// (`cfq_update_idle_window`), judged once the samples are valid (weight above 80, the
+/// third arrival); before that the queue is idled for.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ThinkTime {
+    last_end_ns: Option<u64>,
+    samples: u64,
+    total_ns: u64,
+}
+
+impl ThinkTime {
+    /// A request of the queue arrives.
+    pub fn arrival(&mut self, now_ns: u64, cap_ns: u64) {
+        let think = self
+            .last_end_ns
+            .map_or(0, |e| now_ns.saturating_sub(e))
+            .min(cap_ns);
+        self.samples = (7 * self.samples + 256) / 8;
+        self.total_ns = (7 * self.total_ns + 256 * think) / 8;
+    }
+
+    /// A request of the queue completed.
+    pub fn completed(&mut self, now_ns: u64) {
+        self.last_end_ns = Some(now_ns);
+    }
+
+    /// Whether idling for the queue's next request is worth it.
+    pub fn worth_idling(&self, slice_idle_ns: u64) -> bool {
+        if self.samples <= 80 {
+            return true;
+        }
+        (self.total_ns + 128) / self.samples <= slice_idle_ns
+    }
 }
 
 impl FlowQueue {
