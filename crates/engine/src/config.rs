@@ -190,6 +190,12 @@ impl VolumeConfig {
                 v.name
             ));
         }
+        if v.size_bytes > MAX_VOLUME_BYTES {
+            return Err(format!(
+                "volume {}: {} bytes is more than the {MAX_VOLUME_BYTES} (1 PiB) a volume may have",
+                v.name, v.size_bytes
+            ));
+        }
         if v.home_pool.0 as usize >= pools {
             return Err(format!("volume {}: home pool does not exist", v.name));
         }
@@ -399,6 +405,9 @@ pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
 pub const MAX_VOLUMES: usize = 200;
 pub const MAX_POOLS: usize = 64;
 pub const MAX_NAME_BYTES: usize = 63;
+/// The largest size a volume may have or grow to (1 PiB: 16 GiB of tables at 1 MiB
+/// chunks). The cache table's 35-bit logical chunk relies on it (2^34 chunks of 64 KiB).
+pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 
 impl Default for EngineConfig {
     fn default() -> Self {

@@ -135,11 +135,13 @@ fn refused_creations_change_nothing() {
         new_volume("y", 1000, 0, Provisioning::Thin),       // not a multiple of 512
         new_volume("", 8 * MIB, 0, Provisioning::Thin),     // no name
         new_volume("big", 512 * MIB, 0, Provisioning::Thick), // does not fit
+        new_volume("huge", 1 << 52, 0, Provisioning::Thin), // over 1 PiB
     ];
     for vc in refused {
         let name = vc.name.clone();
         let e = create(&mut r, vc).unwrap_err();
         assert!(!e.to_string().is_empty(), "{name}");
+        assert!(name != "huge" || e.to_string().contains("1 PiB"), "{e}");
         assert_eq!(free_chunks(&r), before, "{name}: {e}");
         assert!(r.engine.volume_id("x").is_none() && r.engine.volume_id("big").is_none());
     }

@@ -3,8 +3,7 @@
 
 use crate::layout::VolumeRecord;
 
-/// The largest size a volume may grow to (1 PiB: 16 GiB of tables at 1 MiB chunks).
-pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
+pub use crate::config::MAX_VOLUME_BYTES;
 
 /// The resize under way, if any (one at a time, like creations).
 #[derive(Default)]
