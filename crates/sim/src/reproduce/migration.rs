@@ -313,21 +313,28 @@ fn run_one(r: Run, o: &MigrationOptions) -> Result<SimReport, String> {
         ..*o
     };
     let text = scenario_text(r.pair, r.load, r.scheme, r.alone_on, &o);
-    let sc = Scenario::parse("migration.toml", &text, Path::new(".")).map_err(|e| e.to_string())?;
+    let load = r.load.map_or("copy alone", |l| l.name);
+    run_scenario("migration.toml", &text, r.pair, r.scheme, load)
+}
+
+/// Run a generated scenario of `pair` until its migration ends, or, with no `scheme`
+/// (a workload alone), for 5 simulated seconds, its rate. Errors name the run.
+pub(crate) fn run_scenario(
+    file: &str,
+    text: &str,
+    pair: Pair,
+    scheme: Option<&str>,
+    load: &str,
+) -> Result<SimReport, String> {
+    let sc = Scenario::parse(file, text, Path::new(".")).map_err(|e| e.to_string())?;
     let opts = RunOptions {
         stop_after_migrations: true,
-        // A workload alone: 5 simulated seconds are its rate.
-        max_sim_ns: r.scheme.is_none().then_some(5_000_000_000),
+        max_sim_ns: scheme.is_none().then_some(5_000_000_000),
         ..RunOptions::default()
     };
-    Simulation::new(sc, &opts)?.run().map_err(|e| {
-        format!(
-            "{} {} {}: {e}",
-            r.pair.name(),
-            r.scheme.unwrap_or("-"),
-            r.load.map_or("copy alone", |l| l.name)
-        )
-    })
+    Simulation::new(sc, &opts)?
+        .run()
+        .map_err(|e| format!("{} {} {load}: {e}", pair.name(), scheme.unwrap_or("-")))
 }
 
 pub(crate) fn migration_of(r: &SimReport) -> Result<&MigrationReport, String> {

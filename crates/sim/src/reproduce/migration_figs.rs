@@ -237,21 +237,8 @@ fn run_one(r: FigRun, o: &MigrationOptions) -> Result<SimReport, String> {
     let vm = r.bench.map(|b| ALL[b].vm_table(r.image_mib));
     // Alone: on the pair's faster pool (an SSD in every pair here).
     let text = scenario_text_vm(r.pair, vm.as_deref(), r.scheme, r.pair.best(), &o);
-    let sc = Scenario::parse("figure.toml", &text, std::path::Path::new("."))
-        .map_err(|e| e.to_string())?;
-    let opts = RunOptions {
-        stop_after_migrations: true,
-        max_sim_ns: r.scheme.is_none().then_some(5_000_000_000),
-        ..RunOptions::default()
-    };
-    Simulation::new(sc, &opts)?.run().map_err(|e| {
-        format!(
-            "{} {} {}: {e}",
-            r.pair.name(),
-            r.scheme.unwrap_or("-"),
-            r.bench.map_or("copy alone", |b| ALL[b].name)
-        )
-    })
+    let bench = r.bench.map_or("copy alone", |b| ALL[b].name);
+    super::migration::run_scenario("figure.toml", &text, r.pair, r.scheme, bench)
 }
 
 /// One benchmark, scheme and pair.
