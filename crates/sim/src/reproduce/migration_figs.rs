@@ -23,7 +23,7 @@ use super::migration::{
 use super::migration_claims::claims;
 use super::migration_mix::{MIX_SCHEMES, auto_pick};
 use super::run_parallel;
-use crate::{RunOptions, Scenario, SimReport, Simulation};
+use crate::SimReport;
 
 /// The weights at which MC is computed for Figures 11 and 12 (c), (d).
 pub const FIG_GAMMAS: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
@@ -507,6 +507,7 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Scenario;
 
     #[test]
     fn every_benchmark_makes_a_scenario_that_parses() {
