@@ -6,6 +6,8 @@
 
 pub mod apps;
 pub mod bench;
+#[cfg(test)]
+mod closed_loop;
 pub mod commit;
 pub mod error;
 pub mod r#gen;

@@ -1,7 +1,7 @@
 use super::*;
 
-/// A closed loop on a device that takes 1 ms per read or write and 3 ms per FLUSH, in
-/// order of completion: (issue time, request) for every request, and the workload.
+/// A closed loop on a device that takes 1 ms per read or write and 3 ms per FLUSH
+/// (`closed_loop::run`): (issue time, request) for every request, and the workload.
 fn drive(
     kind: AppKind,
     threads: u32,
@@ -17,33 +17,9 @@ fn drive(
         runtime_ns: None,
         seed,
     });
-    let mut out = Vec::new();
-    // (completion time, index)
-    let mut inflight: Vec<(u64, u64)> = Vec::new();
-    let mut now = 0;
-    loop {
-        while (inflight.len() as u32) < w.depth() && w.ready(now) {
-            let Some(r) = w.next(now) else {
-                assert!(inflight.is_empty(), "finished with requests in flight");
-                return (out, w);
-            };
-            let took = if r.kind == WlKind::Flush {
-                3_000_000
-            } else {
-                1_000_000
-            };
-            inflight.push((now + took, out.len() as u64));
-            out.push((now, r));
-        }
-        assert!(
-            !inflight.is_empty(),
-            "stuck: nothing in flight and not ready"
-        );
-        inflight.sort();
-        let (t, i) = inflight.remove(0);
-        now = t;
-        w.completed(i, now);
-    }
+    // Its requests name no not-before time, so each is issued when a slot frees.
+    let (out, _) = crate::closed_loop::run(&mut w);
+    (out, w)
 }
 
 fn count(r: &[(u64, WlRequest)], k: WlKind) -> usize {

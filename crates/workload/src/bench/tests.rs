@@ -1,38 +1,12 @@
 use super::*;
 
-/// A closed loop on a device that takes 1 ms per read or write and 3 ms per FLUSH,
-/// honouring not-before times: (issue time, request) for every request, the workload and
-/// the time the last request ended.
+/// A closed loop on a device that takes 1 ms per read or write and 3 ms per FLUSH
+/// (`closed_loop::run`): (issue time, request) for every request, the workload and the
+/// time the last request ended.
 fn drive(job: BenchJob) -> (Vec<(u64, WlRequest)>, BenchWorkload, u64) {
     let mut w = BenchWorkload::new(job);
-    let mut out = Vec::new();
-    // (completion time, index)
-    let mut inflight: Vec<(u64, u64)> = Vec::new();
-    let mut now = 0;
-    loop {
-        while (inflight.len() as u32) < w.depth() && w.ready(now) {
-            let Some(r) = w.next(now) else {
-                assert!(inflight.is_empty(), "finished with requests in flight");
-                return (out, w, now);
-            };
-            let start = r.at_ns.unwrap_or(0).max(now);
-            let took = if r.kind == WlKind::Flush {
-                3_000_000
-            } else {
-                1_000_000
-            };
-            inflight.push((start + took, out.len() as u64));
-            out.push((start, r));
-        }
-        assert!(
-            !inflight.is_empty(),
-            "stuck: nothing in flight and not ready"
-        );
-        inflight.sort();
-        let (t, i) = inflight.remove(0);
-        now = t;
-        w.completed(i, now);
-    }
+    let (out, end) = crate::closed_loop::run(&mut w);
+    (out, w, end)
 }
 
 fn job(kind: BenchKind, procs: u32, ops: u64) -> BenchJob {
