@@ -165,7 +165,12 @@ pub fn superblock(data: &[u8]) {
 pub fn volume_table(data: &[u8]) {
     let _ = VolumeTable::decode(data);
     if let Some(vt) = VolumeTable::decode(&sealed(data, VOLTAB_SLOT_BYTES as usize, VT_MAGIC)) {
-        assert_eq!(VolumeTable::decode(&vt.encode()), Some(vt));
+        // Compared as bytes, not as structs: a recorded job's `gamma` is an f64 kept by its
+        // bits, and a NaN there (refused when the job resumes, by `MigrationParams::validate`)
+        // is unequal to itself though it round-trips exactly.
+        let bytes = vt.encode();
+        let again = VolumeTable::decode(&bytes).map(|t| t.encode());
+        assert_eq!(again.as_deref(), Some(&bytes[..]));
     }
 }
 
