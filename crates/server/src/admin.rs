@@ -888,41 +888,84 @@ pub fn request(socket: &Path, cmd: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use tiervisor_engine::host;
     use tiervisor_engine::{
-        DevKind, DeviceCompletion, EngineConfig, EngineState, Medium, Outputs, Placement,
-        PoolConfig, PoolId, Provisioning, SchedSpec, StartMode, VolumeConfig, VolumeQos,
+        DevKind, DeviceCompletion, DeviceOp, EngineConfig, EngineEvent, EngineState, Medium,
+        Outputs, Placement, PoolConfig, PoolId, Provisioning, SchedSpec, StartMode, VmCompletion,
+        VolumeConfig, VolumeQos,
     };
 
     /// Format and mount `engine` on zeroed in-memory pools, completing I/O in order.
-    fn mount_in_memory(engine: &mut Engine, pool_bytes: &[u64]) -> Vec<Vec<u8>> {
-        let mut devs: Vec<Vec<u8>> = pool_bytes.iter().map(|&b| vec![0; b as usize]).collect();
+    fn mount_in_memory(engine: &mut Engine, pool_bytes: &[u64]) -> MemPools {
+        let mut mem = MemPools {
+            devs: pool_bytes.iter().map(|&b| vec![0; b as usize]).collect(),
+            ..MemPools::default()
+        };
         let mut out = Outputs::default();
         engine.start(0, StartMode::Auto, &mut out);
-        complete_in_memory(engine, &mut devs, &mut out);
-        assert_eq!(engine.state(), &EngineState::Ready, "{:?}", out.events);
-        devs
+        mem.run(engine, &mut out);
+        assert_eq!(engine.state(), &EngineState::Ready, "{:?}", mem.events);
+        mem
     }
 
-    /// Complete every device operation `out` holds, and those they lead to.
-    fn complete_in_memory(engine: &mut Engine, devs: &mut [Vec<u8>], out: &mut Outputs) {
-        let mut now = 0;
-        while let Some(op) = out.ops.pop() {
-            now += 1000;
-            let dev = &mut devs[op.pool.0 as usize];
-            let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
-            let mut data = None;
-            match op.kind {
-                DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
-                DevKind::Write => dev[o..o + l].copy_from_slice(op.payload.as_ref().unwrap()),
-                DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => dev[o..o + l].fill(0),
-                DevKind::Flush => {}
+    /// Pools in RAM behind the engine's one host interface (`host::Driver`, as the
+    /// server's shards and the engine's test rig): every device operation completes at
+    /// once, in the order the engine handed it over. Timers are not run: these tests
+    /// look at what a command answers, not at what happens later.
+    #[derive(Default)]
+    struct MemPools {
+        devs: Vec<Vec<u8>>,
+        queued: std::collections::VecDeque<DeviceOp>,
+        events: Vec<EngineEvent>,
+        completions: Vec<VmCompletion>,
+        now_ns: u64,
+    }
+
+    impl host::Driver for MemPools {
+        type Stop = std::convert::Infallible;
+        fn device_op(&mut self, op: DeviceOp) -> Result<(), Self::Stop> {
+            self.queued.push_back(op);
+            Ok(())
+        }
+        fn event(&mut self, e: EngineEvent) -> Result<(), Self::Stop> {
+            self.events.push(e);
+            Ok(())
+        }
+        fn completed(&mut self, c: VmCompletion) -> Result<(), Self::Stop> {
+            self.completions.push(c);
+            Ok(())
+        }
+    }
+
+    impl MemPools {
+        /// Deliver `out`, then complete every operation queued and those they lead to.
+        fn run(&mut self, engine: &mut Engine, out: &mut Outputs) {
+            loop {
+                let Ok(()) = host::deliver(out, self);
+                let Some(op) = self.queued.pop_front() else {
+                    return;
+                };
+                self.now_ns += 1000;
+                let dev = &mut self.devs[op.pool.0 as usize];
+                let (o, l) = (op.offset_bytes as usize, op.len_bytes as usize);
+                let mut data = None;
+                match op.kind {
+                    DevKind::Read => data = Some(Bytes::copy_from_slice(&dev[o..o + l])),
+                    DevKind::Write => {
+                        dev[o..o + l].copy_from_slice(op.payload.as_ref().expect("a payload"))
+                    }
+                    DevKind::WriteZeroes | DevKind::Punch | DevKind::Discard => {
+                        dev[o..o + l].fill(0)
+                    }
+                    DevKind::Flush => {}
+                }
+                let done = DeviceCompletion {
+                    id: op.id,
+                    result: Ok(()),
+                    data,
+                };
+                engine.device_done(self.now_ns, done, out);
             }
-            let done = DeviceCompletion {
-                id: op.id,
-                result: Ok(()),
-                data,
-            };
-            engine.device_done(now, done, out);
         }
     }
 
@@ -1061,15 +1104,15 @@ mod tests {
             ..EngineConfig::default()
         })
         .expect("a valid engine configuration");
-        let mut devs = mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
+        let mut mem = mount_in_memory(&mut engine, &[64 << 20, 64 << 20]);
         let mut out = tiervisor_engine::Outputs::default();
         let thin = engine.volume_id("thin").unwrap();
         let mut w =
             tiervisor_engine::VmRequest::new(1, thin, tiervisor_engine::ReqKind::Write, 0, 4 << 20);
         w.payload = Some(Bytes::from(vec![7u8; 4 << 20]));
         engine.submit(0, w, &mut out);
-        complete_in_memory(&mut engine, &mut devs, &mut out);
-        assert_eq!(out.completions.len(), 1, "{:?}", out.completions);
+        mem.run(&mut engine, &mut out);
+        assert_eq!(mem.completions.len(), 1, "{:?}", mem.completions);
         let server = ServerStats::default();
         // Device operations the job asks for stay pending: the job stays in its copy.
         let mut out = tiervisor_engine::Outputs::default();
