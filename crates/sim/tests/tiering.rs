@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use tiervisor_sim::reproduce::tiering;
+use tiervisor_sim::reproduce::{self, tiering};
 use tiervisor_sim::{RunOptions, Scenario, Simulation};
 
 const MIB: u64 = 1 << 20;
@@ -129,6 +129,32 @@ fn generated_rows_order_and_gain_share() {
     }
     let targets = tiervisor_sim::reproduce::tiering_targets(&rows);
     assert_eq!(targets.len(), 7, "5 gain shares and 2 SSD-over-hot ratios");
+}
+
+/// `--seeds`: a seed given in place of the scenarios' runs them on it. The scenarios say
+/// seed 1, so seed 1 gives their rows and another seed other draws of the generator.
+#[test]
+fn a_seed_in_place_of_the_scenarios_changes_generated_rows() {
+    let src = common::scenarios_dir().join("tiering");
+    let dir = std::env::temp_dir().join(format!("tv-tiering-seed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for config in ["ssd", "split", "hot"] {
+        let name = format!("zipf1.2-1vm-{config}.toml");
+        std::fs::copy(src.join(&name), dir.join(&name)).unwrap();
+        assert_eq!(Scenario::load(&dir.join(&name)).unwrap().seed, 1);
+    }
+    let own = tiering(&dir, 2).unwrap();
+    let one = tiervisor_sim::reproduce::tiering_seeded(&dir, 2, Some(1)).unwrap();
+    let two = tiervisor_sim::reproduce::tiering_seeded(&dir, 2, Some(2)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(own, one);
+    let hot = |rows: &[reproduce::TieringRow]| {
+        rows.iter()
+            .find(|r| r.config == "hot")
+            .map(|r| r.exec_time_s)
+            .unwrap()
+    };
+    assert_ne!(hot(&one), hot(&two), "seed 2 ran the same draws as seed 1");
 }
 
 #[test]

@@ -20,7 +20,10 @@ pub use flush::{Check, FlushOptions, FlushResult, flush};
 pub use logwrite::{LogwriteRow, logwrite};
 pub use migration::{MigrationOptions, MigrationResult, migration};
 pub use scheduling::{Measure, Ranking, SchedulingReport, SchedulingRow, scheduling};
-pub use tiering::{TieringRow, TieringTarget, tiering, tiering_targets};
+pub use tiering::{
+    SeededTarget, TieringRow, TieringTarget, targets_over_seeds, tiering, tiering_seeded,
+    tiering_targets,
+};
 
 use crate::{RunOptions, Scenario, SimReport, Simulation};
 
@@ -78,6 +81,15 @@ fn run_parallel<T: Send, R: Send>(
 
 /// Run `files` on up to `jobs` threads; results in the order of `files`.
 pub fn run_scenarios(files: &[PathBuf], jobs: usize) -> Result<Vec<SimReport>, String> {
+    run_scenarios_with(files, jobs, &RunOptions::default())
+}
+
+/// [`run_scenarios`] with run options (a seed in place of each scenario's).
+pub fn run_scenarios_with(
+    files: &[PathBuf],
+    jobs: usize,
+    opts: &RunOptions,
+) -> Result<Vec<SimReport>, String> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<SimReport, String>>>> =
         Mutex::new(vec![None; files.len()]);
@@ -89,7 +101,7 @@ pub fn run_scenarios(files: &[PathBuf], jobs: usize) -> Result<Vec<SimReport>, S
                     let Some(f) = files.get(i) else { break };
                     let r = Scenario::load(f)
                         .map_err(|e| e.to_string())
-                        .and_then(|sc| Simulation::new(sc, &RunOptions::default()))
+                        .and_then(|sc| Simulation::new(sc, opts))
                         .and_then(|sim| sim.run())
                         .map_err(|e| format!("{}: {e}", f.display()));
                     if let Ok(mut g) = results.lock() {

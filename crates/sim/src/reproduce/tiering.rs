@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{run_scenarios, scenario_files};
+use super::{run_scenarios_with, scenario_files};
+use crate::RunOptions;
 
 /// One run of seed 000's experiment (Figures 4-7).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -92,6 +93,15 @@ fn parse_name(path: &Path) -> Option<(String, u32, String)> {
 
 /// Seed 000's experiment: every `{trace}-{n}vm-{config}.toml` in `dir`.
 pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
+    tiering_seeded(dir, jobs, None)
+}
+
+/// [`tiering`] with every scenario run on `seed` instead of its own.
+pub fn tiering_seeded(
+    dir: &Path,
+    jobs: usize,
+    seed: Option<u64>,
+) -> Result<Vec<TieringRow>, String> {
     struct Run {
         order: (usize, u32, usize),
         trace: String,
@@ -124,7 +134,11 @@ pub fn tiering(dir: &Path, jobs: usize) -> Result<Vec<TieringRow>, String> {
         .collect();
     runs.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.trace.cmp(&b.trace)));
     let files: Vec<PathBuf> = runs.iter().map(|r| r.path.clone()).collect();
-    let reports = run_scenarios(&files, jobs)?;
+    let opts = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let reports = run_scenarios_with(&files, jobs, &opts)?;
     let mut rows: Vec<TieringRow> = runs
         .iter()
         .zip(&reports)
@@ -246,6 +260,80 @@ pub fn tiering_targets(rows: &[TieringRow]) -> Vec<TieringTarget> {
     out
 }
 
+/// One of issue 17's targets judged over several seeds: one run decides little where a
+/// row's time swings with the seed (the generated workloads' draws, the placement's
+/// timing), so the verdict is the median's, with every seed's value beside it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SeededTarget {
+    pub workload: String,
+    pub vms: u32,
+    pub what: String,
+    pub target: f64,
+    pub at_least: bool,
+    /// The seeds, in the order run.
+    pub seeds: Vec<u64>,
+    /// `ours` on each seed, in the order of `seeds`.
+    pub per_seed: Vec<f64>,
+    /// The median of `per_seed` (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Seeds on which the target was met.
+    pub met_on: usize,
+    /// The median meets the target.
+    pub met: bool,
+}
+
+/// Judge each target over the runs of `seeds` (`per_seed[i]` the targets of seed `i`).
+/// A target missing from some seed's run (a row that did not yield it) is judged on the
+/// seeds that have it.
+pub fn targets_over_seeds(seeds: &[u64], per_seed: &[Vec<TieringTarget>]) -> Vec<SeededTarget> {
+    let mut out: Vec<SeededTarget> = Vec::new();
+    for (&seed, targets) in seeds.iter().zip(per_seed) {
+        for t in targets {
+            let i = match out
+                .iter()
+                .position(|s| s.workload == t.workload && s.vms == t.vms && s.what == t.what)
+            {
+                Some(i) => i,
+                None => {
+                    out.push(SeededTarget {
+                        workload: t.workload.clone(),
+                        vms: t.vms,
+                        what: t.what.clone(),
+                        target: t.target,
+                        at_least: t.at_least,
+                        seeds: Vec::new(),
+                        per_seed: Vec::new(),
+                        median: 0.0,
+                        met_on: 0,
+                        met: false,
+                    });
+                    out.len() - 1
+                }
+            };
+            let s = &mut out[i];
+            s.seeds.push(seed);
+            s.per_seed.push(t.ours);
+            s.met_on += usize::from(t.met);
+        }
+    }
+    for s in &mut out {
+        let mut v = s.per_seed.clone();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        s.median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        s.met = if s.at_least {
+            s.median >= s.target
+        } else {
+            s.median <= s.target
+        };
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +378,37 @@ mod tests {
         let t = tiering_targets(&rows);
         let c = t.iter().find(|t| t.what.contains("cache")).unwrap();
         assert!(!c.met && (c.ours - 20.0 / 19.0).abs() < 1e-9, "{c:?}");
+    }
+
+    #[test]
+    fn a_target_over_seeds_is_judged_on_its_median() {
+        let t = |ours: f64, at_least: bool| TieringTarget {
+            workload: "zipf1.2".into(),
+            vms: 2,
+            what: "hot gain share".into(),
+            ours,
+            target: 0.7,
+            at_least,
+            met: if at_least { ours >= 0.7 } else { ours <= 0.7 },
+        };
+        // Met on two seeds of three, so the median (0.72) meets it though seed 1 did not.
+        let runs = vec![vec![t(0.69, true)], vec![t(0.72, true)], vec![t(0.9, true)]];
+        let s = targets_over_seeds(&[1, 2, 3], &runs);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].met_on, s[0].met), (2, true));
+        assert!((s[0].median - 0.72).abs() < 1e-12);
+        assert_eq!(s[0].per_seed, vec![0.69, 0.72, 0.9]);
+        // An even count takes the mean of the middle two, and "at most" is judged below.
+        let runs = vec![vec![t(0.6, false)], vec![t(0.9, false)]];
+        let s = targets_over_seeds(&[4, 5], &runs);
+        assert!((s[0].median - 0.75).abs() < 1e-12);
+        assert_eq!((s[0].met_on, s[0].met), (1, false));
+        // Different targets stay apart.
+        let mut other = t(0.5, true);
+        other.vms = 3;
+        let s = targets_over_seeds(&[1], &[vec![t(0.8, true), other]]);
+        assert_eq!(s.len(), 2);
+        assert!(s[0].met && !s[1].met);
     }
 
     #[test]
