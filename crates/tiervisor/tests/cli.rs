@@ -292,6 +292,8 @@ fn reproduce_all_writes_report_points_and_plots() {
             let r = p["model"].as_f64().unwrap() / p["paper"].as_f64().unwrap();
             assert!((r - p["ratio"].as_f64().unwrap()).abs() < 1e-9);
             assert_eq!(p["in_band"], (0.67..=1.5).contains(&r), "{p}");
+            // A reason is given only for a point outside the band.
+            assert!(p["in_band"] == false || p.get("why").is_none(), "{p}");
             (0.67..=1.5).contains(&r)
         })
         .count();
@@ -299,6 +301,12 @@ fn reproduce_all_writes_report_points_and_plots() {
     assert_eq!(v["summary"], summary.as_str());
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains(&summary) && report.contains("(calibrate.svg)"));
+    let out_of_band = points.len() - within;
+    let with_why = points.iter().filter(|p| p.get("why").is_some()).count();
+    let explained =
+        format!("{with_why} of the {out_of_band} points outside the band have a measured reason");
+    assert!(report.contains(&explained), "{explained}");
+    assert!(report.contains("| why not |"));
     let svg = std::fs::read_to_string(out.join("calibrate.svg")).unwrap();
     assert_eq!(svg.matches("<circle").count(), points.len());
     let o = bin()

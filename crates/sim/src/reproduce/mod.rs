@@ -3,6 +3,7 @@
 //! figures the paper reports.
 
 pub mod flush;
+pub mod gaps;
 mod logwrite;
 pub mod migration;
 pub mod migration_claims;

@@ -22,20 +22,41 @@ pub struct Point {
     pub ratio: f64,
     /// Within [`BAND`].
     pub in_band: bool,
+    /// Outside the band: the measured reason, where one is recorded (`gaps.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 impl Point {
     pub fn new(experiment: &str, what: impl Into<String>, paper: f64, model: f64) -> Point {
         let ratio = if paper != 0.0 { model / paper } else { 0.0 };
+        let what = what.into();
+        let in_band = ratio.is_finite() && (BAND.0..=BAND.1).contains(&ratio);
+        let why = if in_band {
+            None
+        } else {
+            super::gaps::why(experiment, &what, ratio).map(str::to_string)
+        };
         Point {
             experiment: experiment.to_string(),
-            what: what.into(),
+            what,
             paper,
             model,
             ratio,
-            in_band: ratio.is_finite() && (BAND.0..=BAND.1).contains(&ratio),
+            in_band,
+            why,
         }
     }
+}
+
+/// "N of the M points outside the band have a measured reason".
+pub fn explained(points: &[Point]) -> String {
+    let out: Vec<&Point> = points.iter().filter(|p| !p.in_band).collect();
+    format!(
+        "{} of the {} points outside the band have a measured reason",
+        out.iter().filter(|p| p.why.is_some()).count(),
+        out.len()
+    )
 }
 
 /// "N of M points within [0.67, 1.5]".
