@@ -228,7 +228,7 @@ fn print_targets_over_seeds(judged: &[reproduce::SeededTarget]) {
     for t in judged {
         let values: Vec<String> = t.per_seed.iter().map(|v| format!("{v:.2}")).collect();
         println!(
-            "{:<9} {} VM: {:<46} median {:>6.2}  target {} {:>4.2}  ratio {:>5.2}  met on {} of {} seeds ({})  {}",
+            "{:<9} {} VM: {:<46} median {:>6.3}  target {} {:>4.2}  ratio {:>5.2}  met on {} of {} seeds ({})  {}",
             t.workload,
             t.vms,
             t.what,
