@@ -223,19 +223,38 @@ fn tiering(a: TieringArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// One of issue 17's targets: what, our value under `label`, the bound and the ratio.
+fn target_line(
+    workload: &str,
+    vms: u32,
+    what: &str,
+    label: &str,
+    value: f64,
+    at_least: bool,
+    target: f64,
+) -> String {
+    format!(
+        "{workload:<9} {vms} VM: {what:<46} {label} {value:>6.3}  target {} {target:>4.2}  ratio {:>5.2}",
+        if at_least { ">=" } else { "<=" },
+        value / target
+    )
+}
+
 fn print_targets_over_seeds(judged: &[reproduce::SeededTarget]) {
     println!("issue 17's targets over the seeds (verdict on the median; ratio = median / target):");
     for t in judged {
         let values: Vec<String> = t.per_seed.iter().map(|v| format!("{v:.2}")).collect();
         println!(
-            "{:<9} {} VM: {:<46} median {:>6.3}  target {} {:>4.2}  ratio {:>5.2}  met on {} of {} seeds ({})  {}",
-            t.workload,
-            t.vms,
-            t.what,
-            t.median,
-            if t.at_least { ">=" } else { "<=" },
-            t.target,
-            t.median / t.target,
+            "{}  met on {} of {} seeds ({})  {}",
+            target_line(
+                &t.workload,
+                t.vms,
+                &t.what,
+                "median",
+                t.median,
+                t.at_least,
+                t.target
+            ),
             t.met_on,
             t.per_seed.len(),
             values.join(" "),
@@ -284,14 +303,16 @@ fn print_tiering(rows: &[reproduce::TieringRow], targets: &[reproduce::TieringTa
     );
     for t in targets {
         println!(
-            "{:<9} {} VM: {:<46} ours {:>6.2}  target {} {:>4.2}  ratio {:>5.2}  {}",
-            t.workload,
-            t.vms,
-            t.what,
-            t.ours,
-            if t.at_least { ">=" } else { "<=" },
-            t.target,
-            t.ours / t.target,
+            "{}  {}",
+            target_line(
+                &t.workload,
+                t.vms,
+                &t.what,
+                "ours",
+                t.ours,
+                t.at_least,
+                t.target
+            ),
             if t.met { "met" } else { "NOT met" }
         );
     }
