@@ -27,6 +27,19 @@ impl ChunkAllocator {
         self.free += n;
     }
 
+    /// Drop the last `n` chunks, all in use (a borrowed run given back with its guard,
+    /// `give_back.rs`): they leave the address space.
+    pub fn shrink(&mut self, n: u64) {
+        assert!(n <= self.chunks, "shrink by {n} of {} chunks", self.chunks);
+        for c in self.chunks - n..self.chunks {
+            assert!(self.is_used(c), "shrink over free chunk {c}");
+            self.used[(c / 64) as usize] &= !(1 << (c % 64));
+        }
+        self.chunks -= n;
+        self.used.truncate(self.chunks.div_ceil(64) as usize);
+        self.reserve = self.reserve.min(self.chunks);
+    }
+
     /// The highest run of `n` free chunks below chunk `limit` (its first chunk), without
     /// taking it: a shard lends from the top of its slice, away from where first fit
     /// from low hints puts its own data.
@@ -230,6 +243,25 @@ mod tests {
         assert_eq!(a.free_run_below(5, 10), None);
         assert_eq!(a.free_run_below(70, 80), Some(10));
         assert!(a.mark_used(79));
+    }
+
+    /// A run given back leaves the end of the address space; a later one grows there
+    /// afresh (free); shrinking over a free chunk is a bug, not a silent loss.
+    #[test]
+    fn shrinks_by_a_used_tail_and_grows_again() {
+        let mut a = ChunkAllocator::new(60);
+        a.grow(10);
+        for c in 60..70 {
+            a.mark_used(c);
+        }
+        let free = a.free_chunks();
+        a.shrink(10);
+        assert_eq!((a.chunks(), a.free_chunks()), (60, free));
+        a.grow(6);
+        assert_eq!((a.chunks(), a.free_chunks()), (66, free + 6));
+        assert!((60..66).all(|c| !a.is_used(c)));
+        let r = std::panic::catch_unwind(move || a.shrink(2));
+        assert!(r.is_err(), "shrank over free chunks");
     }
 
     #[test]

@@ -134,6 +134,9 @@ impl Engine {
         }
         if chunks.len() as u64 == n {
             let images = build_chain(id, last_seq, &payload, cb, &chunks);
+            let vol = &mut self.vols[v as usize];
+            let image = crate::give_back::volume_reach(vol);
+            vol.journal.reach.round_began(last_seq, image);
             CommitWork::Checkpoint {
                 records,
                 images,
@@ -371,6 +374,7 @@ impl Engine {
         };
         let Some(h) = header.take() else { return };
         vol.journal.header = h;
+        vol.journal.reach.checkpointed(c.last_seq);
         vol.journal.tail = vol.journal.head;
         vol.journal.durable_seq = c.last_seq;
         vol.checkpoint_wanted = false;

@@ -397,6 +397,10 @@ pub struct EngineConfig {
     /// shares, gating dispatch by them. Off, each shard's scheduler orders only its own
     /// volumes (`shard_qos = "local"`).
     pub shard_qos: bool,
+    /// A shard gives a borrowed run back once it has been wholly free at two looks this
+    /// far apart and the shard keeps three low-water marks without it (`give_back.rs`);
+    /// 0: borrowed space is kept.
+    pub give_back_hold_ns: u64,
 }
 
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
@@ -428,6 +432,7 @@ impl Default for EngineConfig {
             shard: crate::shard::id::ShardId::default(),
             budget_reports: false,
             shard_qos: false,
+            give_back_hold_ns: 1_000_000_000,
         }
     }
 }

@@ -122,6 +122,8 @@ pub struct Engine {
     pub(crate) migrations: crate::jobs::migrate::state::Migrations,
     /// Space lent to and borrowed from other shards being recorded (`loan.rs`).
     pub(crate) loans: crate::loan::state::Loans,
+    /// Borrowed runs being given back (`give_back.rs`).
+    pub(crate) give_backs: crate::give_back::state::GiveBacks,
     /// This shard's asks for space and the writes waiting for their answer (`loan_wait.rs`).
     pub(crate) loan_waits: crate::loan_wait::state::LoanWaits,
     /// Demand reports and budget changes between shards (`budgets.rs`).
@@ -190,6 +192,7 @@ impl Engine {
             copies: Slab::new(),
             migrations: Default::default(),
             loans: Default::default(),
+            give_backs: Default::default(),
             loan_waits: Default::default(),
             budgets: Default::default(),
             creations: Default::default(),
@@ -707,6 +710,7 @@ impl Engine {
         .chain(self.startup_retry_at())
         .chain(self.loan_waits.deadline())
         .chain(self.budgets.timer_at)
+        .chain(self.give_backs.timer_at)
         .chain(pools)
         .chain(cleaners)
         .chain(throttles)
@@ -738,6 +742,7 @@ impl Engine {
         self.startup_space_tick(now, out);
         self.loan_wait_tick(now, out);
         self.budget_tick(now, out);
+        self.give_back_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
         if self.tier.timer_at.is_some_and(|t| t <= now) {

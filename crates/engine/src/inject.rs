@@ -148,6 +148,10 @@ pub enum InjectedBug {
     /// A write that waited for a loan of space between shards (`loan_wait.rs`) is
     /// forgotten when the loan lands: its request completes as if it were written.
     LoanWaitDrops,
+    /// A borrowed run is given back (its record removed) without waiting for the
+    /// volumes' checkpoints to pass it: a journal may still name one of its chunks, and a
+    /// mount then refuses it as lying beyond the pool (`give_back.rs`).
+    GiveBackEarly,
     /// When a loan's answer ends write requests (denied: ENOSPC), what waits for requests
     /// to end is not stepped: a job pausing its volume for its pivot waits for ever if
     /// nothing else wakes it (DST seed 1032 with `copy_priority = equal`, at 652341a).
@@ -241,6 +245,7 @@ impl InjectedBug {
             InjectedBug::BitvisorReusesLive => "bitvisor-reuses-live",
             InjectedBug::LentKept => "lent-kept",
             InjectedBug::LoanWaitDrops => "loan-wait-drops",
+            InjectedBug::GiveBackEarly => "give-back-early",
             InjectedBug::LoanAnswerNoStep => "loan-answer-no-step",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
         }
@@ -261,11 +266,12 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 5] {
+    pub fn shard() -> [InjectedBug; 6] {
         [
             InjectedBug::ShardOverlap,
             InjectedBug::LentKept,
             InjectedBug::LoanWaitDrops,
+            InjectedBug::GiveBackEarly,
             InjectedBug::BudgetOvercommit,
             InjectedBug::ShareOvercommit,
         ]

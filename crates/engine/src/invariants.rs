@@ -57,7 +57,12 @@ impl Engine {
                 .map_err(|e| format!("pool {i} write buffer: {e}"))?;
         }
         let mut claims = Claims::new(self.pools.len());
-        for (pool, c, who) in self.loan_claims() {
+        self.check_reach()?;
+        for (pool, c, who) in self
+            .loan_claims()
+            .into_iter()
+            .chain(self.give_back_claims())
+        {
             claims.claim(pool, c, who)?;
         }
         for (pool, first, n, who) in self.creations.reserved() {

@@ -29,6 +29,7 @@ impl Engine {
         self.submit_inner(now, req, out);
         self.drain_local(now, out);
         self.budget_arm(now);
+        self.give_back_arm(now);
         self.budget_settle(out);
     }
 

@@ -23,6 +23,7 @@ pub mod device_share;
 mod devop;
 mod engine;
 pub mod extents;
+mod give_back;
 pub mod host;
 pub mod inject;
 mod invariants;

@@ -228,7 +228,7 @@ impl Engine {
         Ok(())
     }
 
-    fn record_loan_change(
+    pub(crate) fn record_loan_change(
         &mut self,
         now: u64,
         c: Change,
@@ -329,6 +329,15 @@ impl Engine {
         if chunks == 0 || self.loan_records().contains(&l) {
             return Err(ControlError::Invalid(format!("cannot borrow {l:?} again")));
         }
+        // A new run goes after the one being given back: that give-back is called off,
+        // or, if its record's removal is being written, the borrow is refused (the
+        // broker returns the run to its donor and answers the ask; it comes again).
+        if !self.give_back_cancel(pool) {
+            return Err(ControlError::Busy(format!(
+                "a borrowed run of pool {} is being given back",
+                pool.0
+            )));
+        }
         self.record_loan_change(now, Change::Add(l), out)
     }
 
@@ -393,6 +402,11 @@ impl Engine {
                             })
                         }
                     }
+                }
+                Change::Remove(l)
+                    if l.kind == LoanKind::Borrowed && !self.voltab.loans().contains(&l) =>
+                {
+                    self.give_back_durable(l, out)
                 }
                 Change::Remove(l) if !self.voltab.loans().contains(&l) => {
                     let p = l.pool.0 as usize;

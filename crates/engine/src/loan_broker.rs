@@ -149,6 +149,22 @@ impl LoanBroker {
                     chunks,
                 },
             )),
+            // A run given back (`give_back.rs`): its donor takes it back, as a run the
+            // borrower never recorded. Not a loan under way: nothing waits for it.
+            EngineEvent::GaveBack {
+                pool,
+                to,
+                first_chunk,
+                chunks,
+            } => steps.push((
+                to,
+                Control::ReturnLoan {
+                    pool,
+                    to: k,
+                    first_chunk,
+                    chunks,
+                },
+            )),
             EngineEvent::Borrowed { pool, from, .. } if self.current(pool) == Some((from, k)) => {
                 self.next(shards, pool, &room, &mut steps)
             }

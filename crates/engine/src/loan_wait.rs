@@ -39,6 +39,10 @@ impl Engine {
         if self.cfg.shard.count < 2 || self.state != EngineState::Ready {
             return;
         }
+        if self.available_chunks(pool) < self.low_water_chunks(pool) {
+            // Space is needed here after all: a run on its way back stays.
+            self.give_back_cancel(pool);
+        }
         let available = self.available_chunks(pool);
         if available >= self.low_water_chunks(pool) {
             return;

@@ -317,6 +317,14 @@ pub enum EngineEvent {
         first_chunk: u64,
         chunks: u64,
     },
+    /// A run borrowed from shard `to` is durably given back (`give_back.rs`): out of this
+    /// shard's records and allocator; the driver returns it to `to` (`Control::ReturnLoan`).
+    GaveBack {
+        pool: PoolId,
+        to: u16,
+        first_chunk: u64,
+        chunks: u64,
+    },
     /// A run lent to shard `to`, which never recorded it, is this shard's again.
     LoanReturned {
         pool: PoolId,

@@ -71,6 +71,7 @@ impl ShardLoans {
                 | EngineEvent::Lent { .. }
                 | EngineEvent::Borrowed { .. }
                 | EngineEvent::LoanReturned { .. }
+                | EngineEvent::GaveBack { .. }
                 | EngineEvent::BudgetDemand { .. }
                 | EngineEvent::BudgetsSet { .. }
         ) && !self.bases.is_empty()

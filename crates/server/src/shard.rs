@@ -590,6 +590,16 @@ impl Shard {
                     first_chunk + chunks,
                     pool.0
                 ),
+                EngineEvent::GaveBack {
+                    pool,
+                    to,
+                    first_chunk,
+                    chunks,
+                } => format!(
+                    "gave back chunks {first_chunk}..{} of pool {} to shard {to} (free since borrowed)",
+                    first_chunk + chunks,
+                    pool.0
+                ),
             };
             self.lines.push(line);
         }

@@ -155,11 +155,14 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.shards
     );
     // Tight sharded seeds move space between shards (`engine::loan`).
+    // Some of them free whole volumes (`dst/release.rs`) and give borrowed runs back
+    // (`engine::give_back`; 11 in seeds 0..128 when added).
     assert!(
-        s.loan_seeds > CI_SEEDS / 16 && s.loans > s.loan_seeds,
-        "seeds that moved space: {}, runs borrowed: {}, given back at mount: {}",
+        s.loan_seeds > CI_SEEDS / 16 && s.loans > s.loan_seeds && s.given_back > 4,
+        "seeds that moved space: {}, runs borrowed: {}, given back: {}, returned to donors: {}",
         s.loan_seeds,
         s.loans,
+        s.given_back,
         s.loans_returned
     );
     // Half of all seeds have a queueing (NCQ) HDD

@@ -5,6 +5,7 @@
 //! commit writes a checkpoint of the whole state instead and restarts the ring there.
 
 pub mod checkpoint;
+pub mod reach;
 pub mod record;
 
 pub use record::{Block, RECORDS_PER_BLOCK, Record};
@@ -43,6 +44,8 @@ pub struct Journal {
     pub replayed: u64,
     /// Nothing more is written in this run (`abandon`).
     abandoned: bool,
+    /// How far into each pool what a mount would read reaches (`reach.rs`).
+    pub reach: reach::JournalReach,
 }
 
 impl Journal {
@@ -69,6 +72,7 @@ impl Journal {
             orphan_chunks: Vec::new(),
             replayed: 0,
             abandoned: false,
+            reach: Default::default(),
         }
     }
 
@@ -97,6 +101,7 @@ impl Journal {
 
     /// Append a record; returns its sequence number.
     pub fn append(&mut self, r: Record) -> u64 {
+        self.reach.note(&r);
         self.pending.push(r);
         let s = self.next_seq;
         self.next_seq += 1;

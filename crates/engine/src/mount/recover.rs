@@ -151,6 +151,8 @@ impl Engine {
                 .map_err(|e| format!("volume {name}: checkpoint: {e}"))?;
         }
         vol.id = VolumeId(v as u32);
+        vol.journal.reach =
+            crate::journal::reach::JournalReach::mounted(crate::give_back::volume_reach(&vol));
         vol.journal.checkpoint_chunks = chain.chunks;
         let region = s.regions[v].take().unwrap_or_default();
         self.replay(&mut vol, &region)?;
@@ -267,6 +269,7 @@ impl Engine {
                 break;
             }
             for r in &b.records {
+                vol.journal.reach.note(r);
                 apply_record(vol, self, r).map_err(|e| {
                     format!("volume {}: journal record {next_rec}: {e}", vol.rec.name)
                 })?;

@@ -11,6 +11,7 @@ mod ncq;
 mod pattern;
 mod probe;
 mod reference;
+mod release;
 mod resize;
 mod runner;
 mod space;
@@ -96,6 +97,7 @@ pub fn run_range(
                             t.loan_seeds += st.loan_seeds;
                             t.loans += st.loans;
                             t.loans_returned += st.loans_returned;
+                            t.given_back += st.given_back;
                             t.loan_waits += st.loan_waits;
                             t.budget_seeds += st.budget_seeds;
                             t.budget_steps += st.budget_steps;

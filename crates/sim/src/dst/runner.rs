@@ -114,6 +114,8 @@ pub struct DstStats {
     pub loan_seeds: u64,
     pub loans: u64,
     pub loans_returned: u64,
+    /// Borrowed runs given back by their borrowers (`engine::give_back`).
+    pub given_back: u64,
     /// Write pieces that waited for a loan's answer instead of failing with ENOSPC
     /// (`engine::loan_wait`), in the tight seeds whose loan steps are delayed.
     pub loan_waits: u64,
@@ -242,6 +244,8 @@ struct Sim {
     deletes: Option<super::delete::DeleteDraws>,
     /// Quiet spells, in the seeds with a `cache` volume (`idle.rs`).
     idles: Option<super::idle::IdleDraws>,
+    /// Whole-volume trims in the tight sharded seeds (`release.rs`).
+    releases: Option<super::release::ReleaseDraws>,
     /// Directed tier moves, in the seeds with a pinned volume that has a fast pool
     /// (`directed.rs`).
     directed: Option<super::directed::DirectedDraws>,
@@ -351,6 +355,21 @@ pub fn draw_shards(seed: u64) -> u16 {
 fn draw_loan_delay_ns(seed: u64) -> u64 {
     let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x10a4_u64.rotate_left(16));
     [0, 0, 0, 100_000, 2_000_000, 50_000_000][below(&mut r, 6) as usize]
+}
+
+/// How long a tight seed's shards hold a wholly free borrowed run before giving it back
+/// (`engine::give_back`), on a stream of its own: a seed spans a few seconds of engine
+/// time, so the default 1 s would give back little; 0 keeps borrowed space in a sixth.
+fn draw_give_back_hold_ns(seed: u64) -> u64 {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x61b4_u64.rotate_left(12));
+    [
+        0,
+        1_000_000,
+        5_000_000,
+        20_000_000,
+        100_000_000,
+        1_000_000_000,
+    ][below(&mut r, 6) as usize]
 }
 
 /// Whether a sharded seed without logs shares its room for thin data among its shards
@@ -653,6 +672,9 @@ impl Sim {
             }
         }
         engine_cfg.budget_reports = shards > 1 && draw_budgets(cfg.seed);
+        if tight {
+            engine_cfg.give_back_hold_ns = draw_give_back_hold_ns(cfg.seed);
+        }
         engine_cfg.shard_qos = shards > 1 && draw_shares(cfg.seed);
         if std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
             eprintln!("config ({shards} shard(s)): {engine_cfg:?}");
@@ -769,6 +791,7 @@ impl Sim {
             .iter()
             .any(|v| matches!(v.placement, Placement::Cache { .. }));
         let idles = super::idle::IdleDraws::draw(cfg.seed, caching);
+        let releases = super::release::ReleaseDraws::draw(cfg.seed, tight);
         let directing = engine_cfg
             .volumes
             .iter()
@@ -808,6 +831,7 @@ impl Sim {
             resizes,
             deletes,
             idles,
+            releases,
             directed,
             probe,
             ncq,
@@ -867,6 +891,30 @@ impl Sim {
 
     /// Now and then, in the seeds with a `cache` volume: submit nothing for a spell of
     /// virtual time (requests in flight complete, timers fire), so idle cleaning runs.
+    /// Now and then, in the tight sharded seeds: trim a whole volume (`release.rs`).
+    fn release_action(&mut self) -> Result<bool, Fail> {
+        let n = self.refs.len();
+        let Some(v) = self.releases.as_mut().and_then(|r| r.volume(n)) else {
+            return Ok(false);
+        };
+        let sectors = self.serving_sectors(v);
+        if self.recovering || self.hollow(v) || sectors == 0 {
+            return Ok(false);
+        }
+        if self.trace {
+            eprintln!("[{}] trim volume {v} whole", self.at());
+        }
+        // In requests the engine takes (at most `max_request_bytes` each).
+        let most = (self.engine_cfg.max_request_bytes / SECTOR as u64).max(1);
+        let mut first = 0;
+        while first < sectors {
+            let n = most.min(sectors - first);
+            self.submit(v as u32, ReqKind::Trim, first, n, false, false)?;
+            first += n;
+        }
+        Ok(true)
+    }
+
     fn idle_action(&mut self) -> Result<bool, Fail> {
         let Some(ns) = self.idles.as_mut().and_then(|d| d.spell_ns()) else {
             return Ok(false);
@@ -2019,6 +2067,7 @@ impl Sim {
                     || self.resize_action()?
                     || self.delete_action()?
                     || self.idle_action()?
+                    || self.release_action()?
                     || self.directed_move_action()?
                 {
                 } else if self.reqs.len() < self.max_in_flight
@@ -2212,6 +2261,9 @@ impl host::Driver for Sim {
         }
         if let EngineEvent::LoanReturned { .. } = e {
             self.stats.loans_returned += 1;
+        }
+        if let EngineEvent::GaveBack { .. } = e {
+            self.stats.given_back += 1;
         }
         if let EngineEvent::Warning { message } = &e
             && self.recovering
