@@ -45,6 +45,9 @@ pub struct EngineKeys<'a> {
     /// How shards share a pool's device under a weighted scheduler: `"pool"` (default)
     /// or `"local"`.
     pub shard_qos: Option<&'a Spanned<String>>,
+    /// How long a shard holds a wholly free borrowed run before giving it back, in ms
+    /// (`engine::give_back`); 0 keeps borrowed space.
+    pub give_back_hold_ms: Option<&'a Spanned<u64>>,
 }
 
 /// One pool's shared keys. The driver says what medium and capacity the pool has (from
@@ -159,6 +162,16 @@ pub fn resolve(
             }
         },
     };
+    let give_back_hold_ns = match engine.give_back_hold_ms {
+        Some(m) if *m.get_ref() > 3_600_000 => {
+            return src.err(
+                m.span(),
+                "give_back_hold_ms: expected 0 (keep borrowed space) to 3600000 (one hour)",
+            );
+        }
+        Some(m) => m.get_ref() * 1_000_000,
+        None => EngineConfig::default().give_back_hold_ns,
+    };
     let mut pool_cfgs: Vec<PoolConfig> = Vec::with_capacity(pools.len());
     for p in pools {
         pool_cfgs.push(pool(src, p, chunk_bytes, &pool_cfgs)?);
@@ -199,6 +212,7 @@ pub fn resolve(
         log: LogToml::resolve(engine.log, src)?,
         budget_reports,
         shard_qos,
+        give_back_hold_ns,
         ..EngineConfig::default()
     })
 }

@@ -795,6 +795,18 @@ pub fn metrics_text(engine: &Engine, server: &ServerStats) -> String {
         "counter",
         shard(&|s| s.budget_commands as f64),
     );
+    family(
+        "tiervisor_shard_borrowed_runs",
+        "Runs of other shards' chunks each shard holds borrowed (issue 18).",
+        "gauge",
+        shard(&|s| s.borrowed_runs as f64),
+    );
+    family(
+        "tiervisor_shard_runs_given_back_total",
+        "Borrowed runs each shard gave back to the shard that lent them, since start.",
+        "counter",
+        shard(&|s| s.runs_given_back as f64),
+    );
     let share = |f: &dyn Fn(&crate::server::DeviceShareFigure) -> f64| {
         (server.shards.iter())
             .flat_map(|s| {

@@ -78,6 +78,9 @@ struct RawConfig {
     /// How shards share a pool's device under a weighted scheduler: "pool" (default) or
     /// "local".
     shard_qos: Option<Spanned<String>>,
+    /// How long a shard holds a wholly free borrowed run before giving it back (ms; 0
+    /// keeps borrowed space).
+    give_back_hold_ms: Option<Spanned<u64>>,
     metadata_pool: Option<Spanned<String>>,
     tiering: Option<TieringToml>,
     log: Option<LogToml>,
@@ -309,6 +312,7 @@ impl ServerConfig {
                 log: raw.log.as_ref(),
                 shard_budgets: raw.shard_budgets.as_ref(),
                 shard_qos: raw.shard_qos.as_ref(),
+                give_back_hold_ms: raw.give_back_hold_ms.as_ref(),
             },
             &raw.pools
                 .iter()
@@ -544,6 +548,23 @@ mod tests {
         let e = ServerConfig::parse("c.toml", &with("65")).unwrap_err();
         assert!(e.to_string().starts_with("c.toml:10"), "{e}");
         assert!(ServerConfig::parse("c.toml", &with("-1")).is_err());
+    }
+
+    /// The give-back hold: 1 s by default, 0 keeps borrowed space, past an hour refused
+    /// with its line.
+    #[test]
+    fn give_back_hold_is_read_and_checked() {
+        let with = |t: &str| DEFAULT_CONFIG.replacen("io = \"uring\"", t, 1);
+        let hold = |t: &str| {
+            let c = ServerConfig::parse("c.toml", &with(t)).unwrap();
+            c.engine.give_back_hold_ns
+        };
+        assert_eq!(hold(""), 1_000_000_000);
+        assert_eq!(hold("give_back_hold_ms = 0"), 0);
+        assert_eq!(hold("give_back_hold_ms = 250"), 250_000_000);
+        let e = ServerConfig::parse("c.toml", &with("give_back_hold_ms = 3600001")).unwrap_err();
+        assert_eq!(e.line, Some(10), "{e}");
+        assert!(e.message.contains("give_back_hold_ms: expected 0"), "{e}");
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct ShardFigures {
     pub write_buffer_bytes: u64,
     pub tier_bytes_per_s: u64,
     pub budget_commands: u64,
+    /// Runs of other shards' chunks it holds borrowed now, and runs it gave back since
+    /// start (`engine::loan`, `engine::give_back`).
+    pub borrowed_runs: u64,
+    pub runs_given_back: u64,
     /// Per pool, its share of the pool's device and the gate holding it there
     /// (`shard_qos = "pool"`, issue 12; engine::device_share).
     pub device_shares: Vec<DeviceShareFigure>,

@@ -978,6 +978,10 @@ impl Shard {
             write_buffer_bytes: budgets.write_buffer_bytes.iter().sum(),
             tier_bytes_per_s: budgets.tier_bytes_per_s,
             budget_commands: self.engine.budget_commands(),
+            borrowed_runs: (self.engine.loans().iter())
+                .filter(|l| l.kind == tiervisor_engine::loan::LoanKind::Borrowed)
+                .count() as u64,
+            runs_given_back: self.engine.give_backs().0,
             device_shares: (self.engine.config().pools.iter())
                 .zip(self.engine.device_shares())
                 .zip(self.engine.device_gate_waits())

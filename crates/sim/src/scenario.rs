@@ -75,6 +75,9 @@ struct RawScenario {
     /// How shards share a pool's device under a weighted scheduler: "pool" (default) or
     /// "local".
     shard_qos: Option<Spanned<String>>,
+    /// How long a shard holds a wholly free borrowed run before giving it back (ms; 0
+    /// keeps borrowed space).
+    give_back_hold_ms: Option<Spanned<u64>>,
     chunk: Option<Spanned<SizeVal>>,
     journal: Option<Spanned<SizeVal>>,
     commit_interval_ms: Option<Spanned<u64>>,
@@ -603,6 +606,7 @@ impl Scenario {
                 log: raw.log.as_ref(),
                 shard_budgets: raw.shard_budgets.as_ref(),
                 shard_qos: raw.shard_qos.as_ref(),
+                give_back_hold_ms: raw.give_back_hold_ms.as_ref(),
             },
             &raw.pools
                 .iter()

@@ -618,7 +618,7 @@ fn print_shards(v: &serde_json::Value) {
             .filter_map(|x| x.as_str())
             .collect();
         println!(
-            "shard {}  volumes {}; {} requests, CPU {:.2} s ({:.1} us/request); {} connections, {} requests and {} device ops in flight; write buffer {:.1} MiB, tier {:.1} MiB/s ({} budget changes)",
+            "shard {}  volumes {}; {} requests, CPU {:.2} s ({:.1} us/request); {} connections, {} requests and {} device ops in flight; write buffer {:.1} MiB, tier {:.1} MiB/s ({} budget changes); {} borrowed run(s) held, {} given back",
             n("shard"),
             if vols.is_empty() {
                 "-".to_string()
@@ -634,6 +634,8 @@ fn print_shards(v: &serde_json::Value) {
             n("write_buffer_bytes") as f64 / (1 << 20) as f64,
             n("tier_bytes_per_s") as f64 / (1 << 20) as f64,
             n("budget_commands"),
+            n("borrowed_runs"),
+            n("runs_given_back"),
         );
         // Each pool's device share, once the broker set one (issue 12).
         for d in s["device_shares"].as_array().into_iter().flatten() {
