@@ -10,8 +10,13 @@
 //! each has, and a volume's processes share its part equally.
 //!
 //! A queue in service expires when its budget is used, after `timeout_ms`, or when it
-//! empties; an emptied sync queue first keeps the disk idle `slice_idle_ms` for its next
-//! request. Budget feedback: a queue that used its budget gets twice as much next time
+//! empties; an emptied sync queue first keeps the disk idle for its process's next
+//! request, as its idle window allows (`idle_window = true`, the default: the first
+//! BFQ's `bfq_update_idle_window` and `bfq_arm_slice_timer`, copied from CFQ 2.6.30 and
+//! shared here as `flowq::IdleWindow`: not for a process whose mean think time exceeds
+//! `slice_idle_ms`, 2 ms (`BFQ_MIN_TT`) for a seeky one, not for a seeky one while the
+//! device queues commands); `idle_window = false` idles `slice_idle_ms` for every sync
+//! queue (the default before issue 12's stop 38). Budget feedback: a queue that used its budget gets twice as much next time
 //! (up to `max_budget`), one that emptied gets what it used.
 //!
 //! Defaults from the kernel's block/bfq-iosched.c: `bfq_default_max_budget = 16 * 1024`
@@ -25,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use super::api::{Dispatch, QueuedOp, Registration, Scheduler, VolumeQos};
-use super::flowq::{FlowId, FlowQueue, flow_of};
+use super::flowq::{FlowId, FlowQueue, HwTag, flow_of};
 use super::params::Params;
 
 pub(super) const REGISTRATION: Registration = Registration {
@@ -42,6 +47,8 @@ pub struct BfqParams {
     pub slice_idle_ns: u64,
     pub fifo_expire_sync_ns: u64,
     pub fifo_expire_async_ns: u64,
+    /// The kernel's idle window (`flowq::IdleWindow`); false: idle for every sync queue.
+    pub idle_window: bool,
 }
 
 impl Default for BfqParams {
@@ -52,6 +59,7 @@ impl Default for BfqParams {
             slice_idle_ns: 8_000_000,
             fifo_expire_sync_ns: 125_000_000,
             fifo_expire_async_ns: 250_000_000,
+            idle_window: true,
         }
     }
 }
@@ -74,6 +82,7 @@ impl BfqParams {
                 ms(d.fifo_expire_async_ns),
                 1.0..=60_000.0,
             )?,
+            idle_window: p.bool("idle_window", d.idle_window)?,
         })
     }
 }
@@ -134,6 +143,8 @@ pub struct Bfq {
     vtime: f64,
     active: Option<InService>,
     len: usize,
+    /// Whether the device queues commands, for the idle window's seek test.
+    hw_tag: HwTag,
 }
 
 /// B-WF2Q+ over `(key, start, finish)` entities: the eligible one (start <= V, after V
@@ -160,6 +171,7 @@ impl Bfq {
             vtime: 0.0,
             active: None,
             len: 0,
+            hw_tag: HwTag::default(),
         }
     }
 
@@ -241,7 +253,7 @@ impl Scheduler for Bfq {
         "bfq"
     }
 
-    fn add(&mut self, _now_ns: u64, op: QueuedOp) {
+    fn add(&mut self, now_ns: u64, op: QueuedOp) {
         let id = flow_of(&op);
         let max_budget = self.p.max_budget_sectors;
         let b = self.queues.entry(id).or_insert_with(|| BfqQueue {
@@ -251,6 +263,10 @@ impl Scheduler for Bfq {
             finish: 0.0,
             busy: false,
         });
+        if id.is_sync() {
+            b.q.window
+                .arrival(now_ns, &op, self.p.slice_idle_ns, self.hw_tag.on());
+        }
         b.q.reqs.insert(op);
         self.len += 1;
         if b.busy {
@@ -307,16 +323,22 @@ impl Scheduler for Bfq {
                 a.idle_from_ns = None;
                 a.served_sectors += op.len_bytes.div_ceil(512).max(1);
                 self.len -= 1;
+                self.hw_tag.dispatched();
                 return Dispatch::Op(op);
             }
             if sync && b.q.in_flight > 0 {
                 return Dispatch::Idle; // its own completions decide whether to idle
             }
+            let idle_ns = if self.p.idle_window {
+                b.q.window.idle_ns(self.p.slice_idle_ns)
+            } else {
+                Some(self.p.slice_idle_ns).filter(|&ns| ns > 0)
+            };
             if sync
-                && self.p.slice_idle_ns > 0
+                && let Some(idle_ns) = idle_ns
                 && let Some(from) = a.idle_from_ns
             {
-                let until = from + self.p.slice_idle_ns;
+                let until = from + idle_ns;
                 if now_ns < until {
                     return Dispatch::WaitUntil(until);
                 }
@@ -326,11 +348,13 @@ impl Scheduler for Bfq {
     }
 
     fn completed(&mut self, now_ns: u64, op: &QueuedOp) {
+        self.hw_tag.completed(self.len);
         let id = flow_of(op);
         let Some(b) = self.queues.get_mut(&id) else {
             return;
         };
         b.q.in_flight = b.q.in_flight.saturating_sub(1);
+        b.q.window.completed(now_ns);
         if b.q.in_flight == 0
             && b.q.is_empty()
             && let Some(a) = self.active.as_mut()
@@ -506,5 +530,41 @@ mod tests {
         let served = run_serial(&mut b, 5 * MS, arrivals, 200 * MS);
         let seq: Vec<(u64, usize)> = served.iter().map(|(t, o)| (*t, o.key)).collect();
         assert_eq!(&seq[..3], &[(0, 1), (8 * MS, 2), (21 * MS, 10)]);
+    }
+
+    /// BFQ's idle window is CFQ 2.6.30's (`flowq::IdleWindow`): a process thinking 20 ms
+    /// between reads (more than `slice_idle`) stops being idled for once its think time
+    /// is valid (the third read); one thinking 1 ms keeps its 8 ms; with
+    /// `idle_window = false` every process is idled for.
+    #[test]
+    fn a_process_that_thinks_longer_than_slice_idle_is_not_idled_for() {
+        let idle_ms = |p: BfqParams, think_ms: u64| -> Vec<u64> {
+            let mut b = Bfq::new(p);
+            let mut now = 0;
+            (0..6)
+                .map(|i| {
+                    b.add(now, read_by(i, 1000 + i as u64 * 8, 0, 1, now));
+                    let Dispatch::Op(o) = b.dispatch(now) else {
+                        panic!("round {i}: the read is dispatched")
+                    };
+                    now += 5 * MS;
+                    b.completed(now, &o);
+                    let idled = match b.dispatch(now) {
+                        Dispatch::WaitUntil(t) => (t - now) / MS,
+                        _ => 0,
+                    };
+                    now += think_ms * MS;
+                    idled
+                })
+                .collect()
+        };
+        let d = BfqParams::default();
+        assert_eq!(idle_ms(d, 20), [8, 8, 0, 0, 0, 0]);
+        assert_eq!(idle_ms(d, 1), [8; 6]);
+        let always = BfqParams {
+            idle_window: false,
+            ..d
+        };
+        assert_eq!(idle_ms(always, 20), [8; 6]);
     }
 }

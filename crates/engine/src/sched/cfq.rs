@@ -12,16 +12,21 @@
 //! Not modelled: I/O priorities (every queue is best-effort priority 4, so slices are
 //! the base length), short back seeks (`back_seek_max` / `back_seek_penalty`: requests
 //! go in circular-scan order from the queue's position), `slice_async_rq`, and the
-//! 2.6.33 workload groups (sync-noidle trees), and the idle window's seekiness test
-//! (it applies only with tagged queueing, which the paper's drive had off). The idle
-//! window's think-time test is modelled but off by default (`think_time = true`,
-//! `flowq::ThinkTime`): with it a process that mostly sleeps between requests is not
-//! idled for.
+//! 2.6.33 workload groups (sync-noidle trees), preemption of an idling queue by another
+//! process's request near the head (`cfq_rq_close`), and I/O priorities.
+//!
+//! Whether to idle for a process is 2.6.30's idle window (`idle_window = true`, the
+//! default since issue 12's stop 38; `flowq::IdleWindow`), the rule of the kernel the
+//! paper measured (its Linux 2.6.30): a process whose mean think time exceeds
+//! `slice_idle` is not idled for, a seeky one (mean seek over 8,192 sectors) only 2 ms
+//! (`CFQ_MIN_TT`), and not at all while the device queues commands (`hw_tag`, judged as
+//! `cfq_update_hw_tag` does; the paper's drive had tagged queueing off).
+//! `idle_window = false` idles `slice_idle` for every sync queue (the default before).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use super::api::{Dispatch, QueuedOp, Registration, Scheduler};
-use super::flowq::{FlowId, FlowQueue, flow_of};
+use super::flowq::{FlowId, FlowQueue, HwTag, flow_of};
 use super::params::Params;
 use crate::inject::InjectedBug;
 use crate::types::IoContext;
@@ -41,11 +46,10 @@ pub struct CfqParams {
     pub quantum: u32,
     pub fifo_expire_sync_ns: u64,
     pub fifo_expire_async_ns: u64,
-    /// Idle only for queues whose process's mean think time is at most `slice_idle`
-    /// (the kernel's idle window); false (the default): idle for every sync queue. Off
-    /// by default because the paper's measured CFQ idled more than the rule allows: with
-    /// it on, seed 003's Table 2 CFQ throughput is 3.1 times the paper's (BENCHMARKS.md).
-    pub think_time: bool,
+    /// Linux 2.6.30's idle window (`flowq::IdleWindow`): idle only for a process whose
+    /// mean think time is at most `slice_idle`, and only `CFQ_MIN_TT` for a seeky one;
+    /// false: idle `slice_idle` for every sync queue.
+    pub idle_window: bool,
 }
 
 impl Default for CfqParams {
@@ -57,7 +61,7 @@ impl Default for CfqParams {
             quantum: 8,
             fifo_expire_sync_ns: 125_000_000,
             fifo_expire_async_ns: 250_000_000,
-            think_time: false,
+            idle_window: true,
         }
     }
 }
@@ -81,7 +85,7 @@ impl CfqParams {
                 ms(d.fifo_expire_async_ns),
                 1.0..=60_000.0,
             )?,
-            think_time: p.bool("think_time", d.think_time)?,
+            idle_window: p.bool("idle_window", d.idle_window)?,
         })
     }
 }
@@ -102,6 +106,8 @@ pub struct Cfq {
     rr: VecDeque<FlowId>,
     active: Option<Active>,
     len: usize,
+    /// Whether the device queues commands, for the idle window's seek test.
+    hw_tag: HwTag,
     /// `InjectedBug::CfqCompletesWrongContext`.
     bug_wrong_context: bool,
 }
@@ -114,6 +120,7 @@ impl Cfq {
             rr: VecDeque::new(),
             active: None,
             len: 0,
+            hw_tag: HwTag::default(),
             bug_wrong_context: false,
         }
     }
@@ -136,8 +143,9 @@ impl Scheduler for Cfq {
     fn add(&mut self, now_ns: u64, op: QueuedOp) {
         let id = flow_of(&op);
         let q = self.queues.entry(id).or_default();
-        if id.is_sync() && self.p.think_time {
-            q.think.arrival(now_ns, 2 * self.p.slice_idle_ns);
+        if id.is_sync() {
+            q.window
+                .arrival(now_ns, &op, self.p.slice_idle_ns, self.hw_tag.on());
         }
         let was_empty = q.is_empty();
         q.reqs.insert(op);
@@ -180,17 +188,22 @@ impl Scheduler for Cfq {
                 a.idle_from_ns = None;
                 let op = q.pop(now_ns, expire).expect("non-empty");
                 self.len -= 1;
+                self.hw_tag.dispatched();
                 return Dispatch::Op(op);
             }
             if sync && q.in_flight > 0 {
                 return Dispatch::Idle; // wait for the queue's own requests to finish
             }
+            let idle_ns = if self.p.idle_window {
+                q.window.idle_ns(self.p.slice_idle_ns)
+            } else {
+                Some(self.p.slice_idle_ns).filter(|&ns| ns > 0)
+            };
             if sync
-                && self.p.slice_idle_ns > 0
-                && (!self.p.think_time || q.think.worth_idling(self.p.slice_idle_ns))
+                && let Some(idle_ns) = idle_ns
                 && let (Some(end), Some(from)) = (a.slice_end_ns, a.idle_from_ns)
             {
-                let until = end.min(from + self.p.slice_idle_ns);
+                let until = end.min(from + idle_ns);
                 if now_ns < until {
                     return Dispatch::WaitUntil(until);
                 }
@@ -200,6 +213,7 @@ impl Scheduler for Cfq {
     }
 
     fn completed(&mut self, now_ns: u64, op: &QueuedOp) {
+        self.hw_tag.completed(self.len);
         let mut id = flow_of(op);
         if self.bug_wrong_context {
             id.context = id.context.map(|_| IoContext::Volume);
@@ -208,7 +222,7 @@ impl Scheduler for Cfq {
             return;
         };
         q.in_flight = q.in_flight.saturating_sub(1);
-        q.think.completed(now_ns);
+        q.window.completed(now_ns);
         if q.in_flight == 0
             && q.is_empty()
             && let Some(a) = self.active.as_mut()
@@ -334,35 +348,86 @@ mod tests {
 
     /// The idle window: a process that thinks 20 ms after each completion (more than
     /// `slice_idle`) is idled for only until its think time is known (the third
-    /// arrival); one that thinks 1 ms keeps it; with `think_time = false` every process
-    /// is idled for. Returns, per round, whether the emptied queue was idled for.
-    fn idles_per_round(think_ms: u64, think_time: bool) -> Vec<bool> {
-        let mut c = Cfq::new(CfqParams {
-            think_time,
-            ..Default::default()
-        });
+    /// arrival); one that thinks 1 ms keeps it. Returns, per round, how long the emptied
+    /// queue was idled for (ms), with `p`; `stride` sectors between reads.
+    fn idle_ms_per_round(p: CfqParams, think_ms: u64, stride: u64) -> Vec<u64> {
+        let mut c = Cfq::new(p);
         let mut now = 0;
         (0..6)
             .map(|i| {
-                c.add(now, read_by(i, 1000 + i as u64 * 8, 0, 1, now));
+                c.add(now, read_by(i, 1000 + i as u64 * stride, 0, 1, now));
                 let Dispatch::Op(o) = c.dispatch(now) else {
                     panic!("round {i}: the read is dispatched")
                 };
                 now += 5 * MS;
                 c.completed(now, &o);
-                let idled = matches!(c.dispatch(now), Dispatch::WaitUntil(_));
+                let idled = match c.dispatch(now) {
+                    Dispatch::WaitUntil(t) => (t - now) / MS,
+                    _ => 0,
+                };
                 now += think_ms * MS;
                 idled
             })
             .collect()
     }
 
+    /// The default is 2.6.30's idle window: a process thinking longer than `slice_idle`
+    /// stops being idled for once its think time is valid, a quick one keeps its 8 ms.
     #[test]
     fn a_process_that_thinks_longer_than_slice_idle_is_not_idled_for() {
-        let (y, n) = (true, false);
-        assert_eq!(idles_per_round(20, true), [y, y, n, n, n, n]);
-        assert_eq!(idles_per_round(1, true), [y; 6]);
-        assert_eq!(idles_per_round(20, false), [y; 6]);
+        let d = CfqParams::default();
+        assert_eq!(idle_ms_per_round(d, 20, 8), [8, 8, 0, 0, 0, 0]);
+        assert_eq!(idle_ms_per_round(d, 1, 8), [8; 6]);
+        let always = CfqParams {
+            idle_window: false,
+            ..d
+        };
+        assert_eq!(idle_ms_per_round(always, 20, 8), [8; 6]);
+    }
+
+    /// A seeky process (reads 1 GiB apart) with a quick think time: while the device is
+    /// assumed to queue commands (2.6.30 starts with `hw_tag` on, and this light load
+    /// never re-judges it) its window closes once its seek mean exceeds 8,192 sectors;
+    /// on a drive found not to queue, it is idled for `CFQ_MIN_TT` (2 ms), not 8.
+    #[test]
+    fn a_seeky_process_is_idled_for_2_ms_and_not_at_all_with_tagged_queueing() {
+        let d = CfqParams::default();
+        let stride = 2 * 1024 * 1024;
+        assert_eq!(idle_ms_per_round(d, 1, stride), [8, 0, 0, 0, 0, 0]);
+        // Load that re-judges `hw_tag`: 51 completions with more than 5 queued and never
+        // more than one on the device.
+        let mut c = Cfq::new(d);
+        for i in 0..60 {
+            c.add(0, read_by(100 + i, 5_000_000 + i as u64 * 8, 0, 2, 0));
+        }
+        for _ in 0..52 {
+            let Dispatch::Op(o) = c.dispatch(0) else {
+                panic!("process 2's reads are dispatched")
+            };
+            c.completed(0, &o);
+        }
+        assert!(!c.hw_tag.on(), "one on the device at a time: no tagged queueing");
+        let mut now = 0;
+        let idled: Vec<u64> = (0..6)
+            .map(|i| {
+                c.add(now, read_by(i, 1000 + i as u64 * stride, 0, 1, now));
+                c.expire(); // process 2's slice ends; process 1 is next
+                while let Dispatch::Op(o) = c.dispatch(now) {
+                    now += 5 * MS;
+                    c.completed(now, &o);
+                    if o.key == i {
+                        break;
+                    }
+                }
+                let idled = match c.dispatch(now) {
+                    Dispatch::WaitUntil(t) => (t - now) / MS,
+                    _ => 0,
+                };
+                now += MS;
+                idled
+            })
+            .collect();
+        assert_eq!(idled, [8, 8, 2, 2, 2, 2]);
     }
 
     #[test]
