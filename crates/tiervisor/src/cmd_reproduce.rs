@@ -402,7 +402,8 @@ pub struct SchedulingArgs {
     #[command(flatten)]
     common: ReproduceArgs,
     /// Only these schedulers (comma-separated; default: cats, deadline, cfq, bfq, kyber,
-    /// mclock, fifo, those this build has).
+    /// mclock, fifo, and cats-think, tiervisor's own CATS variant with
+    /// `busdriver_think_gate`; those this build has).
     #[arg(long, value_delimiter = ',')]
     schedulers: Option<Vec<String>>,
 }

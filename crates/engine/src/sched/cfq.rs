@@ -406,7 +406,10 @@ mod tests {
             };
             c.completed(0, &o);
         }
-        assert!(!c.hw_tag.on(), "one on the device at a time: no tagged queueing");
+        assert!(
+            !c.hw_tag.on(),
+            "one on the device at a time: no tagged queueing"
+        );
         let mut now = 0;
         let idled: Vec<u64> = (0..6)
             .map(|i| {

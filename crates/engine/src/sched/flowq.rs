@@ -294,7 +294,11 @@ mod tests {
         for i in 0..3u64 {
             s.arrival(&read_by(0, 100 + i * 8, 0, 1, 0));
         }
-        assert!(s.valid() && !s.seeky(), "sequential: mean {}", s.mean_sectors);
+        assert!(
+            s.valid() && !s.seeky(),
+            "sequential: mean {}",
+            s.mean_sectors
+        );
     }
 
     #[test]

@@ -13,12 +13,35 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use tiervisor_engine::sched::ParamValue;
 use tiervisor_engine::{SchedSpec, ThrottleConfig};
 
 use crate::{RunOptions, Scenario, Simulation};
 
 /// The schedulers of the tables, paper's first; those not registered are skipped.
-pub const SCHEDULERS: [&str; 7] = ["cats", "deadline", "cfq", "bfq", "kyber", "mclock", "fifo"];
+/// `cats-think` is tiervisor's own variant of CATS ([`VARIANTS`]), not the paper's.
+pub const SCHEDULERS: [&str; 8] = [
+    "cats",
+    "deadline",
+    "cfq",
+    "bfq",
+    "kyber",
+    "mclock",
+    "fifo",
+    "cats-think",
+];
+
+/// Rows of tiervisor's own variants: (row name, scheduler, boolean option set true).
+/// They get no paper column and take no part in the paper's rankings.
+const VARIANTS: [(&str, &str, &str); 1] = [("cats-think", "cats", "busdriver_think_gate")];
+
+/// The scheduler a row runs.
+fn spec_of(s: &str) -> SchedSpec {
+    match VARIANTS.iter().find(|v| v.0 == s) {
+        Some(&(_, base, key)) => SchedSpec::named(base).with(key, ParamValue::Bool(true)),
+        None => SchedSpec::named(s),
+    }
+}
 
 /// The band for the simulated means against the paper's real column.
 pub const BAND: (f64, f64) = (0.5, 2.0);
@@ -185,7 +208,7 @@ pub fn scheduling(
     let present: Vec<&'static str> = wanted
         .iter()
         .copied()
-        .filter(|s| tiervisor_engine::sched::lookup(s).is_some())
+        .filter(|s| tiervisor_engine::sched::lookup(&spec_of(s).name).is_some())
         .collect();
     let missing = wanted
         .iter()
@@ -225,10 +248,10 @@ pub fn scheduling(
 fn with_scheduler(base: &Scenario, s: &str) -> Scenario {
     let mut sc = base.clone();
     for p in &mut sc.pools {
-        p.scheduler = SchedSpec::named(s);
+        p.scheduler = spec_of(s);
     }
     for p in &mut sc.engine.pools {
-        p.scheduler = SchedSpec::named(s);
+        p.scheduler = spec_of(s);
     }
     sc
 }
@@ -422,6 +445,14 @@ mod tests {
         let cats = with_scheduler(&sc, "cats");
         assert_eq!(cats.engine.pools[0].scheduler.name, "cats");
         assert_eq!(cats.pools[0].scheduler.name, "cats");
+        assert!(cats.engine.pools[0].scheduler.params.is_empty());
+        // tiervisor's own variant row runs CATS with its option set.
+        let think = with_scheduler(&sc, "cats-think");
+        assert_eq!(
+            think.engine.pools[0].scheduler,
+            SchedSpec::named("cats").with("busdriver_think_gate", ParamValue::Bool(true))
+        );
+        assert!(think.engine.pools[0].scheduler.build().is_ok());
         let v = virtualize(&sc).unwrap();
         let t = v.engine.pools[0].throttle.clone().expect("throttled");
         assert_eq!(t.k, VIRTUAL_K);
