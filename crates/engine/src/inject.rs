@@ -35,6 +35,11 @@ pub enum InjectedBug {
     /// the device" for ever, so it idles with no wake-up or stops at its quantum, and the
     /// requests queued behind it starve (`sched/cfq.rs`).
     CfqCompletesWrongContext,
+    /// CFQ does not record its processes' completions in their idle windows
+    /// (`sched/flowq.rs`), so every think time reads 0 and the disk idles for processes
+    /// that went to sleep. A performance defect: DST checks data, not idling, so the unit
+    /// test `sched::cfq`'s think-time test catches it.
+    CfqThinkTimeUnrecorded,
     /// A new chunk's write that failed for space is reported as EIO (as before issue 15),
     /// so a VM sees a broken disk instead of pausing on ENOSPC.
     NoSpaceAsEio,
@@ -213,6 +218,7 @@ impl InjectedBug {
             InjectedBug::SchedLosesWakeup => "sched-loses-wakeup",
             InjectedBug::StatusMissesLog => "status-misses-log",
             InjectedBug::CfqCompletesWrongContext => "cfq-completes-wrong-context",
+            InjectedBug::CfqThinkTimeUnrecorded => "cfq-think-time-unrecorded",
             InjectedBug::NoSpaceAsEio => "enospc-as-eio",
             InjectedBug::DbtMissesDirty => "dbt-misses-dirty",
             InjectedBug::DbtCoalesceSkipsLastRun => "dbt-coalesce-skips-last-run",
@@ -309,6 +315,12 @@ impl InjectedBug {
     pub fn contexts() -> [InjectedBug; 1] {
         [InjectedBug::CfqCompletesWrongContext]
     }
+    /// The idle window's state: caught by `sched::cfq`'s
+    /// `a_process_that_thinks_longer_than_slice_idle_is_not_idled_for`. DST does not
+    /// catch it (idling longer loses no data and starves nothing).
+    pub fn idle_window() -> [InjectedBug; 1] {
+        [InjectedBug::CfqThinkTimeUnrecorded]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -322,6 +334,7 @@ impl InjectedBug {
             .chain(Self::device())
             .chain(Self::wakeup())
             .chain(Self::contexts())
+            .chain(Self::idle_window())
             .find(|b| b.name() == s)
     }
 }

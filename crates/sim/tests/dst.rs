@@ -75,15 +75,7 @@ fn ci_seed_set_passes_with_every_fault_on() {
         "segments cleaned: {}",
         s.segments_cleaned
     );
-    // The cap only holds the cleaner back between the urgency mark and the cleaning
-    // mark, a narrow band with DST's few segments. Every wait of the set is seed 101's:
-    // 23 before logged volumes could migrate, 1 since (its logged volume's job drains
-    // the log the cap held back), so this only says the path still runs.
-    assert!(
-        s.cleaner_waits >= 1,
-        "cleaner waits for its cap: {}",
-        s.cleaner_waits
-    );
+    // The cleaner's waits for its cap: `the_cleaner_waits_for_its_cap` (one seed).
     // A third of the pools hold completions to a disk model (seed 003's throttle).
     assert!(
         s.throttled_ops > CI_SEEDS * 100,
@@ -302,12 +294,15 @@ fn mirror_acks_early_is_caught_within_its_seed_range() {
 /// drew `copy_priority = equal` and DBT copied several chunks at once; no seed of
 /// 1024..1486 does since, seed 1486 does (`tiervisor dst --seeds 1486..1487 --steps
 /// 2548 --faults 3 --bug aio-unordered-dups`: volume 1 sector 1064 reads write 527's
-/// data where write 528's was expected). So it gets seeds 1280..1536, which stop at the
-/// first catch. The engine test `aio_duplicates_of_a_chunk_land_in_order` catches it
-/// too.
+/// data where write 528's was expected), until cfq and bfq took Linux 2.6.30's idle
+/// window (issue 12's stop 38) and no seed of 1280..1536 did; seed 1572 does since
+/// (`tiervisor dst --seeds 1572..1573 --steps 206 --faults 3 --bug aio-unordered-dups`:
+/// volume 2 sector 1729 reads write 68's data where write 69's was expected; the seed
+/// passes without the bug). So it gets seeds 1536..1792, which stop at the first catch.
+/// The engine test `aio_duplicates_of_a_chunk_land_in_order` catches it too.
 #[test]
 fn aio_unordered_dups_is_caught_within_its_seed_range() {
-    assert_caught(InjectedBug::AioUnorderedDups, 5 * CI_SEEDS, 6 * CI_SEEDS);
+    assert_caught(InjectedBug::AioUnorderedDups, 6 * CI_SEEDS, 7 * CI_SEEDS);
 }
 
 /// `ncq-jumps-flush` in an array (each member's FLUSH no barrier): the per-member check
@@ -367,6 +362,23 @@ fn same_seed_same_run() {
     let a = run_seed(&cfg).unwrap();
     assert_eq!(a, run_seed(&cfg).unwrap());
     assert_ne!(a, run_seed(&DstConfig { seed: 78, ..cfg }).unwrap());
+}
+
+/// The cap only holds the cleaner back between the urgency mark and the cleaning mark, a
+/// narrow band with DST's few segments, so few seeds show it. In the CI set only seed 101
+/// did (23 waits before logged volumes could migrate, 1 to 6 since), and none since cfq
+/// and bfq took Linux 2.6.30's idle window (issue 12's stop 38 changed seed 101's
+/// timing); of seeds 256..512, seed 405 does (37 waits). This only says the path still
+/// runs.
+#[test]
+fn the_cleaner_waits_for_its_cap() {
+    let s = run_range(405, 406, CI_STEPS, Faults::Latent, None, jobs())
+        .unwrap_or_else(|f| panic!("{f}"));
+    assert!(
+        s.cleaner_waits >= 1,
+        "cleaner waits for its cap: {}",
+        s.cleaner_waits
+    );
 }
 
 /// Seeds that once found bugs (kept even if the CI range moves).

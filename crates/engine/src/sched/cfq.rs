@@ -110,6 +110,8 @@ pub struct Cfq {
     hw_tag: HwTag,
     /// `InjectedBug::CfqCompletesWrongContext`.
     bug_wrong_context: bool,
+    /// `InjectedBug::CfqThinkTimeUnrecorded`.
+    bug_think_unrecorded: bool,
 }
 
 impl Cfq {
@@ -122,6 +124,7 @@ impl Cfq {
             len: 0,
             hw_tag: HwTag::default(),
             bug_wrong_context: false,
+            bug_think_unrecorded: false,
         }
     }
 
@@ -222,7 +225,9 @@ impl Scheduler for Cfq {
             return;
         };
         q.in_flight = q.in_flight.saturating_sub(1);
-        q.window.completed(now_ns);
+        if !self.bug_think_unrecorded {
+            q.window.completed(now_ns);
+        }
         if q.in_flight == 0
             && q.is_empty()
             && let Some(a) = self.active.as_mut()
@@ -238,6 +243,7 @@ impl Scheduler for Cfq {
 
     fn inject_bug(&mut self, bug: InjectedBug) {
         self.bug_wrong_context = bug == InjectedBug::CfqCompletesWrongContext;
+        self.bug_think_unrecorded = bug == InjectedBug::CfqThinkTimeUnrecorded;
     }
 }
 
@@ -351,7 +357,10 @@ mod tests {
     /// arrival); one that thinks 1 ms keeps it. Returns, per round, how long the emptied
     /// queue was idled for (ms), with `p`; `stride` sectors between reads.
     fn idle_ms_per_round(p: CfqParams, think_ms: u64, stride: u64) -> Vec<u64> {
-        let mut c = Cfq::new(p);
+        idle_ms_with(Cfq::new(p), think_ms, stride)
+    }
+
+    fn idle_ms_with(mut c: Cfq, think_ms: u64, stride: u64) -> Vec<u64> {
         let mut now = 0;
         (0..6)
             .map(|i| {
@@ -383,6 +392,11 @@ mod tests {
             ..d
         };
         assert_eq!(idle_ms_per_round(always, 20, 8), [8; 6]);
+        // `InjectedBug::CfqThinkTimeUnrecorded`: completions not recorded, every think
+        // time reads 0 and the sleeper is idled for every round.
+        let mut c = Cfq::new(d);
+        c.inject_bug(InjectedBug::CfqThinkTimeUnrecorded);
+        assert_eq!(idle_ms_with(c, 20, 8), [8; 6]);
     }
 
     /// A seeky process (reads 1 GiB apart) with a quick think time: while the device is
