@@ -193,3 +193,34 @@ fn the_injected_early_give_back_is_caught() {
         "{failed:?}"
     );
 }
+
+/// Hysteresis: a shard gives a run back only if it keeps twice its low-water mark (what
+/// a donor keeps when it lends). v0 frees only MiB 100..140, the part its borrowed runs
+/// hold, so shard 0 keeps its own slice full: it gives back runs while it stays above
+/// that mark and keeps the rest, and a write of v0 right after does not ask for space
+/// again.
+#[test]
+fn a_shard_near_its_low_water_mark_keeps_what_it_borrowed() {
+    let mut r = rig(100_000_000, None);
+    let mut id = 0;
+    for mib in 0..FILL_MIB {
+        write_flushed(&mut r, &mut id, 0, mib).unwrap();
+    }
+    let borrowed = loans_made(&r.events);
+    trim_flushed(&mut r, &mut id, 0, 100..FILL_MIB);
+    r.settle();
+    let e = &r.s.engines()[0];
+    let pool = tiervisor_engine::PoolId(0);
+    let (avail, low) = (e.available_chunks(pool), e.low_water_chunks(pool));
+    let given = given_back(&r.events);
+    assert!(avail >= 2 * low, "{avail} available, low-water mark {low}");
+    assert!(given < borrowed, "gave back all {given} runs");
+    let asks = |ev: &[EngineEvent]| {
+        ev.iter()
+            .filter(|e| matches!(e, EngineEvent::SpaceLow { .. }))
+            .count()
+    };
+    let before = asks(&r.events);
+    write_flushed(&mut r, &mut id, 0, 100).unwrap();
+    assert_eq!(asks(&r.events), before, "asked for space again at once");
+}
