@@ -305,8 +305,10 @@ impl InjectedBug {
         [InjectedBug::NcqJumpsFlush]
     }
     /// A lost wake-up after a loan's answer: caught by
-    /// `crates/engine/tests/migration_wakeups.rs`. DST does not catch it (docs/TESTING.md:
-    /// the case needs a pivot's pause, a denied loan and no other event at once).
+    /// `crates/engine/tests/migration_wakeups.rs`, and within DST's CI seed set (seed 117)
+    /// by the check after every call that no job is left paused for its pivot with
+    /// nothing in flight (`Engine::check_pauses_stepped`), in the seeds whose slow driver
+    /// answers loans while a pause waits for the write (docs/TESTING.md).
     pub fn wakeup() -> [InjectedBug; 1] {
         [InjectedBug::LoanAnswerNoStep]
     }

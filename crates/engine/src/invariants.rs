@@ -78,6 +78,7 @@ impl Engine {
             self.check_volume_counts(v)?;
         }
         self.check_tier_moves()?;
+        self.check_pauses_stepped()?;
         for f in self.reclaim.pending() {
             let Freed::Chunks { pool, first, n } = f.what;
             for c in first..first + n {

@@ -32,6 +32,12 @@ impl Engine {
         (self.loan_waits.waited, self.loan_waits.parked.len())
     }
 
+    /// Write pieces whose loan's answer came while their volume was paused for its pivot
+    /// (the case `loan-answer-no-step` needs; DST counts them).
+    pub fn loan_answers_in_pauses(&self) -> u64 {
+        self.loan_waits.in_pauses
+    }
+
     /// After a data allocation on `pool`: ask the driver for space when this shard runs
     /// low (`EngineEvent::SpaceLow`): not while an ask is unanswered, nor within
     /// `ASK_AGAIN_NS` of a denial.
@@ -107,6 +113,14 @@ impl Engine {
             .partition(|w| w.0 == pool.0);
         self.loan_waits.parked = later;
         for (_, v, w) in now_due {
+            if self
+                .migrations
+                .jobs
+                .get(&v)
+                .is_some_and(|j| j.phase == crate::jobs::migrate::MigrationPhase::Draining)
+            {
+                self.loan_waits.in_pauses += 1;
+            }
             if granted && self.bug_is(InjectedBug::LoanWaitDrops) {
                 // The injected defect forgets the piece: its request completes as if it
                 // were written.

@@ -703,6 +703,16 @@ impl Sharded {
         Ok(())
     }
 
+    /// Every shard's `Engine::check_pauses_stepped` (cheap: DST runs it after every call).
+    pub fn check_pauses_stepped(&self) -> Result<(), String> {
+        let one = self.engines.len() == 1;
+        for (k, e) in self.engines.iter().enumerate() {
+            e.check_pauses_stepped()
+                .map_err(|m| if one { m } else { format!("shard {k}: {m}") })?;
+        }
+        Ok(())
+    }
+
     pub fn sched_wait_max_ns(&self) -> u64 {
         self.engines
             .iter()

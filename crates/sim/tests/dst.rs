@@ -188,6 +188,15 @@ fn ci_seed_set_passes_with_every_fault_on() {
         s.migration_pivots,
         s.migrations
     );
+    // Half the tight seeds that migrate have a slow driver (200 ms a loan step), whose
+    // answers come while a pivot's pause waits for the write they end
+    // (`loan-answer-no-step`).
+    assert!(
+        s.slow_loan_seeds > CI_SEEDS / 64 && s.pause_answers > 0,
+        "seeds with a slow driver: {}, loan answers during a pivot's pause: {}",
+        s.slow_loan_seeds,
+        s.pause_answers
+    );
     // Two thirds of the migrating seeds that do not log run the migration-heavy profile
     // (`dst/probe.rs`; 49 seeds, 169 power losses right after a FLUSH or a durable pivot).
     assert!(
@@ -231,7 +240,8 @@ fn every_injected_bug_is_caught_within_the_ci_seed_set() {
         .chain(cache)
         .chain(InjectedBug::clean_stop())
         .chain(InjectedBug::device())
-        .chain(InjectedBug::contexts());
+        .chain(InjectedBug::contexts())
+        .chain(InjectedBug::wakeup());
     for bug in bugs {
         assert_caught(bug, 0, CI_SEEDS);
     }

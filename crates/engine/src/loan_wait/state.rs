@@ -30,6 +30,9 @@ pub(crate) struct LoanWaits {
     pub(crate) parked: Vec<(u16, u32, Waiter)>,
     /// Write pieces that waited for a loan (each wait counted), for `Engine::loan_waits`.
     pub(crate) waited: u64,
+    /// Answers that came while a piece's volume was paused for its pivot (the pause
+    /// waits for the piece), for `Engine::loan_answers_in_pauses`.
+    pub(crate) in_pauses: u64,
 }
 
 impl LoanWaits {

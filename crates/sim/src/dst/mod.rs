@@ -99,6 +99,8 @@ pub fn run_range(
                             t.loans_returned += st.loans_returned;
                             t.given_back += st.given_back;
                             t.loan_waits += st.loan_waits;
+                            t.slow_loan_seeds += st.slow_loan_seeds;
+                            t.pause_answers += st.pause_answers;
                             t.budget_seeds += st.budget_seeds;
                             t.budget_steps += st.budget_steps;
                             t.share_seeds += st.share_seeds;

@@ -119,6 +119,11 @@ pub struct DstStats {
     /// Write pieces that waited for a loan's answer instead of failing with ENOSPC
     /// (`engine::loan_wait`), in the tight seeds whose loan steps are delayed.
     pub loan_waits: u64,
+    /// Tight migrating seeds whose driver carries loan steps slowly
+    /// (`SLOW_LOAN_DELAY_NS`), and the write pieces whose loan's answer came while their
+    /// volume was paused for its pivot (`Engine::loan_answers_in_pauses`).
+    pub slow_loan_seeds: u64,
+    pub pause_answers: u64,
     /// Sharded seeds whose budgets follow demand (`engine::budget_broker`), and the
     /// budget commands their brokers sent.
     pub budget_seeds: u64,
@@ -370,6 +375,22 @@ fn draw_give_back_hold_ns(seed: u64) -> u64 {
         100_000_000,
         1_000_000_000,
     ][below(&mut r, 6) as usize]
+}
+
+/// How long a slow driver carries each loan step: four times the longest drawn above, far
+/// inside the engine's wait for an answer (`ANSWER_WAIT_NS`, 5 s), so that a job of the
+/// asking shard often ends its copy and pauses its volume for the pivot while a write of
+/// the volume waits for the answer; the answer (a denial, mostly) then ends the last
+/// request the pause waits for, in an admin command (`loan-answer-no-step`). With 50 ms
+/// no seed of 0..2048 met that; with 200 ms in every tight seed, seeds 117, 340, 359 and
+/// 400 of 0..400 did (1 s: 240, 359, 360 and 964 of 0..1024).
+const SLOW_LOAN_DELAY_NS: u64 = 200_000_000;
+
+/// Whether a tight seed that migrates has a slow driver (`SLOW_LOAN_DELAY_NS`): half of
+/// them, on a stream of their own (`TIERVISOR_DST_NO_SLOW_LOANS=1` leaves them out).
+fn draw_slow_loans(seed: u64, migrating: bool) -> bool {
+    let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x510e_u64.rotate_left(52));
+    migrating && std::env::var_os("TIERVISOR_DST_NO_SLOW_LOANS").is_none() && below(&mut r, 2) == 0
 }
 
 /// Whether a sharded seed without logs shares its room for thin data among its shards
@@ -732,8 +753,16 @@ impl Sim {
         let contexts = draw_contexts(&engine_cfg, cfg.seed);
         let mut engine =
             Sharded::new(&engine_cfg, shards, cfg.bug).map_err(|e| format!("config: {e}"))?;
+        let slow = tight && draw_slow_loans(cfg.seed, mrng.is_some());
         if tight {
-            engine.set_loan_delay_ns(draw_loan_delay_ns(cfg.seed));
+            engine.set_loan_delay_ns(if slow {
+                SLOW_LOAN_DELAY_NS
+            } else {
+                draw_loan_delay_ns(cfg.seed)
+            });
+            if slow && std::env::var_os("TIERVISOR_DST_TRACE").is_some() {
+                eprintln!("a slow driver: loan steps take {SLOW_LOAN_DELAY_NS} ns");
+            }
         }
         let mut devs: Vec<DataDevice> = engine_cfg
             .pools
@@ -821,7 +850,10 @@ impl Sim {
             mounted_once: false,
             marker: Marker::Unknown,
             step: 0,
-            stats: DstStats::default(),
+            stats: DstStats {
+                slow_loan_seeds: u64::from(slow),
+                ..DstStats::default()
+            },
             last_end: vec![0; nv],
             hot,
             mrng,
@@ -1288,6 +1320,10 @@ impl Sim {
         let r = host::deliver(out, self);
         let deleted = std::mem::replace(&mut self.deleted, outer);
         r?;
+        // After every call: a job paused for its pivot was stepped on once nothing it
+        // waits for is left (DST only ticks at deadlines, so a missed step would only
+        // delay it until some unrelated event: `loan-answer-no-step`).
+        self.engine.check_pauses_stepped()?;
         for name in deleted {
             self.volume_deleted(&name)?;
         }
@@ -1667,6 +1703,9 @@ impl Sim {
 
     /// Add the engine's counters to the run's totals (a new engine starts them at zero).
     fn fold_engine_counters(&mut self) {
+        self.stats.pause_answers += (self.engine.engines().iter())
+            .map(|e| e.loan_answers_in_pauses())
+            .sum::<u64>();
         let reports: Vec<_> = self.engine.engines().iter().map(|e| e.report()).collect();
         for r in reports {
             self.fold_report(r);

@@ -585,6 +585,24 @@ impl Engine {
     }
 
     /// Time passed: due delayed writes and rate-limited copies go on.
+    /// No job is left paused for its pivot (`Draining`) with nothing in flight that the
+    /// pause waits for: whatever ends the last of it (a device completion, a tick, a
+    /// loan's answer in an admin command) steps the jobs before the call returns, as
+    /// nothing else may ever step them. Checked after every call by DST, where a missed
+    /// step is otherwise only a delay until the next event (`loan-answer-no-step`).
+    pub fn check_pauses_stepped(&self) -> Result<(), String> {
+        for (&v, job) in &self.migrations.jobs {
+            if job.phase == MigrationPhase::Draining && self.drained(v) {
+                return Err(format!(
+                    "volume {}: its migration job is paused for the pivot with nothing \
+                     left in flight, and was not stepped on",
+                    self.vols[v as usize].rec.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn migration_tick(&mut self, now: u64, out: &mut Outputs) {
         if self.migrations.timer_at.is_some_and(|t| t <= now) {
             self.migrations.timer_at = None;

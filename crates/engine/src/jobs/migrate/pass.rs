@@ -72,6 +72,20 @@ impl Engine {
                 return true;
             }
         }
+        // A volume whose final commit failed at a stop (`Journal::abandon`) records nothing
+        // more in this run, so a copy (an LR switch) or a cancel's copy-back could never be
+        // recorded, and the next mount resumes the job from what is durable: start no more
+        // of them. (An LR job copied the rest of the image for nothing, holding the stop
+        // up: DST seed 1009 at `--faults 2`; tests/migration_stop.rs.) The pause's phases
+        // go on: requests wait on them.
+        if self.vols[v as usize].journal.abandoned()
+            && matches!(
+                job.phase,
+                MigrationPhase::Copying { .. } | MigrationPhase::Cancelling
+            )
+        {
+            return false;
+        }
         match job.phase {
             MigrationPhase::Copying { pass } => self.copy_step(now, v, pass, out),
             MigrationPhase::Draining => {
@@ -590,7 +604,7 @@ impl Engine {
     }
 
     /// Whether a paused volume has nothing in flight that the pivot must wait for.
-    fn drained(&self, v: u32) -> bool {
+    pub(super) fn drained(&self, v: u32) -> bool {
         let job = &self.migrations.jobs[&v];
         let dups_done = self.bug_is(InjectedBug::MirrorAcksEarly)
             || (job.dups_in_flight == 0 && job.dup_queue.is_empty());
