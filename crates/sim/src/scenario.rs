@@ -57,8 +57,8 @@ pub use host_vm::HostJournalJob;
 pub use mig::MigrationSpec;
 use tiervisor_model::{DeviceKind, FlushMode, Preset, preset, preset_names};
 use tiervisor_workload::{
-    AppJob, AppKind, Distribution, FioJob, FioRw, ReplayMode, SpcJob, SurgeConfig, Trace,
-    TraceWorkload, Workload, WorkloadError,
+    AppJob, AppKind, Distribution, FioJob, FioRw, ReplayMode, SleepMode, SpcJob, SurgeConfig,
+    Trace, TraceWorkload, Workload, WorkloadError,
 };
 
 /// An error in a scenario: `file:line: message`.
@@ -195,6 +195,8 @@ struct RawSurge {
     page_cache: Option<Spanned<SizeVal>>,
     readahead: Option<Spanned<SizeVal>>,
     requests: Option<Spanned<u64>>,
+    /// When a process sleeps: "on_period" (default) or "per_block".
+    sleep: Option<Spanned<String>>,
 }
 
 /// An application-shaped generator (seed 001's Figure 9 workloads).
@@ -965,6 +967,18 @@ fn surge_config(
     if let Some(pc) = &sg.page_cache {
         c.page_cache_bytes = Some(cx.size(pc, "page_cache")?);
     }
+    if let Some(s) = &sg.sleep {
+        c.sleep = match s.get_ref().as_str() {
+            "on_period" => SleepMode::OnPeriod,
+            "per_block" => SleepMode::PerBlock,
+            other => {
+                return cx.err(
+                    s.span(),
+                    format!("sleep: {other:?}: expected \"on_period\" or \"per_block\""),
+                );
+            }
+        };
+    }
     Ok(c)
 }
 
@@ -1113,6 +1127,27 @@ ios = 100
         let e = parse("seed = [").unwrap_err();
         assert_eq!(e.file, "s.toml");
         assert!(e.to_string().starts_with("s.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn surge_sleeps_per_on_period_or_per_block() {
+        let surge = |extra: &str| {
+            GOOD.replace(
+                "[vm.fio]\nrw = \"randread\"\nbs = \"4k\"\nios = 100\n",
+                &format!("[vm.surge]\nfiles = 1000\n{extra}"),
+            )
+        };
+        let sleep_of = |s: &Scenario| match &s.vms[0].workload {
+            WorkloadSpec::Surge(c) => c.sleep,
+            _ => panic!("a surge VM"),
+        };
+        assert_eq!(sleep_of(&parse(&surge("")).unwrap()), SleepMode::OnPeriod);
+        let pb = parse(&surge("sleep = \"per_block\"\n")).unwrap();
+        assert_eq!(sleep_of(&pb), SleepMode::PerBlock);
+        let e = parse(&surge("sleep = \"often\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("per_block"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use r#gen::{FioJob, FioRw, FioWorkload};
 pub use host::{HostPath, HostProfile, PageCache};
 pub use skew::Distribution;
 pub use spc::{SpcJob, SpcKind, SpcWorkload};
-pub use surge::{SurgeConfig, SurgeWorkload};
+pub use surge::{SleepMode, SurgeConfig, SurgeWorkload};
 pub use trace::{ReplayMode, Trace, TraceFormat, TraceInfo, TraceOp, TraceRecord, TraceWorkload};
 
 /// What a workload asks of its volume.

@@ -47,6 +47,8 @@ pub struct SurgeConfig {
     /// Sleep per block read in the ON period: Pareto(alpha, k ms).
     pub sleep_alpha: f64,
     pub sleep_k_ms: f64,
+    /// When a process sleeps (the paper's "milliseconds per block" read two ways).
+    pub sleep: SleepMode,
     pub sizes: SizeMix,
     /// None: O_DIRECT.
     pub page_cache_bytes: Option<u64>,
@@ -70,6 +72,7 @@ impl SurgeConfig {
             files_k: 1.0,
             sleep_alpha: 1.5,
             sleep_k_ms: 2.0,
+            sleep: SleepMode::OnPeriod,
             sizes: SizeMix::PAPER,
             page_cache_bytes: None,
             readahead_bytes: 128 * 1024,
@@ -77,6 +80,17 @@ impl SurgeConfig {
             seed: 1,
         }
     }
+}
+
+/// When a SURGE process sleeps. The paper's Figure 2 (its loop) is not in our copy; its
+/// text says only that the sleep is "milliseconds per block rather than seconds per file".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SleepMode {
+    /// Once per ON period: one Pareto draw times the blocks read in it (the default).
+    OnPeriod,
+    /// After every block read: one Pareto draw each (the same mean sleep per block, but
+    /// a pause between every two reads of a process).
+    PerBlock,
 }
 
 /// Where one process is.
@@ -157,6 +171,11 @@ impl SurgeWorkload {
     fn advance(&mut self, p: usize) -> Option<WlRequest> {
         for _ in 0..10_000_000u64 {
             let mut pr = self.procs[p];
+            if self.cfg.sleep == SleepMode::PerBlock && pr.blocks_on > 0 {
+                let ms = dist::pareto(&mut self.rng, self.cfg.sleep_alpha, self.cfg.sleep_k_ms);
+                pr.ready_ns += (ms * 1e6) as u64;
+                pr.blocks_on = 0;
+            }
             if pr.reading.is_none() && pr.files_left == 0 {
                 if pr.blocks_on > 0 {
                     let per_block_ms =

@@ -157,3 +157,32 @@ fn bad_parameters_are_errors() {
         .is_err()
     );
 }
+
+/// `SleepMode::PerBlock`: a process pauses at least the Pareto scale (2 ms) after every
+/// block, so its reads are never back to back; by default (`OnPeriod`) it reads an ON
+/// period's blocks back to back and pauses once.
+#[test]
+fn per_block_sleeps_pause_between_every_two_reads() {
+    // Per process, the shortest gap between two of its reads' issue times (the toy disk
+    // serves each in 1 ms).
+    let min_gap_ms = |sleep: SleepMode| -> u64 {
+        // One process, so no read waits behind another's.
+        let mut w = SurgeWorkload::new(SurgeConfig {
+            sleep,
+            processes: 1,
+            ..small(6, None)
+        })
+        .unwrap();
+        let mut last: HashMap<u32, u64> = HashMap::new();
+        let mut min = u64::MAX;
+        for (r, t) in drive(&mut w) {
+            let p = r.context.expect("surge names its processes");
+            if let Some(prev) = last.insert(p, t) {
+                min = min.min(t - prev);
+            }
+        }
+        min / 1_000_000
+    };
+    assert!(min_gap_ms(SleepMode::PerBlock) >= 3);
+    assert_eq!(min_gap_ms(SleepMode::OnPeriod), 1);
+}
