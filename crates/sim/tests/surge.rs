@@ -86,7 +86,11 @@ fn bad_surge_keys_name_file_and_line() {
             "block: expected a positive multiple of 4k",
         ),
         ("processes = 0", "processes: expected a positive number"),
-        ("sleep = 3", "unknown field"),
+        ("think = 3", "unknown field"),
+        (
+            "sleep = \"often\"",
+            "expected \"on_period\" or \"per_block\"",
+        ),
     ] {
         let e = Scenario::parse("surge.toml", &scenario(extra), Path::new("."))
             .unwrap_err()
