@@ -63,6 +63,18 @@ const GAPS: &[Gap] = &[
     },
     Gap {
         experiment: "scheduling",
+        all_of: &["o_direct cfq real: sectors/ms"],
+        side: Side::Above,
+        why: "our cfq, idling as Linux 2.6.30's does, leaves the disk idle 22 % of the time (69 % even idling 8 ms after every read), where the paper's own Table 2 implies 81 % for its CFQ; idling that much needs processes that pause after nearly every block, a think-time structure the paper's missing Figure 2 would give (BENCHMARKS.md, seed 003, stop 38)",
+    },
+    Gap {
+        experiment: "scheduling",
+        all_of: &["page_cache cats real: mean response"],
+        side: Side::Above,
+        why: "behind a page cache most completions end a process's ON period, so CATS' busdriver waits for reads that do not come: the disk is busy 44 % of the time with it, 97 % with busdriver_ms = 0; the paper does not say when its busdriver waits (BENCHMARKS.md, seed 003, stop 38)",
+    },
+    Gap {
+        experiment: "scheduling",
         all_of: &["virtual: mean service"],
         side: Side::Below,
         why: "the throttle charges k times the shadow cache's 250 us hits, and our shadow cache predicts about twice as many hits as the detailed drive model has, which lowers the mean (BENCHMARKS.md, seed 003, virtual column)",
