@@ -46,6 +46,14 @@ fn migrated(r: &Rig) -> u64 {
     r.engine.volume_report(v).unwrap().migrated_bytes
 }
 
+/// Write a pattern of `len` bytes (seed `seed`) at `off` of "thin" and mirror it into the
+/// expected image `a`.
+fn write_expect(r: &mut Rig, a: &mut [u8], off: u64, seed: u8, len: usize) {
+    let b = pattern(seed, len);
+    r.write("thin", off, &b);
+    a[off as usize..off as usize + len].copy_from_slice(&b);
+}
+
 /// Chunk 0 written with pattern 1 and flushed, then promoted: (rig, data, home slot).
 fn promoted(bug: Option<InjectedBug>) -> (Rig, Vec<u8>, (PoolId, u64)) {
     let mut r = Rig::with_bug(keep_home_config(), bug);
@@ -124,9 +132,7 @@ fn a_clean_demotion_is_a_remap_and_a_crash_before_its_record_keeps_the_fast_copy
 /// to the stale home and the write is lost, which this catches.
 fn written_then_demoted(bug: Option<InjectedBug>) -> Result<(), String> {
     let (mut r, mut a, home) = promoted(bug);
-    let b = pattern(9, 8192);
-    r.write("thin", 4096, &b);
-    a[4096..4096 + 8192].copy_from_slice(&b);
+    write_expect(&mut r, &mut a, 4096, 9, 8192);
     r.flush("thin");
     directed_move(&mut r, 0, HDD);
     r.tick(10_000_000);
@@ -205,9 +211,7 @@ fn a_trim_racing_a_dirty_demotion_waits_and_frees_the_home_once() {
 fn two_writes_then_demoted(bug: Option<InjectedBug>) -> Result<(), String> {
     let (mut r, mut a, home) = promoted(bug);
     for (off, seed) in [(100 << 10, 5u8), (300 << 10, 6)] {
-        let b = pattern(seed, 4096);
-        r.write("thin", off, &b);
-        a[off as usize..off as usize + 4096].copy_from_slice(&b);
+        write_expect(&mut r, &mut a, off, seed, 4096);
     }
     r.flush("thin");
     directed_move(&mut r, 0, HDD);
@@ -243,9 +247,7 @@ fn a_dirty_demotion_copies_the_span_written_and_the_injected_bug_is_caught() {
 fn a_crash_between_the_span_copy_and_the_remap_commit_mounts_the_fast_copy() {
     let (mut r, mut a, home) = promoted(None);
     for (off, seed) in [(100 << 10, 5u8), (300 << 10, 6)] {
-        let b = pattern(seed, 4096);
-        r.write("thin", off, &b);
-        a[off as usize..off as usize + 4096].copy_from_slice(&b);
+        write_expect(&mut r, &mut a, off, seed, 4096);
     }
     r.flush("thin");
     r.hold = true;
@@ -274,9 +276,7 @@ fn a_crash_between_the_span_copy_and_the_remap_commit_mounts_the_fast_copy() {
     assert_eq!(r.read("thin", 0, MIB), a);
     // A write after the mount (a part the span did not cover): the chunk was dirty
     // throughout already, so the demotion copies it all, and every write is at home.
-    let b = pattern(8, 4096);
-    r.write("thin", 900 << 10, &b);
-    a[900 << 10..(900 << 10) + 4096].copy_from_slice(&b);
+    write_expect(&mut r, &mut a, 900 << 10, 8, 4096);
     r.flush("thin");
     directed_move(&mut r, 0, HDD);
     r.tick(10_000_000);
@@ -298,9 +298,7 @@ fn a_crash_between_the_span_copy_and_the_remap_commit_mounts_the_fast_copy() {
 #[test]
 fn writes_and_a_trim_racing_a_span_copy_wait_and_land_on_the_home() {
     let (mut r, mut a, home) = promoted(None);
-    let b = pattern(5, 4096);
-    r.write("thin", 100 << 10, &b);
-    a[100 << 10..(100 << 10) + 4096].copy_from_slice(&b);
+    write_expect(&mut r, &mut a, 100 << 10, 5, 4096);
     r.flush("thin");
     r.hold = true;
     directed_move(&mut r, 0, HDD);
