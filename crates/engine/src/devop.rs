@@ -24,7 +24,7 @@ pub(crate) enum Owner {
         start: u64,
         end: u64,
         /// The chunk's home-write sequence number when it was queued (see
-        /// `Activity::logged_over`).
+        /// `Activity::newer_elsewhere`).
         seq: u64,
     },
     /// One of the writes that allocate a chunk.
@@ -52,6 +52,8 @@ pub(crate) enum Owner {
         chunk: u64,
         start: u64,
         end: u64,
+        /// The chunk's last home write queued before it (`Activity::newer_elsewhere`).
+        home_seq: u64,
     },
     /// A mirrored (or AIO) duplicate of a write; `req` is `SINGLE` when detached.
     MigDup {

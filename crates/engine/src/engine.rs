@@ -627,6 +627,7 @@ impl Engine {
                 chunk,
                 start,
                 end,
+                home_seq,
             } => self.migration_dst_write_done(
                 now,
                 req,
@@ -634,8 +635,7 @@ impl Engine {
                 op.pool,
                 op.offset_bytes,
                 chunk,
-                start,
-                end,
+                (start, end, home_seq),
                 result,
                 out,
             ),

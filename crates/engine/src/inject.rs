@@ -161,6 +161,11 @@ pub enum InjectedBug {
     /// to end is not stepped: a job pausing its volume for its pivot waits for ever if
     /// nothing else wakes it (DST seed 1032 with `copy_priority = equal`, at 652341a).
     LoanAnswerNoStep,
+    /// LR/SLR: a write that lands on the destination while older writes of its range are
+    /// still on their way to the source does not keep its `Moved` entry from their
+    /// completion, which clears it: the range reads the source's older data again, and
+    /// the chunk's copy takes that to the destination (DST seed 5548, the fixed bug).
+    StaleWriteClearsMoved,
     /// DST's queueing HDD (`crates/sim/src/dst/ncq.rs`) lets commands queued after a
     /// FLUSH be served before it. Not an engine defect: the simulated drive carries it.
     NcqJumpsFlush,
@@ -254,6 +259,7 @@ impl InjectedBug {
             InjectedBug::GiveBackEarly => "give-back-early",
             InjectedBug::LoanAnswerNoStep => "loan-answer-no-step",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
+            InjectedBug::StaleWriteClearsMoved => "stale-write-clears-moved",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -323,6 +329,14 @@ impl InjectedBug {
     pub fn idle_window() -> [InjectedBug; 1] {
         [InjectedBug::CfqThinkTimeUnrecorded]
     }
+    /// An LR destination write's `Moved` entry against older source writes in flight:
+    /// caught by `crates/engine/tests/migration_stale_source.rs` and by DST seed 5548
+    /// (`crates/sim/tests/dst.rs`), where it was found. It needs an older write to the
+    /// source still in flight when a newer one lands on the destination, and newer data
+    /// than the older write on the source under it (a buffered write).
+    pub fn stale_moved() -> [InjectedBug; 1] {
+        [InjectedBug::StaleWriteClearsMoved]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -337,6 +351,7 @@ impl InjectedBug {
             .chain(Self::wakeup())
             .chain(Self::contexts())
             .chain(Self::idle_window())
+            .chain(Self::stale_moved())
             .find(|b| b.name() == s)
     }
 }

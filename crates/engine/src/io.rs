@@ -667,15 +667,16 @@ impl Engine {
     ) {
         let (start, end, seq) = range;
         let vol = &mut self.vols[v as usize];
-        // The overlay is cleared only where nothing was logged after this write was
-        // queued: its completion may be reported long after it landed, and a newer
-        // logged write must not be dropped with the older entries.
+        // The overlay is cleared only where no newer data went elsewhere (logged, or
+        // written to a migration's destination) after this write was queued: its
+        // completion may be reported long after it landed, and the newer entries must
+        // not be dropped with the older ones.
         let mut gaps = vec![(start, end)];
         if let Some(a) = vol.activity.get_mut(&chunk) {
             gaps = a.unprotected(start, end, seq);
             a.writes_in_flight -= 1;
             if a.writes_in_flight == 0 {
-                a.logged_over.clear();
+                a.newer_elsewhere.clear();
             }
             if a.is_quiet() {
                 vol.activity.remove(&chunk);

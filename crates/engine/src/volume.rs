@@ -55,10 +55,12 @@ pub struct Activity {
     pub waiters: VecDeque<Waiter>,
     /// Home writes queued to the chunk while it was active (their sequence numbers).
     pub home_seq: u64,
-    /// Ranges logged while home writes were in flight, with the last home sequence
-    /// number queued before them: a home write with a sequence number up to that one is
-    /// older than the logged data, so its completion must not clear the range's overlay.
-    pub logged_over: Vec<(u64, u64, u64)>,
+    /// Ranges whose newer data went elsewhere while home writes were in flight (a log
+    /// append, or an LR/SLR write to a migration's destination), with the last home
+    /// sequence number queued before them: a home write with a sequence number up to that
+    /// one is older than that data, so its completion must not clear the range's overlay
+    /// (DST seed 5548: an old home write cleared a trim's `Moved` entry).
+    pub newer_elsewhere: Vec<(u64, u64, u64)>,
 }
 
 impl Default for Activity {
@@ -68,7 +70,7 @@ impl Default for Activity {
             state: ChunkState::Idle,
             waiters: VecDeque::new(),
             home_seq: 0,
-            logged_over: Vec::new(),
+            newer_elsewhere: Vec::new(),
         }
     }
 }
@@ -78,11 +80,20 @@ impl Activity {
         self.writes_in_flight == 0 && self.state == ChunkState::Idle && self.waiters.is_empty()
     }
 
+    /// Data of `[s, e)` newer than home write `after_seq` went elsewhere than the chunk's
+    /// home (the overlay points at it): keep it from the completions of home writes up
+    /// to that one still in flight.
+    pub fn protect_from_home_writes(&mut self, after_seq: u64, s: u64, e: u64) {
+        if self.writes_in_flight > 0 {
+            self.newer_elsewhere.push((after_seq, s, e));
+        }
+    }
+
     /// Parts of [start, end) whose overlay the completing home write `seq` may clear:
-    /// all but the ranges logged after it was queued.
+    /// all but the ranges whose newer data went elsewhere after it was queued.
     pub fn unprotected(&self, start: u64, end: u64, seq: u64) -> Vec<(u64, u64)> {
         let mut newer: Vec<(u64, u64)> = self
-            .logged_over
+            .newer_elsewhere
             .iter()
             .filter(|&&(after, s, e)| after >= seq && s < end && e > start)
             .map(|&(_, s, e)| (s.max(start), e.min(end)))

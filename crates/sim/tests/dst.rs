@@ -481,20 +481,34 @@ fn regression_seeds_pass() {
 
 /// Found by the stop-38 soak of seeds 0..10000 (the only failure): a write of volume 1
 /// acknowledged from the SSD pool's write buffer before a whole-volume trim (DST's
-/// `release.rs` draw, new in stop 38) reads back after the trim, which completed, while
-/// an LR migration of the volume ran and a device FLUSH failed. The trim zeroed the
-/// destination; the buffered write was written back to the source 2 s later and is what
-/// the read returns. Not yet fixed: run with `--ignored` (or
-/// `tiervisor dst --seeds 5548..5549 --steps 3695 --faults 3`, `TIERVISOR_DST_TRACE=1`
-/// for the trace) once it is.
+/// `release.rs` draw) read back after the trim, which had completed, while an LR
+/// migration of the volume ran. The trim went to the destination (LR) and marked its
+/// ranges `Moved`; three older writes still in flight to the source (stalled 2 s)
+/// completed after it and cleared those entries, so the range read the source again,
+/// where the buffer had written the newer write back over them, and the chunk's copy
+/// took it to the destination. Each destination write now keeps its entry from the
+/// older home writes (`Activity::newer_elsewhere`); `tests/migration_stale_source.rs` in
+/// the engine reproduces the order without DST. Replay: `tiervisor dst --seeds
+/// 5548..5549 --steps 3695 --faults 3` (`TIERVISOR_DST_TRACE=1` for the trace).
 #[test]
-#[ignore = "known bug: a buffered write outlives a whole-volume trim during an LR migration"]
 fn seed_5548_a_buffered_write_outlives_a_whole_volume_trim_during_migration() {
-    run_seed(&DstConfig {
+    let cfg = DstConfig {
         seed: 5548,
         steps: 3695,
         faults: Faults::Latent,
         bug: None,
+    };
+    run_seed(&cfg).unwrap_or_else(|f| panic!("{f}"));
+    // The seed catches the defect put back (`stale-write-clears-moved`), at the same read.
+    let bug = InjectedBug::StaleWriteClearsMoved;
+    let f = run_seed(&DstConfig {
+        bug: Some(bug),
+        ..cfg
     })
-    .unwrap_or_else(|f| panic!("{f}"));
+    .expect_err("stale-write-clears-moved caught");
+    assert!(
+        f.message.contains("volume 1 sector 5812") && f.message.contains("write 1352"),
+        "{}",
+        f.message
+    );
 }

@@ -86,10 +86,8 @@ impl Engine {
         }
         // Home writes in flight to the chunk are older than this: keep it from them.
         let cb = self.cfg.chunk_bytes;
-        if let Some(a) = self.vols[v as usize].activity.get_mut(&(s / cb))
-            && a.writes_in_flight > 0
-        {
-            a.logged_over.push((a.home_seq, s, e));
+        if let Some(a) = self.vols[v as usize].activity.get_mut(&(s / cb)) {
+            a.protect_from_home_writes(a.home_seq, s, e);
         }
         self.log_maybe_seal(now, v, si, out);
         self.arm_commit_timer(now);

@@ -97,11 +97,10 @@ impl Engine {
             return false;
         };
         self.count_ssd_write(v, dpool, e - s);
-        self.vols[v as usize]
-            .activity
-            .entry(c)
-            .or_default()
-            .writes_in_flight += 1;
+        let a = self.vols[v as usize].activity.entry(c).or_default();
+        a.writes_in_flight += 1;
+        // Home writes queued up to now are older than this one (see its completion).
+        let home_seq = a.home_seq;
         self.reqs[key].outstanding += 1;
         let dev = chunk_offset(dpc, cb) + (s - c * cb);
         let owner = Owner::MigWrite {
@@ -109,6 +108,7 @@ impl Engine {
             chunk: c,
             start: s,
             end: e,
+            home_seq,
         };
         let spec = OpSpec::new(owner, dpool, kind, IoClass::Foreground);
         self.queue_op(
@@ -324,6 +324,8 @@ impl Engine {
     }
 
     /// An LR or SLR write reached the destination: the range's newest data is there now.
+    /// `range` is the piece's `(start, end, home_seq)`: the chunk's last home write
+    /// queued before it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn migration_dst_write_done(
         &mut self,
@@ -333,14 +335,27 @@ impl Engine {
         pool: u16,
         dev: u64,
         c: u64,
-        start: u64,
-        end: u64,
+        range: (u64, u64, u64),
         result: Result<(), Errno>,
         out: &mut Outputs,
     ) {
+        let (start, end, home_seq) = range;
+        let bug = self.bug_is(InjectedBug::StaleWriteClearsMoved);
         let vol = &mut self.vols[v as usize];
         if let Some(a) = vol.activity.get_mut(&c) {
             a.writes_in_flight -= 1;
+            if a.writes_in_flight == 0 {
+                a.newer_elsewhere.clear();
+            }
+            // Older writes may still be on their way to the source (queued before the
+            // job, or while the chunk's new region was not yet open to it): their
+            // completion must not clear the `Moved` entry this write adds below, or the
+            // range reads the source's older data again and the chunk's copy takes it
+            // to the destination (DST seed 5548: a trim undone by a write the buffer
+            // acknowledged before the trim was submitted).
+            if result.is_ok() && !bug {
+                a.protect_from_home_writes(home_seq, start, end);
+            }
             if a.is_quiet() {
                 vol.activity.remove(&c);
             }
