@@ -6,7 +6,7 @@ use smallvec::smallvec;
 use super::{Copying, MigrationPhase, Progress, Scheme};
 use crate::chunkmap::ChunkLoc;
 use crate::config::Medium;
-use crate::engine::{Engine, ReqStage};
+use crate::engine::{Engine, EngineState, ReqStage};
 use crate::inject::InjectedBug;
 use crate::jobs::copy::{Copy, CopyFor};
 use crate::journal::Record;
@@ -83,6 +83,20 @@ impl Engine {
                 job.phase,
                 MigrationPhase::Copying { .. } | MigrationPhase::Cancelling
             )
+        {
+            return false;
+        }
+        // An orderly stop freezes a copying job where it is: the operator stopping `serve`
+        // expects a prompt stop, and the job resumes at the next mount from what the
+        // stop's checkpoint makes durable (`resume.rs`), as after a crash. The copies in
+        // flight finish; none starts, and no pivot begins (an unthrottled job copied up to
+        // its pivot before the engine stopped; tests/migration_stop.rs). A cancel goes on:
+        // it is not recorded, so a frozen one would resume as the migration the operator
+        // cancelled; its copy-back is bounded by what the job wrote to the destination.
+        // The pause's phases go on too: requests wait on them. (Stopped too: a driver
+        // that ticks a stopped engine must not see the job run on.)
+        if matches!(self.state, EngineState::Stopping | EngineState::Stopped)
+            && matches!(job.phase, MigrationPhase::Copying { .. })
         {
             return false;
         }
