@@ -207,6 +207,15 @@ impl Monitor {
         })
     }
 
+    /// Decayed reads and writes at `epoch` (requests touching the chunk).
+    #[inline]
+    pub fn reads_writes(&self, chunk: u64, epoch: u16) -> (u16, u16) {
+        self.heat.get(chunk as usize).map_or((0, 0), |h| {
+            let by = epoch.wrapping_sub(h.epoch);
+            (decay(h.reads, by), decay(h.writes, by))
+        })
+    }
+
     /// Whole decay periods since the chunk was last accessed (at `epoch`).
     #[inline]
     pub fn idle_epochs(&self, chunk: u64, epoch: u16) -> u16 {

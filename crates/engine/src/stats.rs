@@ -65,6 +65,10 @@ impl Latency {
     pub fn count(&self) -> u64 {
         self.h.len()
     }
+    /// Mean in nanoseconds (0 when empty; as precise as the histogram).
+    pub fn mean_ns(&self) -> f64 {
+        self.h.mean()
+    }
     /// A Prometheus-style histogram: how many took at most each bound (cumulative).
     pub fn histogram(&self, le_ns: &[u64]) -> LatencyHistogram {
         LatencyHistogram {

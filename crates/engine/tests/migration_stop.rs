@@ -146,14 +146,21 @@ fn stop_during_a_job(s: Scheme) {
     r.crash_and_mount();
     check_ref(&mut r, VOL, &reference, &format!("{s:?} after the mount"));
     assert!(
-        r.events.iter().any(|e| matches!(e, EngineEvent::Warning { message }
+        r.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Warning { message }
             if message.contains("resumed its migration"))),
         "{s:?}: the job did not resume: {:?}",
         r.events
     );
     finish_job(&mut r, VOL);
     assert_eq!(job_phase(&r, VOL), Some(MigrationPhase::Done), "{s:?}");
-    check_ref(&mut r, VOL, &reference, &format!("{s:?} after the resumed job"));
+    check_ref(
+        &mut r,
+        VOL,
+        &reference,
+        &format!("{s:?} after the resumed job"),
+    );
     r.engine.check_invariants().unwrap();
 }
 

@@ -74,6 +74,7 @@ impl MigrationWatch {
             volume: s.volume.clone(),
             scheme: s.scheme.name().to_string(),
             why: s.why.clone(),
+            profile: s.profile,
             from: s.from.iter().map(|&p| pool_name(p)).collect(),
             to: pool_name(s.to),
             phase: s.phase.name().to_string(),

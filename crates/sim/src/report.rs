@@ -316,6 +316,8 @@ pub struct MigrationReport {
     pub scheme: String,
     /// Why `auto` picked the scheme (empty when it was given).
     pub why: String,
+    /// The workload as the engine saw it when the job started (`auto`'s input).
+    pub profile: tiervisor_engine::jobs::migrate::WorkloadProfile,
     pub from: Vec<String>,
     pub to: String,
     /// done, cancelled, failed, or where it was when the run ended.

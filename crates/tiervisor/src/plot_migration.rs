@@ -226,12 +226,13 @@ mod tests {
                     mc: vec![],
                     downtime_ms: 0.0,
                     migration_time_s: 0.0,
+                    profile: tiervisor_engine::jobs::migrate::WorkloadProfile::uniform(0.25),
                 });
             }
         }
         let job =
             tiervisor_engine::jobs::migrate::MigrationParams::new(tiervisor_engine::PoolId(1));
-        let mix = mix_rows(&cost, 0.25, &job).unwrap();
+        let mix = mix_rows(&cost, &job).unwrap();
         MigrationResult {
             image_mib: 8,
             rate_mb_s: 64,

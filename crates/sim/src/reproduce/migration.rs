@@ -24,6 +24,7 @@ use std::path::Path;
 use serde::Serialize;
 use tiervisor_engine::jobs::migrate::{
     CopyPriority, CostInputs, DEFAULT_COPY_WINDOW_CHUNKS, MigrationCost, MigrationParams,
+    WorkloadProfile,
 };
 
 use super::migration_figs::{Figures, figures};
@@ -436,6 +437,8 @@ pub struct CostRow {
     pub mc: Vec<f64>,
     pub downtime_ms: f64,
     pub migration_time_s: f64,
+    /// The workload as the engine saw it at the job's start (`auto`'s input).
+    pub profile: WorkloadProfile,
 }
 
 impl CostRow {
@@ -470,6 +473,7 @@ impl CostRow {
             mc: mc.iter().map(|c| c.mc).collect(),
             downtime_ms: m.downtime_ms,
             migration_time_s: time_s,
+            profile: m.profile,
         }
     }
 }
@@ -756,11 +760,7 @@ pub fn migration(o: &MigrationOptions) -> Result<MigrationResult, String> {
         }
     }
     let orderings = orderings(&cost, &downtime, &share);
-    let mix = mix_rows(
-        &cost,
-        1.0 - IOMETER.rwmixread as f64 / 100.0,
-        &job_params(o),
-    )?;
+    let mix = mix_rows(&cost, &job_params(o))?;
     let mix_claims = mix_claims(&mix);
     let figures = figures(o)?;
     Ok(MigrationResult {

@@ -14,7 +14,7 @@
 //! from 0 to 1; its ticks are not in our copy).
 
 use serde::Serialize;
-use tiervisor_engine::jobs::migrate::{MigrationCost, MigrationParams};
+use tiervisor_engine::jobs::migrate::{MigrationCost, MigrationParams, WorkloadProfile};
 
 use super::migration::{
     CostRow, IOMETER, Load, MigrationOptions, Pair, RUNTIME_S, SCHEMES, ShareRow, job_params,
@@ -291,8 +291,10 @@ pub struct AutoPoint {
     pub pair: &'static str,
     pub bench: &'static str,
     pub gamma: f64,
-    /// The workload's share of bytes written (measured alone), `auto`'s input.
+    /// The workload's share of bytes written (measured alone).
     pub write_share: f64,
+    /// The workload as the engine saw it at the job's start, `auto`'s input.
+    pub profile: WorkloadProfile,
     pub pick: &'static str,
     pub pick_mc: f64,
     /// The lowest measured of LR, SLR and AIO (`auto`'s candidates, the paper's Mix).
@@ -428,9 +430,11 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
             } else {
                 best_ssd
             };
+            let mut profiles = Vec::new();
             for scheme in SCHEMES {
                 let m = migration_of(find(pair, Some(b), Some(scheme), image_mib)?)?;
                 let c = CostRow::of(pair, scheme, m, copy_s, best);
+                profiles.push((scheme, c.profile));
                 rows.push(FigRow {
                     pair: pair.name(),
                     bench: bench.name,
@@ -457,6 +461,13 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
                 });
             }
             let these = &rows[first..];
+            // What the engine saw at the start: the same in every scheme's run (the
+            // workload ran alone on the source until then); LR's.
+            let profile = profiles
+                .iter()
+                .find(|(s, _)| *s == "lr")
+                .map(|(_, p)| *p)
+                .ok_or("Figures 11-14: no LR run")?;
             for (gi, &gamma) in FIG_GAMMAS.iter().enumerate() {
                 let mc = |s: &str| {
                     these
@@ -469,7 +480,7 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
                         .map(|&s| (s, mc(s)))
                         .fold(("-", f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a })
                 };
-                let pick = auto_pick(pair, write_share, gamma, &job);
+                let pick = auto_pick(pair, &profile, gamma, &job);
                 let (bd, bd_mc) = lowest(&MIX_SCHEMES);
                 let (ba, ba_mc) = lowest(&SCHEMES);
                 auto.push(AutoPoint {
@@ -477,6 +488,7 @@ pub fn figures(o: &MigrationOptions) -> Result<Figures, String> {
                     bench: bench.name,
                     gamma,
                     write_share,
+                    profile,
                     pick,
                     pick_mc: mc(pick),
                     best_design: bd,

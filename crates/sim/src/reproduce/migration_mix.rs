@@ -7,13 +7,13 @@
 //! Two Mixes: the paper's, which takes for each pair the scheme of LR, SLR and AIO with
 //! the lowest measured MC (never worse than the best single scheme by construction), and
 //! ours, `auto`, which picks by the engine's *predicted* cost (`predict_cost_for`, at the
-//! run's copy priority, rate and AIO threshold) at the workload's write share, evaluated
-//! at the measured MC of its pick.
+//! run's copy priority, rate and AIO threshold) for the workload as the engine saw it when
+//! the job started (the runs' `profile`), evaluated at the measured MC of its pick.
 
 use serde::Serialize;
 use tiervisor_engine::config::Medium;
 use tiervisor_engine::jobs::migrate::{
-    AUTO_SCHEMES, MigrationCost, MigrationParams, Scheme, predict_cost_for,
+    AUTO_SCHEMES, MigrationCost, MigrationParams, Scheme, WorkloadProfile, predict_cost_for,
 };
 
 use super::migration::{CostRow, Pair};
@@ -79,11 +79,12 @@ fn mc(cost: &[CostRow], pair: Pair, scheme: &str, gamma: f64) -> Result<f64, Str
     Ok(MigrationCost::from_factors(c.lambda_io, c.lambda_migration_time, c.lambda_wear, gamma).mc)
 }
 
-/// `auto`'s pick for `pair` at `gamma`, for a workload writing `write_share` of its bytes,
-/// for a job with parameters `job` (its copy priority, rate, buffer, AIO threshold).
+/// `auto`'s pick for `pair` at `gamma`, for the workload `profile` the engine observed at
+/// the job's start, for a job with parameters `job` (its copy priority, rate, buffer, AIO
+/// threshold): what the engine's `auto` picks at that start.
 pub(crate) fn auto_pick(
     pair: Pair,
-    write_share: f64,
+    profile: &WorkloadProfile,
     gamma: f64,
     job: &MigrationParams,
 ) -> &'static str {
@@ -95,7 +96,7 @@ pub(crate) fn auto_pick(
     };
     AUTO_SCHEMES
         .into_iter()
-        .map(|s| (s, predict_cost_for(s, src, dst, write_share, &p).mc))
+        .map(|s| (s, predict_cost_for(s, src, dst, profile, &p).mc))
         .fold(
             (Scheme::Lr, f64::INFINITY),
             |a, b| if b.1 < a.1 { b } else { a },
@@ -104,13 +105,9 @@ pub(crate) fn auto_pick(
         .name()
 }
 
-/// Figure 15's rows from the cost rows of the four pairs; `write_share` is the workload's,
-/// `job` the runs' migration parameters (for `auto`'s prediction).
-pub fn mix_rows(
-    cost: &[CostRow],
-    write_share: f64,
-    job: &MigrationParams,
-) -> Result<Vec<MixRow>, String> {
+/// Figure 15's rows from the cost rows of the four pairs; `job` is the runs' migration
+/// parameters (for `auto`'s prediction, with each pair's observed profile).
+pub fn mix_rows(cost: &[CostRow], job: &MigrationParams) -> Result<Vec<MixRow>, String> {
     let mut rows = Vec::new();
     for gamma in MIX_GAMMAS {
         for epsilon in EPSILONS {
@@ -130,7 +127,12 @@ pub fn mix_rows(
                     lowest = lowest.min(mc(cost, pair, s, gamma)?);
                 }
                 mix += w[i] * lowest;
-                let pick = auto_pick(pair, write_share, gamma, job);
+                let profile = cost
+                    .iter()
+                    .find(|c| c.pair == pair.name())
+                    .map(|c| c.profile)
+                    .ok_or_else(|| format!("Figure 15: no cost row for {}", pair.name()))?;
+                let pick = auto_pick(pair, &profile, gamma, job);
                 auto += w[i] * mc(cost, pair, pick, gamma)?;
                 picks.push(pick);
             }
@@ -212,6 +214,7 @@ mod tests {
             mc: vec![],
             downtime_ms: 0.0,
             migration_time_s: 0.0,
+            profile: WorkloadProfile::uniform(0.25),
         }
     }
 
@@ -227,7 +230,7 @@ mod tests {
             cost.push(row(pair, "mirror", 0.9, 2.0, 2.0));
         }
         let job = MigrationParams::new(tiervisor_engine::PoolId(1));
-        let rows = mix_rows(&cost, 0.25, &job).unwrap();
+        let rows = mix_rows(&cost, &job).unwrap();
         assert_eq!(rows.len(), MIX_GAMMAS.len() * EPSILONS.len());
         for r in &rows {
             // Every pair alike: the weights sum to 1, so totals are per-VM MCs.

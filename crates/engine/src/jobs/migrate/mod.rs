@@ -25,6 +25,7 @@ mod log_drain;
 pub(crate) mod params;
 mod pass;
 mod presync;
+mod profile;
 mod progress;
 mod resume;
 mod route;
@@ -39,6 +40,7 @@ pub use params::{
     CopyPriority, DEFAULT_COALESCE_RUNS, DEFAULT_COPY_WINDOW_CHUNKS, MAX_COALESCE_RUNS,
     MAX_COPY_WINDOW_CHUNKS, MigrationParams, Scheme, SchemeChoice, default_coalesce_runs,
 };
+pub use profile::WorkloadProfile;
 
 pub(crate) use state::{Copying, Job, Progress, moved_chunks};
 pub use state::{MigrationPhase, MigrationStats, MigrationStatus};
@@ -113,7 +115,8 @@ impl Engine {
         if self.deletes.refuses(v.0 as usize) {
             return Err(ControlError::Busy("the volume is being deleted".into()));
         }
-        let (scheme, why) = self.check_migration(v, &params)?;
+        let profile = self.workload_profile(now, v.0, params.to);
+        let (scheme, why) = self.check_migration(v, &params, &profile)?;
         let mut params = params;
         if params.coalesce_runs.is_none() {
             let dst = self.pools[params.to.0 as usize].cfg.medium;
@@ -125,6 +128,7 @@ impl Engine {
         // (`tier_home.rs`).
         self.drop_kept_homes(vi as usize);
         let mut job = self.new_job(now, vi, params, scheme, why);
+        job.profile = profile;
         if self.nothing_to_move(vi, params_to) {
             // A thick volume resumed after its pivot's records were durable: the table
             // write naming the new region is what is left (`finish_job`).
@@ -213,6 +217,7 @@ impl Engine {
             vol: vi,
             scheme,
             why,
+            profile: WorkloadProfile::uniform(0.5),
             phase: MigrationPhase::Copying { pass: 1 },
             from,
             progress: vec![Progress::Uncopied; chunks as usize],
@@ -277,6 +282,7 @@ impl Engine {
         &self,
         v: VolumeId,
         p: &MigrationParams,
+        profile: &WorkloadProfile,
     ) -> Result<(Scheme, String), ControlError> {
         let vol = self
             .vols
@@ -367,7 +373,7 @@ impl Engine {
         }
         match p.scheme {
             SchemeChoice::Fixed(s) => Ok((s, String::new())),
-            SchemeChoice::Auto => Ok(self.choose_scheme(v.0, p)),
+            SchemeChoice::Auto => Ok(self.choose_scheme(v.0, p, profile)),
         }
     }
 
@@ -537,6 +543,7 @@ impl Engine {
             to: j.params.to,
             scheme: j.scheme,
             why: j.why.clone(),
+            profile: j.profile,
             phase: j.phase,
             chunks: j.progress.len() as u64,
             chunks_done: j

@@ -119,6 +119,8 @@ pub struct MigrationStatus {
     pub scheme: Scheme,
     /// Why `auto` chose the scheme (empty when it was given).
     pub why: String,
+    /// The workload as the engine saw it at the start (`auto`'s input; for every job).
+    pub profile: super::WorkloadProfile,
     pub phase: MigrationPhase,
     pub chunks: u64,
     /// Chunks the copy has passed: copied, or nothing to copy (`stats.chunks_copied`
@@ -162,6 +164,7 @@ pub(crate) struct Job {
     pub params: MigrationParams,
     pub scheme: Scheme,
     pub why: String,
+    pub profile: super::WorkloadProfile,
     pub phase: MigrationPhase,
     pub from: Vec<PoolId>,
     pub progress: Vec<Progress>,
