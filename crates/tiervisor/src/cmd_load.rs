@@ -2,8 +2,11 @@
 //! exports (tiervisor's or any other server's), with the metrics `tiervisor sim` reports,
 //! so one definition is predicted in simulation and checked for real.
 //!
-//! Each VM gets its own connection and thread; a second thread per connection reads the
-//! replies. Closed loops keep the workload's depth in flight, paced ones hold a request
+//! Each VM gets its own thread and, by default, one connection; a thread per connection
+//! reads the replies. With `--connections process` a VM whose workload names processes
+//! (the SURGE-like generator) opens one connection per process: NBD carries no process
+//! id, so a server that schedules per connection (tiervisor's cfq, bfq and cats) then
+//! sees the workload's processes as a kernel scheduler sees a guest's. Closed loops keep the workload's depth in flight, paced ones hold a request
 //! (its slot taken) until its not-before time, timed replays issue at the trace's times
 //! whatever is in flight. Service time is send to reply; response time is arrival (the
 //! time the workload made the request, or its trace time) to reply, as in the simulator.
@@ -44,6 +47,16 @@ pub struct LoadArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// `vm`: one connection per VM. `process`: one per process of the workload (opened at
+    /// its first request), so per-connection I/O contexts on the server are processes.
+    #[arg(long, value_enum, default_value = "vm")]
+    connections: Connections,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Connections {
+    Vm,
+    Process,
 }
 
 /// Largest request a handle can describe (and NBD servers commonly accept): 32 MiB.
@@ -109,9 +122,11 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|vm| {
             let uri = uri.clone();
+            let per_process = a.connections == Connections::Process;
             std::thread::spawn(move || {
                 let name = vm.name.clone();
-                run_vm(&uri, vm, seed, start, runtime).map_err(|e| format!("vm {name}: {e}"))
+                run_vm(&uri, vm, seed, start, runtime, per_process)
+                    .map_err(|e| format!("vm {name}: {e}"))
             })
         })
         .collect();
@@ -124,13 +139,20 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         reports.push(r);
     }
     print(&reports, a.json, &a.uri);
-    if reports.iter().all(|(_, r)| r.ios == 0) {
+    if reports.iter().all(|r| r.report.ios == 0) {
         return Err(Failure::run("no request completed"));
     }
     Ok(())
 }
 
-/// A reply as the reader thread saw it.
+/// One VM's replay, as printed.
+struct Replayed {
+    vm: String,
+    report: VmReport,
+    connections: u64,
+}
+
+/// A reply as a reader thread saw it.
 enum Event {
     Reply {
         handle: u64,
@@ -146,8 +168,11 @@ fn run_vm(
     seed: u64,
     start: Instant,
     runtime: Option<Duration>,
-) -> Result<(String, VmReport), String> {
-    let (mut tx, mut rx, info) = nbd_client::connect(uri, &vm.export)?;
+    per_process: bool,
+) -> Result<Replayed, String> {
+    let (ev_tx, ev_rx) = mpsc::channel();
+    let mut links = Links::new(uri.clone(), vm.export.clone(), per_process, ev_tx);
+    let info = links.open()?;
     if info.size_bytes < vm.volume_bytes {
         return Err(format!(
             "export {:?} has {} bytes; the scenario's volume has {}",
@@ -155,35 +180,113 @@ fn run_vm(
         ));
     }
     let (mut w, _) = vm.spec.build(vm.volume_bytes, seed, vm.index)?;
-    let (ev_tx, ev_rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        loop {
-            let len_of = |h: u64| (h & HANDLE_READ != 0).then_some((h & HANDLE_LEN_MASK) as u32);
-            match rx.next(len_of) {
-                Ok(r) => {
-                    let e = Event::Reply {
+    let mut run = Run::new(w.depth(), w.paced(), info, start, runtime);
+    let result = run.drive(&mut *w, &mut links, &ev_rx);
+    let connections = links.conns.len() as u64;
+    links.close(ev_rx);
+    result?;
+    Ok(Replayed {
+        vm: vm.name,
+        report: run.report(&vm.export, w.app_ops()),
+        connections,
+    })
+}
+
+/// A VM's connections to its export: one, or one per process of its workload.
+struct Links {
+    uri: NbdUri,
+    export: String,
+    per_process: bool,
+    conns: Vec<nbd_client::Requests>,
+    /// Connections with requests pushed and not yet sent.
+    unsent: Vec<bool>,
+    by_process: HashMap<u32, usize>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    events: mpsc::Sender<Event>,
+}
+
+impl Links {
+    fn new(uri: NbdUri, export: String, per_process: bool, events: mpsc::Sender<Event>) -> Links {
+        Links {
+            uri,
+            export,
+            per_process,
+            conns: Vec::new(),
+            unsent: Vec::new(),
+            by_process: HashMap::new(),
+            readers: Vec::new(),
+            events,
+        }
+    }
+
+    /// Open one more connection, with a thread that passes its replies on.
+    fn open(&mut self) -> Result<nbd_client::ExportInfo, String> {
+        let (tx, mut rx, info) = nbd_client::connect(&self.uri, &self.export)?;
+        let events = self.events.clone();
+        self.readers.push(std::thread::spawn(move || {
+            loop {
+                let len_of = |h: u64| (h & HANDLE_READ != 0).then_some((h & HANDLE_LEN_MASK) as u32);
+                let e = match rx.next(len_of) {
+                    Ok(r) => Event::Reply {
                         handle: r.handle,
                         error: r.error,
                         at: Instant::now(),
-                    };
-                    if ev_tx.send(e).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = ev_tx.send(Event::Failed(e));
+                    },
+                    Err(e) => Event::Failed(e),
+                };
+                let failed = matches!(e, Event::Failed(_));
+                if events.send(e).is_err() || failed {
                     return;
                 }
             }
+        }));
+        self.conns.push(tx);
+        self.unsent.push(false);
+        Ok(info)
+    }
+
+    /// The connection a request goes out on (opening its process's first).
+    fn for_request(&mut self, r: &WlRequest) -> Result<&mut nbd_client::Requests, String> {
+        let i = match r.context.filter(|_| self.per_process) {
+            None => 0,
+            Some(p) => match self.by_process.get(&p) {
+                Some(&i) => i,
+                // The first connection serves the first process to ask.
+                None if self.by_process.is_empty() => {
+                    self.by_process.insert(p, 0);
+                    0
+                }
+                None => {
+                    self.open()?;
+                    let i = self.conns.len() - 1;
+                    self.by_process.insert(p, i);
+                    i
+                }
+            },
+        };
+        self.unsent[i] = true;
+        Ok(&mut self.conns[i])
+    }
+
+    fn send(&mut self) -> Result<(), String> {
+        for (c, unsent) in self.conns.iter_mut().zip(&mut self.unsent) {
+            if std::mem::take(unsent) {
+                c.send()?;
+            }
         }
-    });
-    let mut run = Run::new(w.depth(), w.paced(), info, start, runtime);
-    let result = run.drive(&mut *w, &mut tx, &ev_rx);
-    tx.disconnect();
-    drop(ev_rx);
-    let _ = reader.join();
-    result?;
-    Ok((vm.name, run.report(&vm.export, w.app_ops())))
+        Ok(())
+    }
+
+    /// Disconnect every connection and wait for their readers.
+    fn close(self, events: mpsc::Receiver<Event>) {
+        for c in self.conns {
+            c.disconnect();
+        }
+        drop(events);
+        for r in self.readers {
+            let _ = r.join();
+        }
+    }
 }
 
 /// One VM's replay: what is held, in flight and measured.
@@ -288,7 +391,7 @@ impl Run {
     }
 
     /// Send every held request that is due.
-    fn issue(&mut self, w: &mut dyn Workload, tx: &mut nbd_client::Requests) -> Result<(), String> {
+    fn issue(&mut self, w: &mut dyn Workload, links: &mut Links) -> Result<(), String> {
         let now = self.now_ns();
         let mut sent = false;
         while let Some(entry) = self.held.first_entry() {
@@ -314,7 +417,7 @@ impl Run {
             if cmd == Cmd::Write && self.payload.len() < r.len_bytes as usize {
                 self.payload = (0..r.len_bytes).map(|i| (i % 251) as u8).collect();
             }
-            tx.push(
+            links.for_request(&r)?.push(
                 cmd,
                 handle(index, &r),
                 r.offset_bytes,
@@ -326,7 +429,7 @@ impl Run {
             sent = true;
         }
         if sent {
-            tx.send()?;
+            links.send()?;
         }
         Ok(())
     }
@@ -364,12 +467,12 @@ impl Run {
     fn drive(
         &mut self,
         w: &mut dyn Workload,
-        tx: &mut nbd_client::Requests,
+        links: &mut Links,
         rx: &mpsc::Receiver<Event>,
     ) -> Result<(), String> {
         loop {
             self.fill(w)?;
-            self.issue(w, tx)?;
+            self.issue(w, links)?;
             if self.exhausted && self.held.is_empty() && self.in_flight.is_empty() {
                 return Ok(());
             }
@@ -430,19 +533,26 @@ impl Run {
     }
 }
 
-fn print(reports: &[(String, VmReport)], json: bool, uri: &str) {
+fn print(reports: &[Replayed], json: bool, uri: &str) {
     if json {
         let vms: serde_json::Map<String, serde_json::Value> = reports
             .iter()
-            .map(|(n, r)| (n.clone(), serde_json::to_value(r).unwrap_or_default()))
+            .map(|r| {
+                let mut v = serde_json::to_value(&r.report).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("connections".into(), r.connections.into());
+                }
+                (r.vm.clone(), v)
+            })
             .collect();
         println!("{}", serde_json::json!({ "uri": uri, "vms": vms }));
         return;
     }
     println!(
-        "{:<10} {:<10} {:>9} {:>7} {:>9} {:>8} {:>11} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "{:<10} {:<10} {:>5} {:>9} {:>7} {:>9} {:>8} {:>11} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "vm",
         "export",
+        "conns",
         "ios",
         "errors",
         "IOPS",
@@ -454,16 +564,22 @@ fn print(reports: &[(String, VmReport)], json: bool, uri: &str) {
         "resp ms",
         "resp var"
     );
-    for (n, r) in reports {
+    for Replayed {
+        vm: n,
+        report: r,
+        connections,
+    } in reports
+    {
         let sectors_per_ms = if r.exec_time_s > 0.0 {
             (r.read_bytes + r.write_bytes) as f64 / 512.0 / (r.exec_time_s * 1e3)
         } else {
             0.0
         };
         println!(
-            "{:<10} {:<10} {:>9} {:>7} {:>9.0} {:>8.1} {:>11.2} {:>9.1} {:>9.1} {:>9.1} {:>10.3} {:>10.3}",
+            "{:<10} {:<10} {:>5} {:>9} {:>7} {:>9.0} {:>8.1} {:>11.2} {:>9.1} {:>9.1} {:>9.1} {:>10.3} {:>10.3}",
             n,
             r.volume,
+            connections,
             r.ios,
             r.errors,
             r.iops,

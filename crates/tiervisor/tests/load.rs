@@ -133,6 +133,49 @@ fn a_timed_trace_is_issued_at_its_times() {
     drop(s);
 }
 
+/// NBD carries no process id, so the server's I/O context is the connection: with
+/// `--connections process` a workload's processes (SURGE's) each get their own, as cfq
+/// sees a guest's processes; by default a VM is one connection.
+#[test]
+fn each_process_gets_its_own_connection_when_asked() {
+    let d = TempDir::new("load-procs");
+    let sc = d.path().join("s.toml");
+    let text = FIO.split("[[vm]]").next().unwrap().to_string()
+        + "[[vm]]\nname = \"web\"\nvolume = \"vm1\"\n[vm.surge]\nprocesses = 6\nfiles = 200\nblock = \"8k\"\nrequests = 600\n";
+    std::fs::write(&sc, text).unwrap();
+    let s = ServerProc::start(&d.path().join("data"), &[]);
+    let uri = format!("nbd://{}", s.addr);
+    let sc = sc.to_str().unwrap();
+    let served = || {
+        json(
+            Command::new(bin())
+                .args(["ctl", "stat", "--json", "--data-dir"])
+                .arg(d.path().join("data")),
+        )["server"]["connections_total"]
+            .as_u64()
+            .unwrap()
+    };
+    let one = json(Command::new(bin()).args(["load", &uri, sc, "--json"]));
+    assert_eq!(one["vms"]["web"]["connections"], 1, "{one}");
+    assert_eq!(one["vms"]["web"]["ios"], 600, "{one}");
+    // `ctl stat` itself is not an NBD connection.
+    assert_eq!(served(), 1);
+    let each = json(Command::new(bin()).args([
+        "load",
+        &uri,
+        sc,
+        "--json",
+        "--connections",
+        "process",
+    ]));
+    let w = &each["vms"]["web"];
+    assert_eq!(w["connections"], 6, "{each}");
+    assert_eq!(w["ios"], 600, "{each}");
+    assert_eq!(w["errors"], 0, "{each}");
+    assert_eq!(served(), 7);
+    drop(s);
+}
+
 #[test]
 fn bad_uris_scenarios_and_exports_are_refused_with_the_reason() {
     let d = TempDir::new("load-bad");
