@@ -29,7 +29,7 @@ carries no process id and the server's I/O context is the connection, so cfq, bf
 see 50 processes, as the paper's kernel did. --connections vm puts the workload on one.
 
 Usage: bench/sched_virtual.py [--runtime 60] [--k 1] [--tables o_direct,page_cache]
-       [--schedulers cats,deadline,cfq] [--scale 10] [--workdir /tmp/tv-sched-virtual] [--json out.json]
+       [--schedulers cats,deadline,cfq] [--scale 10] [--connections process|vm] [--sim] [--workdir /tmp/tv-sched-virtual] [--json out.json]
 """
 
 import argparse
@@ -92,6 +92,29 @@ provisioning = "thick"
 """, log=True)
 
 
+def simulated(table, scheduler, args, requests, volume_bytes):
+    """The same row in the simulator: the scaled scenario with its pool on a fast SSD model
+    behind the same throttle (k, D) and scheduler, for as many requests as serve completed;
+    mean response ms and sectors/ms (times / k, throughput x k, as for serve)."""
+    scenario, _ = scaled_scenario(table, args.scale, args.workdir)
+    text = open(scenario).read()
+    pool = ('model = "intel-520"\n'
+            f'throttle = {{ model = "cheetah-15k4", k = {args.k}, max_seek_sectors = {volume_bytes // 512} }}')
+    for old, new in [('model = "cheetah-15k4"', pool), ('scheduler = "fifo"', f'scheduler = "{scheduler}"'),
+                     ("requests = 50000", f"requests = {requests}")]:
+        assert old in text, (scenario, old)
+        text = text.replace(old, new)
+    path = os.path.join(args.workdir, f"sim-{table}-{scheduler}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    out = subprocess.run([tiervisor_bin(), "sim", path, "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    vm = json.loads(out)["vms"]["surge"]
+    secs = vm["exec_time_s"]
+    sectors_per_ms = (vm["read_bytes"] + vm["write_bytes"]) / 512 / (secs * 1e3) if secs > 0 else 0.0
+    return [vm["response"]["mean_ms"] / args.k, sectors_per_ms * args.k]
+
+
 def row(table, scheduler, args):
     d = os.path.join(args.workdir, f"{table}-{scheduler}")
     scenario, volume_bytes = scaled_scenario(table, args.scale, args.workdir)
@@ -115,8 +138,9 @@ def row(table, scheduler, args):
     k = args.k
     ours = [t["mean_service_ms"] / k, t["var_service_ms2"] / k ** 2,
             vm["response"]["mean_ms"] / k, vm["response"]["variance_ms2"] / k ** 2, sectors_per_ms * k]
+    sim = simulated(table, scheduler, args, vm["ios"], volume_bytes) if args.sim else None
     return {"table": table, "scheduler": scheduler, "requests": vm["ios"], "errors": vm["errors"],
-            "connections": vm["connections"],
+            "connections": vm["connections"], "sim": sim,
             "cache_hits": t["cache_hits"], "late": t["late"], "ours": ours,
             "paper": PAPER.get((table, scheduler))}
 
@@ -132,6 +156,9 @@ def main():
     ap.add_argument("--connections", default="process", choices=["process", "vm"],
                     help="process: one NBD connection (so one I/O context) per SURGE process, "
                          "as the paper's kernel saw 50 processes; vm: one for the whole workload")
+    ap.add_argument("--sim", action="store_true",
+                    help="also run each row in the simulator at the same scale, throttle and "
+                         "request count (the prediction serve is checked against)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -150,6 +177,13 @@ def main():
             cells.append(f"{o:>9.2f} / {p:>8.2f} ({o / p:4.2f})" if p else f"{o:>26.2f}")
         print(f"{r['table']:<11} {r['scheduler']:<9} {r['requests']:>6} {r['connections']:>5} {r['late']:>5} "
               + " ".join(cells))
+    if args.sim:
+        print("the same rows simulated (fast SSD model behind the same throttle): "
+              "mean response ms and sectors/ms, serve / sim (ratio)")
+        for r in rows:
+            (rs, ts), (rm, tm) = r["sim"], (r["ours"][2], r["ours"][4])
+            print(f"{r['table']:<11} {r['scheduler']:<9} response {rm:8.2f} / {rs:8.2f} ({rm / rs:4.2f})"
+                  f"   sectors/ms {tm:6.2f} / {ts:6.2f} ({tm / ts:4.2f})")
     for t in args.tables.split(","):
         tr = [r for r in rows if r["table"] == t]
         for i, better in [(2, min), (4, max)]:
@@ -159,6 +193,11 @@ def main():
             what = names[i]
             print(f"{t}: ranking by {what}: ours {' > '.join(ours)}; paper {' > '.join(paper)}; "
                   f"{'same' if ours == paper else 'differs'}")
+            if args.sim:
+                j = 0 if i == 2 else 1
+                sim = [r["scheduler"] for r in sorted(tr, key=lambda r: r["sim"][j], reverse=better is max)]
+                print(f"{t}: ranking by {what}: serve {' > '.join(ours)}; sim {' > '.join(sim)}; "
+                      f"{'the simulator predicts serve' if ours == sim else 'differs'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

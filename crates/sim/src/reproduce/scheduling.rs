@@ -7,8 +7,9 @@
 //! workload on a fast SSD model (the paper's virtual disk was an image on a NetApp filer)
 //! whose pool is throttled to the Cheetah's linear fit with k = 8. As in the paper's
 //! tables, its times are divided by k and its throughput multiplied by k, so they predict
-//! the real drive's. It is simulated: `serve` driven by `tiervisor load` through NBD (the
-//! issue's version) needs `tiervisor load`, which does not exist yet.
+//! the real drive's. It is simulated here; the same column measured through `serve` and
+//! NBD (`tiervisor load --connections process`) is `bench/sched_virtual.py`, which also
+//! simulates each of its rows at the scale and k it ran.
 
 use std::path::{Path, PathBuf};
 
@@ -238,7 +239,7 @@ pub fn scheduling(
         rows,
         rankings,
         missing,
-        virtual_column: "simulated: a fast SSD model (intel-520) behind the engine's throttle (cheetah-15k4 fit, k = 8 fixed), times / k and throughput x k as in the paper; not yet measured through serve and NBD (`tiervisor load` does not exist)",
+        virtual_column: "simulated: a fast SSD model (intel-520) behind the engine's throttle (cheetah-15k4 fit, k = 8 fixed), times / k and throughput x k as in the paper; measured through serve and NBD by bench/sched_virtual.py (BENCHMARKS.md)",
     })
 }
 
