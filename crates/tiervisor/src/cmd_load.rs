@@ -225,7 +225,8 @@ impl Links {
         let events = self.events.clone();
         self.readers.push(std::thread::spawn(move || {
             loop {
-                let len_of = |h: u64| (h & HANDLE_READ != 0).then_some((h & HANDLE_LEN_MASK) as u32);
+                let len_of =
+                    |h: u64| (h & HANDLE_READ != 0).then_some((h & HANDLE_LEN_MASK) as u32);
                 let e = match rx.next(len_of) {
                     Ok(r) => Event::Reply {
                         handle: r.handle,

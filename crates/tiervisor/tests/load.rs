@@ -160,14 +160,8 @@ fn each_process_gets_its_own_connection_when_asked() {
     assert_eq!(one["vms"]["web"]["ios"], 600, "{one}");
     // `ctl stat` itself is not an NBD connection.
     assert_eq!(served(), 1);
-    let each = json(Command::new(bin()).args([
-        "load",
-        &uri,
-        sc,
-        "--json",
-        "--connections",
-        "process",
-    ]));
+    let each =
+        json(Command::new(bin()).args(["load", &uri, sc, "--json", "--connections", "process"]));
     let w = &each["vms"]["web"];
     assert_eq!(w["connections"], 6, "{each}");
     assert_eq!(w["ios"], 600, "{each}");
