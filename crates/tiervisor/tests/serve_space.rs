@@ -59,6 +59,27 @@ fn read(s: &mut TcpStream, off: u64, len: usize) -> Vec<u8> {
 
 const MIB: u64 = 1 << 20;
 
+/// A process holding a file open (as its stdin) until dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn open(p: &std::path::Path) -> Holder {
+        let f = std::fs::File::open(p).unwrap();
+        let c = std::process::Command::new("sleep")
+            .arg("60")
+            .stdin(f)
+            .spawn();
+        Holder(c.expect("spawn sleep"))
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     let d = TempDir::new("space-full");
@@ -102,9 +123,14 @@ fn a_full_filesystem_gives_enospc_and_the_volumes_recover_when_space_returns() {
     assert_eq!(flush(&mut v2), 0, "{}", s.log());
     assert_eq!(read(&mut v1, 0, a.len()), a);
 
-    // Space returns: the failed commit is retried, new writes and FLUSH succeed.
-    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    // Space returns: the failed commit is retried, new writes and FLUSH succeed. Another
+    // process holds the filler open meanwhile, as a process forked by a concurrent test
+    // may (it inherits every descriptor until its exec): `unfill` must free the space
+    // all the same (removing the file alone did not, and this FLUSH failed with ENOSPC).
+    let holder = Holder::open(&fs.0.join("filler"));
+    unfill(&fs.0);
     assert_eq!(flush(&mut v1), 0, "{}", s.log());
+    drop(holder);
     assert_eq!(write(&mut v1, 8 * MIB, &big), 0, "{}", s.log());
     assert_eq!(flush(&mut v1), 0);
     drop((v1, v2));
@@ -424,7 +450,7 @@ fn a_thick_volume_whose_holes_cannot_be_allocated_is_refused() {
         "{out}"
     );
     // With room again it starts and allocates the region.
-    std::fs::remove_file(fs.0.join("filler")).unwrap();
+    unfill(&fs.0);
     let s = ServerProc::start_plain(&fs.0, &["--threads", "1", "--config", c]);
     assert!(allocated(&hdd) >= 16 * MIB, "{}", allocated(&hdd));
     assert_eq!(s.term(), Some(0));

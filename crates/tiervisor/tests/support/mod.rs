@@ -371,6 +371,18 @@ pub fn fill(dir: &Path) {
     while f.write_all(&small).is_ok() {}
 }
 
+/// Give back the space [`fill`] took: truncate the filler, then remove it. Truncating
+/// frees its blocks at once; removing alone frees them only once no process holds the
+/// file open, and a process another test forks while `fill` writes (the likely holder)
+/// keeps it until its exec closes it (serve_space's flake at 135638b: vm1's FLUSH right after the removal
+/// found the tmpfs still full, its journal write failed with ENOSPC).
+pub fn unfill(dir: &Path) {
+    let filler = dir.join("filler");
+    let f = std::fs::OpenOptions::new().write(true).open(&filler);
+    f.and_then(|f| f.set_len(0)).unwrap();
+    std::fs::remove_file(&filler).unwrap();
+}
+
 /// A server config with one SSD pool file `ssd` (plus `pool_keys` lines) of `size`, and one
 /// thick 16 MiB volume (plus `volume_keys` lines) on it.
 pub fn one_pool_config(size: &str, pool_keys: &str, volume: &str, volume_keys: &str) -> String {
