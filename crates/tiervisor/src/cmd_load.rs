@@ -9,7 +9,8 @@
 //! sees the workload's processes as a kernel scheduler sees a guest's. Closed loops keep the workload's depth in flight, paced ones hold a request
 //! (its slot taken) until its not-before time, timed replays issue at the trace's times
 //! whatever is in flight. Service time is send to reply; response time is arrival (the
-//! time the workload made the request, or its trace time) to reply, as in the simulator.
+//! time the workload made the request, a sleeping process's wake-up, or its trace time) to
+//! reply, as in the simulator.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -384,8 +385,16 @@ impl Run {
             } else {
                 0
             };
-            // Arrival: a trace's time, or when the workload made the request.
-            let arrival = if self.timed { not_before } else { now };
+            // Arrival: a trace's time; a paced process's wake-up (a sleeping process has
+            // not asked yet, as in the simulator, which issues it then); otherwise when
+            // the workload made the request.
+            let arrival = if self.timed {
+                not_before
+            } else if self.paced {
+                not_before.max(now)
+            } else {
+                now
+            };
             self.held.insert((not_before, self.made), (r, arrival));
             self.made += 1;
         }

@@ -170,6 +170,32 @@ fn each_process_gets_its_own_connection_when_asked() {
     drop(s);
 }
 
+/// A paced process's response time starts when it wakes (its request's not-before
+/// time), as in the simulator, not when the workload made the request before its sleep:
+/// SURGE's OFF sleeps (Pareto, at least 2 ms a block) would otherwise count as waiting.
+#[test]
+fn a_sleeping_process_s_response_time_starts_when_it_wakes() {
+    let d = TempDir::new("load-paced");
+    let sc = d.path().join("s.toml");
+    let text = FIO.split("[[vm]]").next().unwrap().to_string()
+        + "[[vm]]\nname = \"web\"\nvolume = \"vm1\"\n[vm.surge]\nprocesses = 4\nfiles = 200\nblock = \"8k\"\nrequests = 400\n";
+    std::fs::write(&sc, text).unwrap();
+    let s = ServerProc::start(&d.path().join("data"), &[]);
+    let uri = format!("nbd://{}", s.addr);
+    let v = json(Command::new(bin()).args(["load", &uri, sc.to_str().unwrap(), "--json"]));
+    let w = &v["vms"]["web"];
+    assert_eq!(w["ios"], 400, "{v}");
+    let service_ms = w["lat_us"]["mean"].as_f64().unwrap() / 1e3;
+    let response_ms = w["response"]["mean_ms"].as_f64().unwrap();
+    // Four processes and an unthrottled page-cached pool: a request waits behind at most
+    // three others, so its response is a few services, not a sleep.
+    assert!(
+        response_ms <= 4.0 * service_ms + 2.0,
+        "response {response_ms} ms against service {service_ms} ms: {v}"
+    );
+    drop(s);
+}
+
 #[test]
 fn bad_uris_scenarios_and_exports_are_refused_with_the_reason() {
     let d = TempDir::new("load-bad");
