@@ -133,18 +133,31 @@ fn a_timed_trace_is_issued_at_its_times() {
     drop(s);
 }
 
+/// A SURGE-like VM `web` (`processes`, `requests`, 200 files) on FIO's volume, in a
+/// scenario in `d`, and a server for it: the server, its URI and the scenario.
+fn surge_against_a_server(
+    d: &TempDir,
+    processes: u32,
+    requests: u32,
+) -> (ServerProc, String, std::path::PathBuf) {
+    let sc = d.path().join("s.toml");
+    let text = FIO.split("[[vm]]").next().unwrap().to_string()
+        + &format!(
+            "[[vm]]\nname = \"web\"\nvolume = \"vm1\"\n[vm.surge]\nprocesses = {processes}\nfiles = 200\nblock = \"8k\"\nrequests = {requests}\n"
+        );
+    std::fs::write(&sc, text).unwrap();
+    let s = ServerProc::start(&d.path().join("data"), &[]);
+    let uri = format!("nbd://{}", s.addr);
+    (s, uri, sc)
+}
+
 /// NBD carries no process id, so the server's I/O context is the connection: with
 /// `--connections process` a workload's processes (SURGE's) each get their own, as cfq
 /// sees a guest's processes; by default a VM is one connection.
 #[test]
 fn each_process_gets_its_own_connection_when_asked() {
     let d = TempDir::new("load-procs");
-    let sc = d.path().join("s.toml");
-    let text = FIO.split("[[vm]]").next().unwrap().to_string()
-        + "[[vm]]\nname = \"web\"\nvolume = \"vm1\"\n[vm.surge]\nprocesses = 6\nfiles = 200\nblock = \"8k\"\nrequests = 600\n";
-    std::fs::write(&sc, text).unwrap();
-    let s = ServerProc::start(&d.path().join("data"), &[]);
-    let uri = format!("nbd://{}", s.addr);
+    let (s, uri, sc) = surge_against_a_server(&d, 6, 600);
     let sc = sc.to_str().unwrap();
     let served = || {
         json(
@@ -176,12 +189,7 @@ fn each_process_gets_its_own_connection_when_asked() {
 #[test]
 fn a_sleeping_process_s_response_time_starts_when_it_wakes() {
     let d = TempDir::new("load-paced");
-    let sc = d.path().join("s.toml");
-    let text = FIO.split("[[vm]]").next().unwrap().to_string()
-        + "[[vm]]\nname = \"web\"\nvolume = \"vm1\"\n[vm.surge]\nprocesses = 4\nfiles = 200\nblock = \"8k\"\nrequests = 400\n";
-    std::fs::write(&sc, text).unwrap();
-    let s = ServerProc::start(&d.path().join("data"), &[]);
-    let uri = format!("nbd://{}", s.addr);
+    let (s, uri, sc) = surge_against_a_server(&d, 4, 400);
     let v = json(Command::new(bin()).args(["load", &uri, sc.to_str().unwrap(), "--json"]));
     let w = &v["vms"]["web"];
     assert_eq!(w["ios"], 400, "{v}");
