@@ -146,6 +146,27 @@ impl Engine {
         self.delete_step(now, out);
     }
 
+    /// No deletion waits for its volume to be quiet (`Quiescing`, `Releasing`) while it
+    /// is: whatever ended the last of what it waited for (a device completion, a loan's
+    /// answer in an admin command) steps it before the call returns, as nothing else may
+    /// ever step it. Part of `Engine::check_pauses_stepped`, which DST runs after every
+    /// call (`loan-answer-no-step` skips this step as well as the jobs').
+    pub(crate) fn check_deletion_stepped(&self) -> Result<(), String> {
+        let Some(d) = &self.deletes.current else {
+            return Ok(());
+        };
+        if matches!(d.phase, Phase::Quiescing | Phase::Releasing)
+            && self.volume_quiet(d.volume as u32)
+        {
+            return Err(format!(
+                "volume {}: its deletion waits ({:?}) for the volume to be quiet, which it \
+                 is, and was not stepped on",
+                self.vols[d.volume].rec.name, d.phase
+            ));
+        }
+        Ok(())
+    }
+
     /// Nothing of volume `v` is in flight or waiting: no request, device operation,
     /// commit, buffered write, log append or free waiting on its journal.
     fn volume_quiet(&self, v: u32) -> bool {

@@ -159,15 +159,23 @@ fn claim_table(f: &Figures, s: &mut String) {
 fn auto_table(f: &Figures, s: &mut String) {
     let _ = writeln!(
         s,
-        "\nauto on Table 7's benchmarks (the engine's predicted pick at the workload's write share, at its measured MC): worse than the best of LR, SLR and AIO at {} of {} points, than the best of all five at {}",
+        "\nauto on Table 7's benchmarks (the engine's predicted pick for the workload it saw at the job's start, at its measured MC): worse than the best of LR, SLR and AIO at {} of {} points, than the best of all five at {}",
         f.auto_worse_than_best_design,
         f.auto.len(),
         f.auto_worse_than_best_any
     );
     let _ = writeln!(
         s,
-        "{:<11} {:<7} {:>6}  {:<28} {:<28} {:>8}",
-        "pair", "bench", "writes", "picks at g=0,0.2,0.5,0.8,1", "best design", "worst x"
+        "{:<11} {:<7} {:>6} {:>5} {:>5} {:>5}  {:<28} {:<28} {:>8}",
+        "pair",
+        "bench",
+        "writes",
+        "busy",
+        "rd@cp",
+        "wr@cp",
+        "picks at g=0,0.2,0.5,0.8,1",
+        "best design",
+        "worst x"
     );
     let mut seen = Vec::new();
     for a in &f.auto {
@@ -191,10 +199,13 @@ fn auto_table(f: &Figures, s: &mut String) {
             .fold(0.0, f64::max);
         let _ = writeln!(
             s,
-            "{:<11} {:<7} {:>6.2}  {:<28} {:<28} {:>8.3}",
+            "{:<11} {:<7} {:>6.2} {:>5.2} {:>5.2} {:>5.2}  {:<28} {:<28} {:>8.3}",
             a.pair,
             a.bench,
-            a.write_share,
+            a.profile.write_share,
+            a.profile.busy_share,
+            a.profile.copied_read_share,
+            a.profile.copied_write_share,
             picks.join(","),
             best.join(","),
             worst

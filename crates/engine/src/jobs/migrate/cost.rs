@@ -279,11 +279,19 @@ impl Engine {
             .iter()
             .map(|(mc, s)| format!("{} {mc:.3}", s.name()))
             .collect();
+        let writes = w
+            .write_iops
+            .map_or(String::new(), |n| format!(", {n:.0} writes/s"));
         let why = format!(
-            "{:?} to {:?}, write share {:.0} %, gamma {}, copy priority {}: predicted MC {}",
+            "{:?} to {:?}, write share {:.0} %, busy {:.0} % of its time{writes}, on the \
+             copied region {:.0} % of reads and {:.0} % of writes, gamma {}, copy priority \
+             {}: predicted MC {}",
             sm,
             dm,
             w.write_share * 100.0,
+            w.busy_share * 100.0,
+            w.copied_read_share * 100.0,
+            w.copied_write_share * 100.0,
             p.gamma,
             p.copy_priority.name(),
             list.join(", ")

@@ -596,7 +596,9 @@ impl Engine {
     /// pause waits for: whatever ends the last of it (a device completion, a tick, a
     /// loan's answer in an admin command) steps the jobs before the call returns, as
     /// nothing else may ever step them. Checked after every call by DST, where a missed
-    /// step is otherwise only a delay until the next event (`loan-answer-no-step`).
+    /// step is otherwise only a delay until the next event (`loan-answer-no-step`). Nor is
+    /// a deletion left waiting for its volume to be quiet while it is
+    /// (`check_deletion_stepped`).
     pub fn check_pauses_stepped(&self) -> Result<(), String> {
         for (&v, job) in &self.migrations.jobs {
             if job.phase == MigrationPhase::Draining && self.drained(v) {
@@ -607,7 +609,7 @@ impl Engine {
                 ));
             }
         }
-        Ok(())
+        self.check_deletion_stepped()
     }
 
     pub(crate) fn migration_tick(&mut self, now: u64, out: &mut Outputs) {
