@@ -34,10 +34,17 @@ fn delete_after_a_denied_loan(bug: Option<InjectedBug>) -> (Result<(), String>, 
         c += 1;
     }
     let w = r.submit(VOL, ReqKind::Write, c * cb, Some(&pattern(99, 4096)), 4096);
-    assert!(r.take_done(w).is_none(), "the write should wait for the loan");
+    assert!(
+        r.take_done(w).is_none(),
+        "the write should wait for the loan"
+    );
     let volume = r.engine.volume_id(VOL).unwrap();
     control(&mut r, Control::DeleteVolume { volume }).unwrap();
-    assert_eq!(r.engine.check_pauses_stepped(), Ok(()), "the write is in flight");
+    assert_eq!(
+        r.engine.check_pauses_stepped(),
+        Ok(()),
+        "the write is in flight"
+    );
     // No shard has room: the write fails, and the volume is quiet.
     control(&mut r, Control::LoanDenied { pool: HDD }).unwrap();
     assert_eq!(r.take_done(w).map(|d| d.result), Some(Err(Errno::NoSpc)));
