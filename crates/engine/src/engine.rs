@@ -745,6 +745,9 @@ impl Engine {
         self.give_back_tick(now, out);
         self.clean_wait_tick(now, out);
         self.migration_tick(now, out);
+        // As the jobs are, so that no tick path that ends a deletion's last request can
+        // leave it waiting (`check_deletion_stepped`).
+        self.delete_step(now, out);
         if self.tier.timer_at.is_some_and(|t| t <= now) {
             self.tier.timer_at = None;
             if self.state == EngineState::Ready {
