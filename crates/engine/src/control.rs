@@ -72,6 +72,12 @@ pub enum Control {
         first_chunk: u64,
         chunks: u64,
     },
+    /// A hint from the driver's `LoanBroker`: another shard was refused space in `pool`
+    /// (`give_back.rs`). If this shard's last borrowed run of `pool` may go back (wholly
+    /// free, the shard keeps its margin), it goes back now, without the rest of the hold;
+    /// every step of a give-back stays. Otherwise nothing happens: the engine decides,
+    /// and a hint is never refused (short of an unknown pool).
+    GiveBackNow { pool: PoolId },
     /// New budgets for this shard from the driver's `BudgetBroker` (`budgets.rs`): in
     /// force at once; `EngineEvent::BudgetsSet { seq }` once any shrink has drained.
     /// Configuration, not durable state: a restart begins at `ShardPlan`'s split.

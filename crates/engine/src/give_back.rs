@@ -36,7 +36,7 @@ use crate::layout::{LoanKind, LoanRecord};
 use crate::loan::Change;
 use crate::types::{EngineEvent, Outputs, PoolId};
 use crate::volume::Volume;
-pub use state::{GIVE_BACK_KEEP, GIVE_BACK_POLL_NS};
+pub use state::{GIVE_BACK_KEEP, GIVE_BACK_KEEP_ON_HINT, GIVE_BACK_POLL_NS};
 
 /// What a checkpoint of `vol` now would name (its map, its cached chunks' slots, its
 /// overlay's data).
@@ -61,6 +61,12 @@ impl Engine {
         (g.given, g.cancelled, g.active.is_some())
     }
 
+    /// Hints that another shard was refused space (`Control::GiveBackNow`), and the
+    /// give-backs they started.
+    pub fn give_back_hints(&self) -> (u64, u64) {
+        (self.give_backs.hints, self.give_backs.on_hint)
+    }
+
     fn give_back_enabled(&self) -> bool {
         self.cfg.shard.count > 1 && self.cfg.give_back_hold_ns > 0
     }
@@ -76,6 +82,46 @@ impl Engine {
                 .any(|l| l.kind == LoanKind::Borrowed)
         {
             self.give_backs.timer_at = Some(now + self.cfg.give_back_hold_ns);
+        }
+    }
+
+    /// Borrowed runs seen wholly free behind a run in use (each once), which only a
+    /// tombstone record could give back (docs/ARCHITECTURE.md, "More than the last run").
+    pub fn give_back_stuck(&self) -> &[LoanRecord] {
+        &self.give_backs.stuck
+    }
+
+    /// At a look: note every durable borrowed run of each pool that is wholly free while
+    /// a run after it is not (a run in the free tail goes back, one by one).
+    fn note_stuck_runs(&mut self) {
+        let mut found = Vec::new();
+        for p in 0..self.pools.len() {
+            let pool = PoolId(p as u16);
+            let a = &self.pools[p].alloc;
+            let mut at =
+                crate::layout::chunks_in(self.cfg.pools[p].capacity_bytes, self.cfg.chunk_bytes);
+            let mut free_runs = Vec::new();
+            for l in self.voltab.loans().iter() {
+                if l.pool != pool || l.kind != LoanKind::Borrowed {
+                    continue;
+                }
+                let run = at + 1..at + 1 + l.chunks;
+                at = run.end;
+                if run.end > a.chunks() {
+                    break;
+                }
+                if run.clone().all(|c| !a.is_used(c)) {
+                    free_runs.push(*l);
+                } else {
+                    // Every free run before this one is stuck behind it.
+                    found.append(&mut free_runs);
+                }
+            }
+        }
+        for l in found {
+            if !self.give_backs.stuck.contains(&l) {
+                self.give_backs.stuck.push(l);
+            }
         }
     }
 
@@ -96,8 +142,8 @@ impl Engine {
     }
 
     /// The last borrowed run of pool `p` if it may go back now: wholly free, and the
-    /// shard keeps `GIVE_BACK_KEEP` low-water marks without it.
-    fn give_back_candidate(&self, p: usize) -> Option<(LoanRecord, u64)> {
+    /// shard keeps `keep` low-water marks without it.
+    fn give_back_candidate(&self, p: usize, keep: u64) -> Option<(LoanRecord, u64)> {
         let (l, guard) = self.last_borrowed(p)?;
         let a = &self.pools[p].alloc;
         if (guard + 1..a.chunks()).any(|c| a.is_used(c)) {
@@ -109,7 +155,7 @@ impl Engine {
             self.loan_waits.asks.get(p),
             Some(crate::loan_wait::Ask::Asked { .. })
         );
-        (left >= GIVE_BACK_KEEP * low && !asked).then_some((l, guard))
+        (left >= keep * low && !asked).then_some((l, guard))
     }
 
     /// The give-back timer: look at the borrowed runs, or move the one under way on.
@@ -124,9 +170,10 @@ impl Engine {
         if self.give_backs.active.is_some() {
             return self.give_back_progress(now, out);
         }
+        self.note_stuck_runs();
         let mut again = false;
         for p in 0..self.pools.len() {
-            let c = self.give_back_candidate(p);
+            let c = self.give_back_candidate(p, GIVE_BACK_KEEP);
             if self.give_backs.seen.len() <= p {
                 self.give_backs.seen.resize(p + 1, None);
             }
@@ -145,6 +192,46 @@ impl Engine {
         if again {
             self.give_backs.timer_at = Some(now + self.cfg.give_back_hold_ns);
         }
+    }
+
+    /// `Control::GiveBackNow`: another shard was refused space in `pool`. The last
+    /// borrowed run of `pool` goes back now if it may go back at all (wholly free, the
+    /// shard keeps its own low-water mark, `GIVE_BACK_KEEP_ON_HINT`, and is not asking
+    /// itself), skipping the rest of the hold: the hold only guards against giving back
+    /// what this shard is about to use, and the space is wanted now. The steps are those of the timer's give-back (reach, the FUA
+    /// record). One give-back at a time: one under way is left to finish.
+    pub(crate) fn give_back_now(
+        &mut self,
+        now: u64,
+        pool: PoolId,
+        out: &mut Outputs,
+    ) -> Result<(), crate::control::ControlError> {
+        let p = pool.0 as usize;
+        if p >= self.pools.len() {
+            return Err(crate::control::ControlError::UnknownPool(pool));
+        }
+        self.give_backs.hints += 1;
+        if self.state != EngineState::Ready
+            || !self.give_back_enabled()
+            || self.give_backs.active.is_some()
+        {
+            return Ok(());
+        }
+        let c = if self.bug_is(InjectedBug::GiveBackNowUsed) {
+            // The injected defect takes the hint for the check: the last run goes back
+            // whether or not anything still lives in it.
+            self.last_borrowed(p)
+        } else {
+            self.give_back_candidate(p, GIVE_BACK_KEEP_ON_HINT)
+        };
+        if let Some((l, guard)) = c {
+            if let Some(s) = self.give_backs.seen.get_mut(p) {
+                *s = None;
+            }
+            self.give_backs.on_hint += 1;
+            self.give_back_start(now, p, l, guard, out);
+        }
+        Ok(())
     }
 
     /// Step 1: the run leaves the allocator.

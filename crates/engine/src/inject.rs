@@ -157,6 +157,10 @@ pub enum InjectedBug {
     /// volumes' checkpoints to pass it: a journal may still name one of its chunks, and a
     /// mount then refuses it as lying beyond the pool (`give_back.rs`).
     GiveBackEarly,
+    /// A `Control::GiveBackNow` hint gives the last borrowed run back without looking
+    /// whether it is wholly free: chunks a volume still maps leave the shard
+    /// (`give_back.rs`); the ownership check sees them claimed twice.
+    GiveBackNowUsed,
     /// When a loan's answer ends write requests (denied: ENOSPC), what waits for requests
     /// to end is not stepped: a job pausing its volume for its pivot waits for ever if
     /// nothing else wakes it (DST seed 1032 with `copy_priority = equal`, at 652341a).
@@ -257,6 +261,7 @@ impl InjectedBug {
             InjectedBug::LentKept => "lent-kept",
             InjectedBug::LoanWaitDrops => "loan-wait-drops",
             InjectedBug::GiveBackEarly => "give-back-early",
+            InjectedBug::GiveBackNowUsed => "give-back-now-used",
             InjectedBug::LoanAnswerNoStep => "loan-answer-no-step",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
             InjectedBug::StaleWriteClearsMoved => "stale-write-clears-moved",
@@ -278,12 +283,13 @@ impl InjectedBug {
         ]
     }
     /// Caught by DST's seeds that draw several shards (CI DST must catch it).
-    pub fn shard() -> [InjectedBug; 6] {
+    pub fn shard() -> [InjectedBug; 7] {
         [
             InjectedBug::ShardOverlap,
             InjectedBug::LentKept,
             InjectedBug::LoanWaitDrops,
             InjectedBug::GiveBackEarly,
+            InjectedBug::GiveBackNowUsed,
             InjectedBug::BudgetOvercommit,
             InjectedBug::ShareOvercommit,
         ]

@@ -415,6 +415,7 @@ impl Engine {
                             self.pools[p].alloc.release(c);
                         }
                     }
+                    self.loan_space_returned(l.pool);
                     out.events.push(EngineEvent::LoanReturned {
                         pool: l.pool,
                         to: l.peer,

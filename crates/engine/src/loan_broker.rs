@@ -31,6 +31,10 @@ pub struct LoanBroker {
     /// Per pool: shards that asked while another's loan was under way, in order; each
     /// gets its turn when that loan ends.
     waiting: Vec<Vec<u16>>,
+    /// Per pool: shards denied space while the others were hinted to give back
+    /// (`Control::GiveBackNow`); when a run comes back to its donor, each still low gets
+    /// a loan offered without asking again.
+    hinted: Vec<Vec<u16>>,
 }
 
 /// What the driver sends: `(shard, command)`, in order.
@@ -41,6 +45,7 @@ impl LoanBroker {
     pub fn reset(&mut self) {
         self.in_flight.clear();
         self.waiting.clear();
+        self.hinted.clear();
     }
 
     /// The loan of `pool` under way: (donor, borrower).
@@ -53,6 +58,7 @@ impl LoanBroker {
         if self.in_flight.len() <= p {
             self.in_flight.resize(p + 1, None);
             self.waiting.resize(p + 1, Vec::new());
+            self.hinted.resize(p + 1, Vec::new());
         }
         &mut self.in_flight[p]
     }
@@ -65,7 +71,48 @@ impl LoanBroker {
         shards: u16,
         pool: PoolId,
         room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
-    ) -> (u16, Control) {
+        steps: &mut Steps,
+    ) {
+        match self.offer(k, shards, pool, room) {
+            Some(lend) => steps.push(lend),
+            None => self.deny(k, shards, pool, room, steps),
+        }
+    }
+
+    /// Shard `k` gets no space in `pool` now: the denial, and a hint to every other
+    /// shard up to take commands to give back a wholly free borrowed run at once
+    /// (`Control::GiveBackNow`; each engine decides). A shard's room counts its free
+    /// borrowed chunks, which it cannot lend: without the hint they would stay where
+    /// they are for the rest of the holder's hold. Once such a run is back with its
+    /// donor (`EngineEvent::LoanReturned`), `k` is offered a loan if still low.
+    fn deny(
+        &mut self,
+        k: u16,
+        shards: u16,
+        pool: PoolId,
+        room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
+        steps: &mut Steps,
+    ) {
+        steps.push((k, Control::LoanDenied { pool }));
+        self.slot(pool);
+        let hinted = &mut self.hinted[pool.0 as usize];
+        if !hinted.contains(&k) {
+            hinted.push(k);
+        }
+        for j in (0..shards).filter(|&j| j != k && room(j, pool).is_some()) {
+            steps.push((j, Control::GiveBackNow { pool }));
+        }
+    }
+
+    /// A loan to shard `k` from the shard with the most to spare, if one has any; the
+    /// loan is then under way.
+    fn offer(
+        &mut self,
+        k: u16,
+        shards: u16,
+        pool: PoolId,
+        room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
+    ) -> Option<(u16, Control)> {
         // The shard with the most to spare lends half of what it can spare, and not
         // less than a low-water mark's worth (each loan costs a table record and a
         // guard chunk).
@@ -77,21 +124,53 @@ impl LoanBroker {
                 Some((j, spare, r.low_water_chunks))
             })
             .max_by_key(|&(j, spare, _)| (spare, std::cmp::Reverse(j)));
-        match best {
-            Some((donor, spare, low)) if spare > 0 => {
-                *self.slot(pool) = Some((donor, k));
-                let chunks = spare.div_ceil(2).max(spare.min(low));
-                (
-                    donor,
-                    Control::Lend {
-                        pool,
-                        to: k,
-                        chunks,
-                    },
-                )
+        let (donor, spare, low) = best.filter(|b| b.1 > 0)?;
+        *self.slot(pool) = Some((donor, k));
+        let chunks = spare.div_ceil(2).max(spare.min(low));
+        Some((
+            donor,
+            Control::Lend {
+                pool,
+                to: k,
+                chunks,
+            },
+        ))
+    }
+
+    /// A run came back to its donor outside a loan under way, given back by shard
+    /// `giver` (or a run a crash left half lent): each shard denied since its hint that
+    /// is still below its low-water mark is offered a loan (one at a time, as ever). One
+    /// still low with nothing to lend it (the run went back to that very shard, and was
+    /// not enough) stays hinted, and `giver` is hinted again: its borrowed run before
+    /// this one is the last now. Each hint gives back a run or nothing, so this ends.
+    fn offer_hinted(
+        &mut self,
+        shards: u16,
+        pool: PoolId,
+        giver: u16,
+        room: &impl Fn(u16, PoolId) -> Option<PoolRoom>,
+        steps: &mut Steps,
+    ) {
+        self.slot(pool);
+        let p = pool.0 as usize;
+        let mut still = Vec::new();
+        for k in std::mem::take(&mut self.hinted[p]) {
+            let low = room(k, pool).is_some_and(|r| r.available_chunks < r.low_water_chunks);
+            if !low {
+                continue;
             }
-            _ => (k, Control::LoanDenied { pool }),
+            if self.in_flight[p].is_none()
+                && let Some(lend) = self.offer(k, shards, pool, room)
+            {
+                steps.push(lend);
+                continue;
+            }
+            still.push(k);
         }
+        if !still.is_empty() && giver < shards && room(giver, pool).is_some() {
+            steps.push((giver, Control::GiveBackNow { pool }));
+        }
+        self.hinted[p] = still;
     }
 
     /// The loan of `pool` ended: the next shard waiting gets its turn (those a denial
@@ -107,7 +186,7 @@ impl LoanBroker {
         let p = pool.0 as usize;
         while self.in_flight[p].is_none() && !self.waiting[p].is_empty() {
             let k = self.waiting[p].remove(0);
-            steps.push(self.start(k, shards, pool, room));
+            self.start(k, shards, pool, room, steps);
         }
     }
 
@@ -133,7 +212,7 @@ impl LoanBroker {
                         w.push(k);
                     }
                 }
-                None => steps.push(self.start(k, shards, pool, &room)),
+                None => self.start(k, shards, pool, &room, &mut steps),
             },
             EngineEvent::Lent {
                 pool,
@@ -171,6 +250,9 @@ impl LoanBroker {
             EngineEvent::LoanReturned { pool, to, .. } if self.current(pool) == Some((k, to)) => {
                 self.next(shards, pool, &room, &mut steps)
             }
+            EngineEvent::LoanReturned { pool, to, .. } => {
+                self.offer_hinted(shards, pool, to, &room, &mut steps)
+            }
             _ => {}
         }
         steps
@@ -190,7 +272,10 @@ impl LoanBroker {
         let mut steps = Vec::new();
         match *c {
             Control::Lend { pool, to, .. } if self.current(pool) == Some((k, to)) => {
-                steps.push((to, Control::LoanDenied { pool }));
+                // The donor had no run of its own to spare (its room counted free
+                // borrowed chunks, or its slice is fragmented): as no donor at all.
+                *self.slot(pool) = None;
+                self.deny(to, shards, pool, &room, &mut steps);
                 self.next(shards, pool, &room, &mut steps);
             }
             Control::Borrow {
@@ -401,12 +486,78 @@ mod tests {
                 low_water_chunks: 8,
             })
         };
+        // The denial, and a hint to the other shard to give back a free borrowed run.
         assert_eq!(
             b.on_event(0, 2, &low(), room),
-            vec![(0, Control::LoanDenied { pool: PoolId(0) })]
+            vec![
+                (0, Control::LoanDenied { pool: PoolId(0) }),
+                (1, Control::GiveBackNow { pool: PoolId(0) })
+            ]
         );
         // Nothing is under way after a denial: the next ask is answered too.
-        assert_eq!(b.on_event(1, 2, &low(), room).len(), 1);
+        assert_eq!(b.on_event(1, 2, &low(), room).len(), 2);
+    }
+
+    /// A denied shard is offered a loan as soon as a run given back on the hint is back
+    /// with its donor, if it is still low; once only.
+    #[test]
+    fn a_run_given_back_on_a_hint_is_offered_to_the_denied_shard() {
+        let mut b = LoanBroker::default();
+        let avail = std::cell::Cell::new([3u64, 16, 16]);
+        let room = |j: u16, _| {
+            Some(PoolRoom {
+                available_chunks: avail.get()[j as usize],
+                low_water_chunks: 8,
+            })
+        };
+        let steps = b.on_event(0, 3, &low(), room);
+        assert_eq!(
+            steps,
+            vec![
+                (0, Control::LoanDenied { pool: PoolId(0) }),
+                (1, Control::GiveBackNow { pool: PoolId(0) }),
+                (2, Control::GiveBackNow { pool: PoolId(0) })
+            ]
+        );
+        // Shard 1 gives back a run borrowed from shard 2; shard 2 takes it back.
+        let gave = EngineEvent::GaveBack {
+            pool: PoolId(0),
+            to: 2,
+            first_chunk: 40,
+            chunks: 30,
+        };
+        let steps = b.on_event(1, 3, &gave, room);
+        assert!(
+            matches!(steps[..], [(2, Control::ReturnLoan { to: 1, .. })]),
+            "{steps:?}"
+        );
+        avail.set([3, 16, 46]);
+        let back = EngineEvent::LoanReturned {
+            pool: PoolId(0),
+            to: 1,
+            first_chunk: 40,
+            chunks: 30,
+        };
+        let steps = b.on_event(2, 3, &back, room);
+        assert_eq!(
+            steps,
+            vec![(
+                2,
+                Control::Lend {
+                    pool: PoolId(0),
+                    to: 0,
+                    chunks: 15
+                }
+            )]
+        );
+        // Offered once: another run back later offers nothing unasked.
+        assert_eq!(b.on_event(2, 3, &back, room), vec![]);
+        // A denied shard no longer low is offered nothing.
+        let mut b = LoanBroker::default();
+        avail.set([3, 16, 16]);
+        b.on_event(0, 3, &low(), room);
+        avail.set([30, 16, 46]);
+        assert_eq!(b.on_event(2, 3, &back, room), vec![]);
     }
 
     #[test]
@@ -423,7 +574,14 @@ mod tests {
         let steps = b.on_refused(2, 3, &steps[0].1, room);
         assert_eq!(steps[0], (0, Control::LoanDenied { pool: PoolId(0) }));
         assert!(
-            matches!(steps[1..], [(2, Control::Lend { to: 1, .. })]),
+            matches!(
+                steps[1..],
+                [
+                    (1, Control::GiveBackNow { .. }),
+                    (2, Control::GiveBackNow { .. }),
+                    (2, Control::Lend { to: 1, .. })
+                ]
+            ),
             "{steps:?}"
         );
     }

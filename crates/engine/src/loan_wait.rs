@@ -66,6 +66,18 @@ impl Engine {
         });
     }
 
+    /// A run this shard lent came back (`EngineEvent::LoanReturned`: given back by its
+    /// borrower, often on the hint a denial of this very shard sent): space came, so a
+    /// denial's wait to ask again ends. When low again this shard asks at once, and the
+    /// broker's hint may get it the borrower's next free run.
+    pub(crate) fn loan_space_returned(&mut self, pool: PoolId) {
+        if let Some(a) = self.loan_waits.asks.get_mut(pool.0 as usize)
+            && matches!(a, Ask::Denied { .. })
+        {
+            *a = Ask::Idle;
+        }
+    }
+
     /// A write piece of request `key` found no chunk on `pool`: wait for the answer to
     /// this shard's ask, if one is out. Returns true if parked.
     pub(crate) fn loan_wait_park(

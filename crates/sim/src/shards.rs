@@ -58,6 +58,11 @@ pub struct Sharded {
     loan_delay_ns: u64,
     /// Writes that waited for a loan in engines thrown away by a reset.
     loan_waits_before: u64,
+    /// Give-backs a denial's hint started in engines thrown away by a reset.
+    hinted_before: u64,
+    /// Borrowed runs seen free behind a used one (`Engine::give_back_stuck`) in engines
+    /// thrown away by a reset, with their shard.
+    stuck_before: Vec<(u16, tiervisor_engine::loan::LoanRecord)>,
     /// The budgets that span volumes, moved between shards by demand
     /// (`engine::budget_broker`) when the configuration asks for reports; its commands
     /// travel with the loan steps.
@@ -111,6 +116,8 @@ impl Sharded {
             loan_steps: Vec::new(),
             loan_delay_ns: 0,
             loan_waits_before: 0,
+            hinted_before: 0,
+            stuck_before: Vec::new(),
         };
         s.reset()?;
         Ok(s)
@@ -120,6 +127,8 @@ impl Sharded {
     /// mounts). Volumes created so far stay known, on the shard that announced them.
     pub fn reset(&mut self) -> Result<(), String> {
         self.loan_waits_before = self.loan_waits();
+        self.hinted_before = self.give_backs_on_hint();
+        self.stuck_before = self.stuck_runs();
         self.engines.clear();
         for k in 0..self.plan.shards() {
             let mut e = Engine::new(self.plan.shard_config(&self.cfg, k))
@@ -148,6 +157,36 @@ impl Sharded {
     /// (`Engine::loan_waits`).
     pub fn loan_waits(&self) -> u64 {
         self.loan_waits_before + self.engines.iter().map(|e| e.loan_waits().0).sum::<u64>()
+    }
+
+    /// Give-backs started on a hint after another shard's denial
+    /// (`Control::GiveBackNow`) since the start, over every shard.
+    pub fn give_backs_on_hint(&self) -> u64 {
+        self.hinted_before
+            + (self.engines.iter())
+                .map(|e| e.give_back_hints().1)
+                .sum::<u64>()
+    }
+
+    /// Every borrowed run seen wholly free behind a used one since the start, each
+    /// once, with its shard (`Engine::give_back_stuck`).
+    fn stuck_runs(&self) -> Vec<(u16, tiervisor_engine::loan::LoanRecord)> {
+        let mut all = self.stuck_before.clone();
+        for (k, e) in self.engines.iter().enumerate() {
+            for l in e.give_back_stuck() {
+                if !all.contains(&(k as u16, *l)) {
+                    all.push((k as u16, *l));
+                }
+            }
+        }
+        all
+    }
+
+    /// Borrowed runs seen wholly free behind a used one, and their chunks: what only a
+    /// tombstone record could give back (docs/ARCHITECTURE.md, "More than the last run").
+    pub fn give_back_stuck(&self) -> (u64, u64) {
+        let all = self.stuck_runs();
+        (all.len() as u64, all.iter().map(|(_, l)| l.chunks).sum())
     }
 
     pub fn shards(&self) -> u16 {

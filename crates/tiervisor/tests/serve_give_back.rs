@@ -181,3 +181,83 @@ fn freed_borrowed_space_goes_back_and_survives_kill_9() {
     check(&s, "vm2", 2, 0..VM2_MIB);
     assert_eq!(s.term(), Some(0));
 }
+
+/// A hold no test outlives: the timer gives nothing back.
+const HOLD_LONG_MS: u64 = 600_000;
+
+/// vm1 fills and frees, and nothing is given back yet (the hold is long).
+fn fill_and_free_held(s: &ServerProc, d: &TempDir) {
+    let mut c = handshake(&s.addr, "vm1");
+    for mib in 0..FILL_MIB {
+        let e = write_at(&mut c, mib * MIB, &pattern(1, mib));
+        assert_eq!(e, 0, "vm1's write of MiB {mib}: error {e}: {}", s.log());
+    }
+    for r in [0..KEPT.start, KEPT.end..FILL_MIB] {
+        let e = trim_at(&mut c, r.start * MIB, ((r.end - r.start) * MIB) as u32);
+        assert_eq!(e, 0, "trim of MiB {r:?}: {}", s.log());
+    }
+    assert_eq!(flush_all(&mut c), 0);
+    let r = runs(d);
+    assert!(r[0].0 >= 1 && r[0].1 == 0, "{r:?}: {}", s.log());
+}
+
+/// A shard refused space while another holds a wholly free borrowed run: the front's
+/// broker hints the holder (`Control::GiveBackNow`), which gives it back at once, not
+/// after its hold (10 minutes here). vm2 writes `VM2_MIB`, writing a refused MiB again
+/// every millisecond; no write waits a second (without the hint it would wait for the
+/// hold), and everything reads back after a kill -9.
+#[test]
+fn a_refused_shard_gets_free_borrowed_space_at_once() {
+    let d = TempDir::new("shards-give-back-now");
+    let s = start(&d, HOLD_LONG_MS, true);
+    fill_and_free_held(&s, &d);
+    let mut c = handshake(&s.addr, "vm2");
+    let (mut refusals, mut longest) = (0, Duration::ZERO);
+    for mib in 0..VM2_MIB {
+        let t = Instant::now();
+        while write_at(&mut c, mib * MIB, &pattern(2, mib)) != 0 {
+            refusals += 1;
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "vm2's MiB {mib}: no space within 1 s: {}",
+                s.log()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(flush_all(&mut c), 0);
+        longest = longest.max(t.elapsed());
+    }
+    let r = runs(&d);
+    eprintln!("{refusals} refusals, longest write {longest:?}; runs {r:?}");
+    assert!(r[0].1 >= 1, "{r:?}: {}", s.log());
+    assert!(s.log().contains("gave back chunks"), "{}", s.log());
+    check(&s, "vm1", 1, KEPT);
+    check(&s, "vm2", 2, 0..VM2_MIB);
+    s.kill9();
+    let s = start(&d, HOLD_LONG_MS, false);
+    check(&s, "vm1", 1, KEPT);
+    check(&s, "vm2", 2, 0..VM2_MIB);
+    assert_eq!(s.term(), Some(0));
+}
+
+/// After a restart shard 0 gives its free borrowed runs back though none of its volumes
+/// gets a request: the mount arms the look.
+#[test]
+fn after_a_restart_free_borrowed_runs_go_back_without_requests() {
+    let d = TempDir::new("shards-give-back-restart");
+    let s = start(&d, HOLD_LONG_MS, true);
+    fill_and_free_held(&s, &d);
+    s.kill9();
+    let s = start(&d, 100, false);
+    let t = Instant::now();
+    let mut r = runs(&d);
+    while r[0].0 > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        r = runs(&d);
+    }
+    assert!(r[0].0 == 0 && r[0].1 >= 1, "{r:?}: {}", s.log());
+    let n = vm2_writes(&s, VM2_MIB);
+    assert_eq!(n, VM2_MIB, "vm2's write of MiB {n} failed: {}", s.log());
+    check(&s, "vm1", 1, KEPT);
+    assert_eq!(s.term(), Some(0));
+}

@@ -57,6 +57,7 @@ impl Engine {
                 chunks,
             } => self.try_return_loan(now, pool, to, first_chunk, chunks, out),
             Control::LoanDenied { pool } => self.loan_denied(now, pool, out),
+            Control::GiveBackNow { pool } => self.give_back_now(now, pool, out),
             Control::SetBudgets { seq, budgets } => self.set_budgets(now, seq, budgets, out),
             Control::SetDeviceShares { shares } => self.set_device_shares(now, shares, out),
         }

@@ -10,6 +10,14 @@ use crate::layout::LoanRecord;
 /// (hysteresis: no run goes back and forth with every write).
 pub const GIVE_BACK_KEEP: u64 = 2;
 
+/// On a hint that another shard was refused space (`Control::GiveBackNow`), the shard
+/// keeps only its low-water mark: it does not give itself into asking at once, but the
+/// margin above it that the timer keeps (a donor's, for lending) is for space nobody is
+/// waiting for; here a shard is out of space now. In DST's tight pools the 2x rule let
+/// no hinted run go back (seeds 0..256: every hinted free last run left its holder
+/// between 1x and 2x its mark).
+pub const GIVE_BACK_KEEP_ON_HINT: u64 = 1;
+
 /// How often a give-back under way looks whether the checkpoints it waits for are
 /// durable (engine time).
 pub const GIVE_BACK_POLL_NS: u64 = 10_000_000;
@@ -36,4 +44,11 @@ pub(crate) struct GiveBacks {
     /// Runs given back (their records removed) and give-backs called off (space needed).
     pub(crate) given: u64,
     pub(crate) cancelled: u64,
+    /// `Control::GiveBackNow` hints received, and the give-backs they started.
+    pub(crate) hints: u64,
+    pub(crate) on_hint: u64,
+    /// Borrowed runs a look saw wholly free behind a run in use (only the last run can
+    /// go back: docs/ARCHITECTURE.md, "More than the last run"), each once: what a
+    /// tombstone record would let go back. Measured, not acted on.
+    pub(crate) stuck: Vec<LoanRecord>,
 }

@@ -427,6 +427,9 @@ impl Engine {
                 self.state = EngineState::Ready;
                 out.events.push(EngineEvent::Ready);
                 self.arm_tier_timer(now);
+                // A restart with borrowed runs looks at them a hold from now, not only
+                // once a VM request comes (which may be never on this shard).
+                self.give_back_arm(now);
                 self.resume_migrations(now, out);
                 Ok(())
             }

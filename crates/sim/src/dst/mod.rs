@@ -98,6 +98,9 @@ pub fn run_range(
                             t.loans += st.loans;
                             t.loans_returned += st.loans_returned;
                             t.given_back += st.given_back;
+                            t.given_back_on_hint += st.given_back_on_hint;
+                            t.stuck_runs += st.stuck_runs;
+                            t.stuck_chunks += st.stuck_chunks;
                             t.loan_waits += st.loan_waits;
                             t.slow_loan_seeds += st.slow_loan_seeds;
                             t.pause_answers += st.pause_answers;

@@ -116,6 +116,13 @@ pub struct DstStats {
     pub loans_returned: u64,
     /// Borrowed runs given back by their borrowers (`engine::give_back`).
     pub given_back: u64,
+    /// Of them, those a hint after another shard's denial started at once
+    /// (`Control::GiveBackNow`).
+    pub given_back_on_hint: u64,
+    /// Borrowed runs seen wholly free behind a used one (only the last run of a pool
+    /// can go back), each once, and their chunks.
+    pub stuck_runs: u64,
+    pub stuck_chunks: u64,
     /// Write pieces that waited for a loan's answer instead of failing with ENOSPC
     /// (`engine::loan_wait`), in the tight seeds whose loan steps are delayed.
     pub loan_waits: u64,
@@ -364,7 +371,9 @@ fn draw_loan_delay_ns(seed: u64) -> u64 {
 
 /// How long a tight seed's shards hold a wholly free borrowed run before giving it back
 /// (`engine::give_back`), on a stream of its own: a seed spans a few seconds of engine
-/// time, so the default 1 s would give back little; 0 keeps borrowed space in a sixth.
+/// time, so the default 1 s would give back little; 0 keeps borrowed space in a seventh;
+/// 60 s outlasts a seed, so there a run goes back only on the hint another shard's
+/// denial sends (`Control::GiveBackNow`).
 fn draw_give_back_hold_ns(seed: u64) -> u64 {
     let mut r = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x61b4_u64.rotate_left(12));
     [
@@ -374,7 +383,8 @@ fn draw_give_back_hold_ns(seed: u64) -> u64 {
         20_000_000,
         100_000_000,
         1_000_000_000,
-    ][below(&mut r, 6) as usize]
+        60_000_000_000,
+    ][below(&mut r, 7) as usize]
 }
 
 /// How long a slow driver carries each loan step: four times the longest drawn above, far
@@ -2143,6 +2153,8 @@ impl Sim {
         self.stats.shards = u64::from(self.engine.shards());
         self.stats.sharded_seeds = u64::from(self.engine.shards() > 1);
         self.stats.loan_waits = self.engine.loan_waits();
+        self.stats.given_back_on_hint = self.engine.give_backs_on_hint();
+        (self.stats.stuck_runs, self.stats.stuck_chunks) = self.engine.give_back_stuck();
         if self.engine.shards() > 1 && self.engine.budget_reports() {
             self.stats.budget_seeds = 1;
             self.stats.budget_steps = self.engine.budget_steps().iter().sum();
