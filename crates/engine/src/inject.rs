@@ -170,6 +170,12 @@ pub enum InjectedBug {
     /// completion, which clears it: the range reads the source's older data again, and
     /// the chunk's copy takes that to the destination (DST seed 5548, the fixed bug).
     StaleWriteClearsMoved,
+    /// LR/SLR: a write that lands on the destination after a newer write of its range
+    /// (queued after it, once a cancel sent writes home) completed at home points the
+    /// range at the destination all the same: the newer write is hidden, and the
+    /// destination may hold a still older write's data there (DST seed 13127, the fixed
+    /// bug).
+    StaleDstWriteHidesHome,
     /// DST's queueing HDD (`crates/sim/src/dst/ncq.rs`) lets commands queued after a
     /// FLUSH be served before it. Not an engine defect: the simulated drive carries it.
     NcqJumpsFlush,
@@ -265,6 +271,7 @@ impl InjectedBug {
             InjectedBug::LoanAnswerNoStep => "loan-answer-no-step",
             InjectedBug::NcqJumpsFlush => "ncq-jumps-flush",
             InjectedBug::StaleWriteClearsMoved => "stale-write-clears-moved",
+            InjectedBug::StaleDstWriteHidesHome => "stale-dst-write-hides-home",
         }
     }
     /// Caught by DST's out-of-space seeds (a third of the seeds; CI DST must catch it).
@@ -343,6 +350,14 @@ impl InjectedBug {
     pub fn stale_moved() -> [InjectedBug; 1] {
         [InjectedBug::StaleWriteClearsMoved]
     }
+    /// An LR/SLR destination write's `Moved` entry against newer home writes completed
+    /// before it: caught by `crates/engine/tests/migration_stale_destination.rs` and by
+    /// DST seed 13127 (`crates/sim/tests/dst.rs`), where it was found. It needs a cancel
+    /// (writes go home again) while an older destination write is in flight, and that
+    /// write's completion reported after a newer one of the range at home.
+    pub fn stale_dst() -> [InjectedBug; 1] {
+        [InjectedBug::StaleDstWriteHidesHome]
+    }
     pub fn parse(s: &str) -> Option<InjectedBug> {
         Self::all()
             .into_iter()
@@ -358,6 +373,7 @@ impl InjectedBug {
             .chain(Self::contexts())
             .chain(Self::idle_window())
             .chain(Self::stale_moved())
+            .chain(Self::stale_dst())
             .find(|b| b.name() == s)
     }
 }

@@ -676,7 +676,9 @@ impl Engine {
             gaps = a.unprotected(start, end, seq);
             a.writes_in_flight -= 1;
             if a.writes_in_flight == 0 {
-                a.newer_elsewhere.clear();
+                a.forget_orders();
+            } else if result.is_ok() {
+                a.wrote_at_home(seq, start, end);
             }
             if a.is_quiet() {
                 vol.activity.remove(&chunk);

@@ -61,6 +61,17 @@ pub struct Activity {
     /// one is older than that data, so its completion must not clear the range's overlay
     /// (DST seed 5548: an old home write cleared a trim's `Moved` entry).
     pub newer_elsewhere: Vec<(u64, u64, u64)>,
+    /// Ranges home writes wrote while other writes of the chunk were in flight, with
+    /// their sequence numbers: a migration's destination write queued before such a
+    /// write (its `home_seq` below that number) is older than the data at home, so its
+    /// completion must not point the range at the destination (DST seed 13127: after a
+    /// cancel, an older SLR write's `Moved` entry hid a newer home write, and the
+    /// destination held an even older write's data there).
+    pub newer_at_home: Vec<(u64, u64, u64)>,
+    /// Of `writes_in_flight`, those to a migration's destination (LR/SLR): only while
+    /// one is in flight is `newer_at_home` kept, so it stays bounded (after a cancel no
+    /// new one starts).
+    pub dst_writes_in_flight: u32,
 }
 
 impl Default for Activity {
@@ -71,6 +82,8 @@ impl Default for Activity {
             waiters: VecDeque::new(),
             home_seq: 0,
             newer_elsewhere: Vec::new(),
+            newer_at_home: Vec::new(),
+            dst_writes_in_flight: 0,
         }
     }
 }
@@ -92,26 +105,58 @@ impl Activity {
     /// Parts of [start, end) whose overlay the completing home write `seq` may clear:
     /// all but the ranges whose newer data went elsewhere after it was queued.
     pub fn unprotected(&self, start: u64, end: u64, seq: u64) -> Vec<(u64, u64)> {
-        let mut newer: Vec<(u64, u64)> = self
+        let newer = self
             .newer_elsewhere
             .iter()
             .filter(|&&(after, s, e)| after >= seq && s < end && e > start)
             .map(|&(_, s, e)| (s.max(start), e.min(end)))
             .collect();
-        newer.sort_unstable();
-        let mut gaps = Vec::new();
-        let mut at = start;
-        for (s, e) in newer {
-            if s > at {
-                gaps.push((at, s));
-            }
-            at = at.max(e);
-        }
-        if at < end {
-            gaps.push((at, end));
-        }
-        gaps
+        gaps_between(start, end, newer)
     }
+
+    /// Home write `seq` of `[s, e)` completed: remember it while destination writes of
+    /// the chunk (perhaps older than it) are still in flight.
+    pub fn wrote_at_home(&mut self, seq: u64, s: u64, e: u64) {
+        if self.dst_writes_in_flight > 0 {
+            self.newer_at_home.push((seq, s, e));
+        }
+    }
+
+    /// Parts of [start, end) that a destination write completing now may point at the
+    /// destination: all but the ranges home writes queued after it (sequence numbers
+    /// above `home_seq`, the last home write queued before it) have already written.
+    pub fn not_newer_at_home(&self, start: u64, end: u64, home_seq: u64) -> Vec<(u64, u64)> {
+        let newer = self
+            .newer_at_home
+            .iter()
+            .filter(|&&(seq, s, e)| seq > home_seq && s < end && e > start)
+            .map(|&(_, s, e)| (s.max(start), e.min(end)))
+            .collect();
+        gaps_between(start, end, newer)
+    }
+
+    /// No write of the chunk is in flight: nothing is older or newer than another.
+    pub fn forget_orders(&mut self) {
+        self.newer_elsewhere.clear();
+        self.newer_at_home.clear();
+    }
+}
+
+/// The parts of `[start, end)` outside the ranges `covered` (each inside it).
+fn gaps_between(start: u64, end: u64, mut covered: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    covered.sort_unstable();
+    let mut gaps = Vec::new();
+    let mut at = start;
+    for (s, e) in covered {
+        if s > at {
+            gaps.push((at, s));
+        }
+        at = at.max(e);
+    }
+    if at < end {
+        gaps.push((at, end));
+    }
+    gaps
 }
 
 /// A commit round of a volume's flush domain.

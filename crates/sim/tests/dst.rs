@@ -512,3 +512,39 @@ fn seed_5548_a_buffered_write_outlives_a_whole_volume_trim_during_migration() {
         f.message
     );
 }
+
+/// Found by the 10,000-seed soak of seeds 10000..20000 at 3845a43 (faults 3): volume 2
+/// (`new0`, thin, an SLR migration from the HDD to the SSD, resumed after a restart) read
+/// at sector 215 the data of write 686, which write 696 of the same sector had replaced:
+/// 696 was submitted after 686 completed. Writes 687 (sectors 167..242) and 686 went to
+/// the destination of the copied chunk 0; 687 landed first but its completion came last.
+/// A failed copy cancelled the job, so 696 went home (the HDD's write buffer took it at
+/// once) and cleared 686's `Moved` entry; then 687 completed and marked its whole range
+/// `Moved`, over 696's sector, where the destination (written in place) held 686's data,
+/// and the cancel's copy back wrote that home. A destination write now leaves out of its
+/// entry what home writes queued after it already wrote (`Activity::newer_at_home`);
+/// `tests/migration_stale_destination.rs` in the engine reproduces the order without
+/// DST. Replay: `tiervisor dst --seeds 13127..13128 --steps 2911 --faults 3`
+/// (`TIERVISOR_DST_TRACE=1` for the trace).
+#[test]
+fn seed_13127_an_older_destination_write_hides_a_newer_home_write_after_a_cancel() {
+    let cfg = DstConfig {
+        seed: 13127,
+        steps: 2911,
+        faults: Faults::Latent,
+        bug: None,
+    };
+    run_seed(&cfg).unwrap_or_else(|f| panic!("{f}"));
+    // The seed catches the defect put back (`stale-dst-write-hides-home`), at that read.
+    let bug = InjectedBug::StaleDstWriteHidesHome;
+    let f = run_seed(&DstConfig {
+        bug: Some(bug),
+        ..cfg
+    })
+    .expect_err("stale-dst-write-hides-home caught");
+    assert!(
+        f.message.contains("volume 2 sector 215") && f.message.contains("write 686"),
+        "{}",
+        f.message
+    );
+}

@@ -99,6 +99,7 @@ impl Engine {
         self.count_ssd_write(v, dpool, e - s);
         let a = self.vols[v as usize].activity.entry(c).or_default();
         a.writes_in_flight += 1;
+        a.dst_writes_in_flight += 1;
         // Home writes queued up to now are older than this one (see its completion).
         let home_seq = a.home_seq;
         self.reqs[key].outstanding += 1;
@@ -341,11 +342,24 @@ impl Engine {
     ) {
         let (start, end, home_seq) = range;
         let bug = self.bug_is(InjectedBug::StaleWriteClearsMoved);
+        let hides_bug = self.bug_is(InjectedBug::StaleDstWriteHidesHome);
         let vol = &mut self.vols[v as usize];
+        // Where home writes queued after this one already wrote, the home has newer data
+        // than this write: the range stays there. (After a cancel sends writes home, DST
+        // seed 13127: this write's entry hid a newer home write, and the destination,
+        // written in place, held a write older than that one, which landed after this
+        // write but completed first.)
+        let mut ranges = vec![(start, end)];
         if let Some(a) = vol.activity.get_mut(&c) {
+            if !hides_bug {
+                ranges = a.not_newer_at_home(start, end, home_seq);
+            }
             a.writes_in_flight -= 1;
+            a.dst_writes_in_flight -= 1;
             if a.writes_in_flight == 0 {
-                a.newer_elsewhere.clear();
+                a.forget_orders();
+            } else if a.dst_writes_in_flight == 0 {
+                a.newer_at_home.clear();
             }
             // Older writes may still be on their way to the source (queued before the
             // job, or while the chunk's new region was not yet open to it): their
@@ -354,7 +368,9 @@ impl Engine {
             // to the destination (DST seed 5548: a trim undone by a write the buffer
             // acknowledged before the trim was submitted).
             if result.is_ok() && !bug {
-                a.protect_from_home_writes(home_seq, start, end);
+                for &(s, e) in &ranges {
+                    a.protect_from_home_writes(home_seq, s, e);
+                }
             }
             if a.is_quiet() {
                 vol.activity.remove(&c);
@@ -373,12 +389,18 @@ impl Engine {
             self.wake_waiters(now, v, c, out);
             return;
         }
-        let value = Overlay::Moved {
-            pool: PoolId(pool),
-            dev_offset: dev,
-        };
-        vol.overlay.insert(start, end, value);
-        vol.journal.append(Record::Overlay { start, end, value });
+        for (s, e) in ranges {
+            let value = Overlay::Moved {
+                pool: PoolId(pool),
+                dev_offset: dev + (s - start),
+            };
+            vol.overlay.insert(s, e, value);
+            vol.journal.append(Record::Overlay {
+                start: s,
+                end: e,
+                value,
+            });
+        }
         vol.dirty_pools |= 1 << pool;
         self.arm_commit_timer(now);
         self.req_end(now, req, result, out);
