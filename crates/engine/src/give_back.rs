@@ -198,8 +198,9 @@ impl Engine {
     /// borrowed run of `pool` goes back now if it may go back at all (wholly free, the
     /// shard keeps its own low-water mark, `GIVE_BACK_KEEP_ON_HINT`, and is not asking
     /// itself), skipping the rest of the hold: the hold only guards against giving back
-    /// what this shard is about to use, and the space is wanted now. The steps are those of the timer's give-back (reach, the FUA
-    /// record). One give-back at a time: one under way is left to finish.
+    /// what this shard is about to use, and the space is wanted now. The steps are those
+    /// of the timer's give-back (reach, the FUA record). One give-back at a time: one under
+    /// way is left to finish.
     pub(crate) fn give_back_now(
         &mut self,
         now: u64,
