@@ -7,26 +7,15 @@
 mod common;
 
 use common::*;
-use tiervisor_engine::shard::ShardId;
 use tiervisor_engine::*;
 
 const HDD: PoolId = PoolId(1);
 const VOL: &str = "thin";
 
-/// Shard 0 of 2 (so it asks for loans of space), with an HDD slice of 16 MiB that the
-/// thin volume (40 MiB) can fill.
-fn config() -> EngineConfig {
-    let mut cfg = common::config(4 * MIB);
-    cfg.shard = ShardId { index: 0, count: 2 };
-    cfg.pools[1].capacity_bytes = 16 * MIB;
-    cfg.volumes.truncate(1);
-    cfg
-}
-
 /// A write waits for a loan while the volume is being deleted; the loan is denied. The
 /// check's verdict right after the answer, and whether the deletion then completed.
 fn delete_after_a_denied_loan(bug: Option<InjectedBug>) -> (Result<(), String>, bool) {
-    let mut r = Rig::with_bug(config(), bug);
+    let mut r = Rig::with_bug(common::loaning_shard_config(), bug);
     let cb = r.engine.config().chunk_bytes;
     let mut c = 0;
     while free_chunks(&r)[HDD.0 as usize] > 0 {

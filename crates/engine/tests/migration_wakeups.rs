@@ -10,22 +10,11 @@ mod common;
 
 use common::*;
 use tiervisor_engine::jobs::migrate::{MigrationPhase, Scheme};
-use tiervisor_engine::shard::ShardId;
 use tiervisor_engine::*;
 
 const SSD: PoolId = PoolId(0);
 const HDD: PoolId = PoolId(1);
 const VOL: &str = "thin";
-
-/// Shard 0 of 2 (so it asks for loans of space), with an HDD slice of 16 MiB that the
-/// thin volume (40 MiB) can fill.
-fn config() -> EngineConfig {
-    let mut cfg = common::config(4 * MIB);
-    cfg.shard = ShardId { index: 0, count: 2 };
-    cfg.pools[1].capacity_bytes = 16 * MIB;
-    cfg.volumes.truncate(1);
-    cfg
-}
 
 #[test]
 fn a_pause_waiting_for_a_write_denied_its_loan_ends() {
@@ -45,7 +34,7 @@ fn the_check_catches_a_loan_answer_that_steps_nothing() {
 /// is denied. The job's phase if it is still paused right after the answer (else the
 /// volume is checked through the pivot and `None`).
 fn pause_after_a_denied_loan(bug: Option<InjectedBug>) -> Option<MigrationPhase> {
-    let mut r = Rig::with_bug(config(), bug);
+    let mut r = Rig::with_bug(common::loaning_shard_config(), bug);
     let cb = r.engine.config().chunk_bytes;
     // Fill the HDD slice: past its low-water mark the shard asks for a loan
     // (`SpaceLow`), which this rig never answers.

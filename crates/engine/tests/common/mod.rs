@@ -185,6 +185,16 @@ pub struct Rig {
     pub unflushed: Vec<Vec<(usize, Vec<u8>)>>,
 }
 
+/// Shard 0 of 2 (so it asks for loans of space), with an HDD slice of 16 MiB that the
+/// thin volume (40 MiB) can fill: the loan tests' engine.
+pub fn loaning_shard_config() -> EngineConfig {
+    let mut cfg = config(4 * MIB);
+    cfg.shard = tiervisor_engine::shard::ShardId { index: 0, count: 2 };
+    cfg.pools[1].capacity_bytes = 16 * MIB;
+    cfg.volumes.truncate(1);
+    cfg
+}
+
 pub fn config(journal_bytes: u64) -> EngineConfig {
     EngineConfig {
         system_uuid: [9; 16],
