@@ -516,8 +516,9 @@ fn seed_5548_a_buffered_write_outlives_a_whole_volume_trim_during_migration() {
 /// Found by stop 39's soak (`--seeds 13128..20000` on 327f889, after 2,857 seeds passed),
 /// **not fixed yet**: with 3 shards, `cfq` on the SSD and `cats` on the HDD, an operation
 /// waited 774 s of virtual time in a scheduler (bound 30 s), in a run whose 2,922 steps
-/// took 843 s of virtual time. Not yet traced; a scheduler holding an operation (an idle
-/// window or the busdriver) with no timer to end the wait would look like this. Replay:
+/// took 843 s of virtual time. A first look: two writes and a punch of the HDD pool were
+/// dispatched 4.5 M times, each time parked again by the write buffer (docs/TESTING.md).
+/// Replay:
 /// `tiervisor dst --seeds 15985..15986 --steps 2922 --faults 3` (`TIERVISOR_DST_TRACE=1`
 /// for the trace, about 1.9 M lines).
 #[test]
