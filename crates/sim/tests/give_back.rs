@@ -94,11 +94,18 @@ fn a_shard_gets_back_the_space_another_borrowed_and_freed() {
         write_flushed(&mut r, &mut id, 1, mib)
             .unwrap_or_else(|e| panic!("v1's write of MiB {mib} failed with {e:?}"));
     }
-    check_data(&mut r, 0, 60..100);
-    check_data(&mut r, 1, 0..V1_MIB);
-    r.crash_and_mount();
-    check_data(&mut r, 0, 60..100);
-    check_data(&mut r, 1, 0..V1_MIB);
+    both_volumes_read_back_before_and_after_a_crash(&mut r);
+}
+
+/// v0's kept MiB 60..100 and all v1 wrote read back, before and after a power loss.
+fn both_volumes_read_back_before_and_after_a_crash(r: &mut Rig) {
+    for crash in [false, true] {
+        if crash {
+            r.crash_and_mount();
+        }
+        check_data(r, 0, 60..100);
+        check_data(r, 1, 0..V1_MIB);
+    }
 }
 
 /// A power loss at every few device operations of the give-backs: each mount finds the
@@ -299,11 +306,7 @@ fn a_denied_shard_gets_a_free_borrowed_run_back_at_once() {
         "{given} given back, {on_hint} on hints: {:?}",
         r.s.engines()[0].give_backs()
     );
-    check_data(&mut r, 0, 60..100);
-    check_data(&mut r, 1, 0..V1_MIB);
-    r.crash_and_mount();
-    check_data(&mut r, 0, 60..100);
-    check_data(&mut r, 1, 0..V1_MIB);
+    both_volumes_read_back_before_and_after_a_crash(&mut r);
 }
 
 /// The injected `give-back-now-used`: a hint gives the last borrowed run back though v0
